@@ -1,0 +1,3 @@
+//! The `ferrolm` command-line tool.
+
+fn main() {}

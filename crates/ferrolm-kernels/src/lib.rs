@@ -1,0 +1,10 @@
+//! Quantized block formats and CPU kernels for ferrolm.
+//!
+//! - [`GgmlType`]: every GGML tensor type with its block geometry.
+//! - [`quant`]: one module per block format — a `#[repr(C)]` block, a scalar dequantizer and a
+//!   dot product — dispatched by type.
+
+pub mod quant;
+mod types;
+
+pub use types::GgmlType;

@@ -1,0 +1,1 @@
+//! Sessions, batches and generation.

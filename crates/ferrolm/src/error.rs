@@ -1,0 +1,60 @@
+//! The library's error type.
+
+use crate::format::gguf::GgufError;
+use crate::hub::HubError;
+use crate::tokenizer::TokenizerError;
+
+/// Every error the ferrolm library reports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A GGUF file could not be read.
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    /// The tokenizer could not be built or could not encode/decode.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// Downloading or locating a model failed.
+    #[error(transparent)]
+    Hub(#[from] HubError),
+    /// The model's architecture is not one ferrolm implements.
+    #[error("unsupported model architecture '{0}'")]
+    UnsupportedArchitecture(String),
+    /// A tensor uses a type the kernels cannot compute with.
+    #[error("tensor '{name}' has type {ty}, which ferrolm does not support yet")]
+    UnsupportedTensorType {
+        /// Tensor name.
+        name: String,
+        /// Its GGML type name.
+        ty: String,
+    },
+    /// A tensor the architecture needs is missing from the file.
+    #[error("model is missing tensor '{0}'")]
+    MissingTensor(String),
+    /// A tensor has a shape the architecture does not expect.
+    #[error("tensor '{name}' has shape {actual:?}, expected {expected:?}")]
+    TensorShape {
+        /// Tensor name.
+        name: String,
+        /// Shape found in the file (GGUF order: innermost first).
+        actual: Vec<u64>,
+        /// Shape the configuration implies.
+        expected: Vec<u64>,
+    },
+    /// A metadata value the architecture needs is missing or invalid.
+    #[error("model metadata: {0}")]
+    Config(String),
+    /// The request does not fit the context or the batch is malformed.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// An I/O error with the path involved.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with the library's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,6 @@
+//! Model file formats.
+
+pub mod gguf;
+mod storage;
+
+pub use storage::Storage;

@@ -1,0 +1,1 @@
+//! The engine-owned KV cache.
