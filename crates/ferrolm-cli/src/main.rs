@@ -1,3 +1,50 @@
 //! The `ferrolm` command-line tool.
 
-fn main() {}
+mod generate;
+mod inspect;
+mod pull;
+mod tokenize;
+
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// ferrolm: run small language models fast on CPUs.
+#[derive(Parser)]
+#[command(name = "ferrolm", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (streams tokens as they are produced).
+    Generate(generate::Args),
+    /// Download a model from the built-in catalog into the cache.
+    Pull(pull::Args),
+    /// Show a GGUF file's metadata and tensor table.
+    Inspect(inspect::Args),
+    /// Tokenize text with a model's tokenizer.
+    Tokenize(tokenize::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_env("FERROLM_LOG").unwrap_or_else(|_| EnvFilter::new("warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Pull(a) => pull::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
