@@ -1,8 +1,362 @@
-//! Block formats (filled in by the block-format work).
+//! GGML block formats: dequantization, dot products with f32 vectors, and reference quantizers.
+//!
+//! One module per format, each with a `#[repr(C)]` block struct laid out exactly as in GGML
+//! (little-endian), a scalar dequantizer and a dot product. The engine uses only the dispatch
+//! functions here, which validate lengths and never panic:
+//!
+//! - [`supports`] / [`dequantize_row`] / [`dot_f32`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
+//!   Q4_K and Q6_K;
+//! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0 and Q8_0,
+//!   bit-exact with GGML's reference (non-imatrix) quantizers.
+//!
+//! Source bytes come straight from a memory map, so they are only byte-aligned: blocks are parsed
+//! field by field from little-endian bytes (`Block*::from_bytes`), never cast in place.
+//!
+//! Dot products dequantize one block into a stack buffer and accumulate it into
+//! 32 independent f32 lanes, a shape LLVM vectorises; on x86_64 with AVX2
+//! the whole row loop is additionally compiled for AVX2 and chosen at run time.
+
+pub mod bf16;
+pub mod fp16;
+pub mod fp32;
+pub mod q4_0;
+pub mod q4_1;
+pub mod q4_k;
+pub mod q5_0;
+pub mod q6_k;
+pub mod q8_0;
+
+pub use q4_0::BlockQ4_0;
+pub use q4_1::BlockQ4_1;
+pub use q4_k::BlockQ4K;
+pub use q5_0::BlockQ5_0;
+pub use q6_k::BlockQ6K;
+pub use q8_0::{BlockQ8_0, quantize_row_q8_0};
 
 use crate::GgmlType;
+use crate::simd::{ACC_LANES, lanes_fma, reduce_lanes};
 
-/// Whether a type has a dequantizer and dot product here.
-pub fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::F32)
+/// Elements per K-quant super-block (`QK_K` in GGML).
+pub const QK_K: usize = 256;
+
+/// Errors from the quant kernels.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantError {
+    /// The kernels have no implementation for this type (or no quantizer, for [`quantize_row`]).
+    #[error("ggml type {0} is not supported by the quant kernels")]
+    UnsupportedType(GgmlType),
+    /// The element count is not a whole number of blocks.
+    #[error("{elements} elements is not a whole number of {ty} blocks of {block}")]
+    PartialBlock {
+        /// The block type.
+        ty: GgmlType,
+        /// Requested element count.
+        elements: usize,
+        /// Elements per block of `ty`.
+        block: usize,
+    },
+    /// The byte buffer does not have the size `elements` of `ty` occupy.
+    #[error("{elements} elements of {ty} need {expected} bytes, got {bytes}")]
+    BadLength {
+        /// The block type.
+        ty: GgmlType,
+        /// Requested element count.
+        elements: usize,
+        /// Bytes supplied.
+        bytes: usize,
+        /// Bytes `elements` of `ty` occupy (`usize::MAX` if that overflows).
+        expected: usize,
+    },
 }
+
+/// Whether `ty` has a dequantizer and dot product here.
+pub fn supports(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q8_0 | Q4_K | Q6_K)
+}
+
+/// Whether `ty` has a reference quantizer ([`quantize_row`]) here.
+pub fn supports_quantize(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q8_0)
+}
+
+/// Dequantizes one row: `dst.len()` elements of type `ty` stored in `src`.
+///
+/// `src.len()` must equal `ty.row_bytes(dst.len())`; `dst.len()` must be a multiple of the block
+/// size.
+pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    check(ty, supports(ty), dst.len(), src.len())?;
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: AVX2 and FMA were detected on this CPU; `check` validated the lengths.
+        return unsafe { dequantize_avx2(ty, src, dst) };
+    }
+    dequantize_any(ty, src, dst)
+}
+
+/// Row dequantization for any supported type; lengths already validated.
+#[inline(always)]
+fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    use GgmlType::*;
+    match ty {
+        F32 => fp32::dequantize_row(src, dst),
+        F16 => fp16::dequantize_row(src, dst),
+        BF16 => bf16::dequantize_row(src, dst),
+        Q4_0 => dequantize_blocks::<BlockQ4_0>(src, dst),
+        Q4_1 => dequantize_blocks::<BlockQ4_1>(src, dst),
+        Q5_0 => dequantize_blocks::<BlockQ5_0>(src, dst),
+        Q8_0 => dequantize_blocks::<BlockQ8_0>(src, dst),
+        Q4_K => dequantize_blocks::<BlockQ4K>(src, dst),
+        Q6_K => dequantize_blocks::<BlockQ6K>(src, dst),
+        _ => return Err(QuantError::UnsupportedType(ty)),
+    }
+    Ok(())
+}
+
+/// Dot product of one quantized row (`x.len()` elements of type `ty` in `src`) with `x`.
+///
+/// Equal to dequantizing the row and taking the f32 dot product, up to float rounding (the
+/// summation order differs). `src.len()` must equal `ty.row_bytes(x.len())`.
+pub fn dot_f32(ty: GgmlType, src: &[u8], x: &[f32]) -> Result<f32, QuantError> {
+    check(ty, supports(ty), x.len(), src.len())?;
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: AVX2 and FMA were detected on this CPU; `check` validated the lengths.
+        return unsafe { dot_avx2(ty, src, x) };
+    }
+    dot_any(ty, src, x)
+}
+
+/// Quantizes one row of f32 values into `dst` with GGML's reference quantizer for `ty`.
+///
+/// `dst.len()` must equal `ty.row_bytes(src.len())`. Only types with
+/// [`supports_quantize`] are accepted.
+pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    check(ty, supports_quantize(ty), src.len(), dst.len())?;
+    use GgmlType::*;
+    match ty {
+        F32 => fp32::quantize_row(src, dst),
+        F16 => fp16::quantize_row(src, dst),
+        BF16 => bf16::quantize_row(src, dst),
+        Q4_0 => quantize_blocks_into::<BlockQ4_0>(src, dst),
+        Q4_1 => quantize_blocks_into::<BlockQ4_1>(src, dst),
+        Q5_0 => quantize_blocks_into::<BlockQ5_0>(src, dst),
+        Q8_0 => quantize_blocks_into::<BlockQ8_0>(src, dst),
+        _ => return Err(QuantError::UnsupportedType(ty)),
+    }
+    Ok(())
+}
+
+/// Validates that `bytes` bytes hold exactly `elements` elements of `ty`.
+fn check(ty: GgmlType, supported: bool, elements: usize, bytes: usize) -> Result<(), QuantError> {
+    if !supported {
+        return Err(QuantError::UnsupportedType(ty));
+    }
+    let block = ty.block_size();
+    if elements % block != 0 {
+        return Err(QuantError::PartialBlock { ty, elements, block });
+    }
+    let expected = (elements / block).saturating_mul(ty.type_size());
+    if expected != bytes {
+        return Err(QuantError::BadLength { ty, elements, bytes, expected });
+    }
+    Ok(())
+}
+
+/// [`dequantize_any`] compiled with AVX2+FMA enabled.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dequantize_avx2(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    dequantize_any(ty, src, dst)
+}
+
+/// Row dot product for any supported type; lengths already validated.
+#[inline(always)]
+fn dot_any(ty: GgmlType, src: &[u8], x: &[f32]) -> Result<f32, QuantError> {
+    use GgmlType::*;
+    Ok(match ty {
+        F32 => fp32::dot_row(src, x),
+        F16 => fp16::dot_row(src, x),
+        BF16 => bf16::dot_row(src, x),
+        Q4_0 => dot_blocks::<BlockQ4_0>(src, x),
+        Q4_1 => dot_blocks::<BlockQ4_1>(src, x),
+        Q5_0 => dot_blocks::<BlockQ5_0>(src, x),
+        Q8_0 => dot_blocks::<BlockQ8_0>(src, x),
+        Q4_K => dot_blocks::<BlockQ4K>(src, x),
+        Q6_K => dot_blocks::<BlockQ6K>(src, x),
+        _ => return Err(QuantError::UnsupportedType(ty)),
+    })
+}
+
+/// [`dot_any`] compiled with AVX2+FMA enabled, so the lane loops use 256-bit registers.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(ty: GgmlType, src: &[u8], x: &[f32]) -> Result<f32, QuantError> {
+    dot_any(ty, src, x)
+}
+
+/// A fixed-size GGML block: `ELEMS` values stored in `BYTES` little-endian bytes.
+pub(crate) trait QuantBlock: Sized {
+    /// Elements per block.
+    const ELEMS: usize;
+    /// Bytes per block.
+    const BYTES: usize;
+    /// Parses a block; `bytes.len()` must be `BYTES`.
+    fn read(bytes: &[u8]) -> Self;
+    /// Writes the block's bytes; `out.len()` must be `BYTES`.
+    fn write(&self, out: &mut [u8]);
+    /// Dequantizes the block; `out.len()` must be `ELEMS`.
+    fn dequantize_into(&self, out: &mut [f32]);
+}
+
+/// A block type with a reference quantizer.
+pub(crate) trait QuantizeBlock: QuantBlock {
+    /// Quantizes `ELEMS` values (`x.len()` must be `ELEMS`).
+    fn quantize_from(x: &[f32]) -> Self;
+}
+
+/// Implements [`QuantBlock`] (and, with `quantize`, [`QuantizeBlock`]) by delegating to the
+/// block's fixed-size inherent methods `from_bytes`, `to_bytes`, `dequantize` (and `quantize`).
+macro_rules! impl_quant_block {
+    ($blk:ty, $elems:expr, $bytes:expr) => {
+        impl $crate::quant::QuantBlock for $blk {
+            const ELEMS: usize = $elems;
+            const BYTES: usize = $bytes;
+            #[inline(always)]
+            fn read(bytes: &[u8]) -> Self {
+                Self::from_bytes($crate::quant::as_array(bytes))
+            }
+            #[inline(always)]
+            fn write(&self, out: &mut [u8]) {
+                out.copy_from_slice(&self.to_bytes());
+            }
+            #[inline(always)]
+            fn dequantize_into(&self, out: &mut [f32]) {
+                self.dequantize($crate::quant::as_array_mut(out));
+            }
+        }
+    };
+    ($blk:ty, $elems:expr, $bytes:expr, quantize) => {
+        impl_quant_block!($blk, $elems, $bytes);
+        impl $crate::quant::QuantizeBlock for $blk {
+            #[inline(always)]
+            fn quantize_from(x: &[f32]) -> Self {
+                Self::quantize($crate::quant::as_array(x))
+            }
+        }
+    };
+}
+pub(crate) use impl_quant_block;
+
+/// Views a slice as a fixed-size array reference.
+///
+/// # Panics
+/// If `s.len() != N` (callers slice with `chunks_exact`, so this never fires).
+#[inline(always)]
+pub(crate) fn as_array<T, const N: usize>(s: &[T]) -> &[T; N] {
+    s.try_into().expect("slice length equals the block size")
+}
+
+/// Mutable counterpart of [`as_array`].
+#[inline(always)]
+pub(crate) fn as_array_mut<T, const N: usize>(s: &mut [T]) -> &mut [T; N] {
+    s.try_into().expect("slice length equals the block size")
+}
+
+/// Dequantizes whole blocks of `B` from `src` into `dst` (lengths already validated).
+#[inline(always)]
+pub(crate) fn dequantize_blocks<B: QuantBlock>(src: &[u8], dst: &mut [f32]) {
+    for (b, out) in src.chunks_exact(B::BYTES).zip(dst.chunks_exact_mut(B::ELEMS)) {
+        B::read(b).dequantize_into(out);
+    }
+}
+
+/// Dot product of whole blocks of `B` in `src` with `x` (lengths already validated).
+///
+/// Blocks are dequantized into a 256-value stack buffer (one K-quant super-block, or eight
+/// 32-value blocks) which is then accumulated into `ACC_LANES` independent lanes. Filling the whole
+/// buffer before reading it back keeps the loads away from the just-issued narrow stores (a
+/// store-forwarding stall otherwise halves throughput).
+#[inline(always)]
+pub(crate) fn dot_blocks<B: QuantBlock>(src: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0f32; ACC_LANES];
+    let mut buf = [0f32; QK_K];
+    let per = QK_K / B::ELEMS; // blocks per buffer
+    let groups = src.chunks_exact(B::BYTES * per);
+    let xgroups = x.chunks_exact(QK_K);
+    let (rest, xrest) = (groups.remainder(), xgroups.remainder());
+    for (g, xg) in groups.zip(xgroups) {
+        dequantize_blocks::<B>(g, &mut buf);
+        for (cb, cx) in buf.chunks_exact(ACC_LANES).zip(xg.chunks_exact(ACC_LANES)) {
+            lanes_fma(&mut acc, cb, cx);
+        }
+    }
+    // Fewer than `per` blocks left (only for 32-value blocks).
+    let buf = &mut buf[..xrest.len()];
+    dequantize_blocks::<B>(rest, buf);
+    for (cb, cx) in buf.chunks_exact(ACC_LANES).zip(xrest.chunks_exact(ACC_LANES)) {
+        lanes_fma(&mut acc, cb, cx);
+    }
+    reduce_lanes(&acc)
+}
+
+/// Quantizes whole blocks of `B` from `src` into the bytes `dst` (lengths already validated).
+fn quantize_blocks_into<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) {
+    for (x, out) in src.chunks_exact(B::ELEMS).zip(dst.chunks_exact_mut(B::BYTES)) {
+        B::quantize_from(x).write(out);
+    }
+}
+
+/// Quantizes a row into a vector of blocks; `x.len()` must be a multiple of `B::ELEMS`.
+pub(crate) fn quantize_row_blocks<B: QuantizeBlock>(ty: GgmlType, x: &[f32]) -> Result<Vec<B>, QuantError> {
+    if x.len() % B::ELEMS != 0 {
+        return Err(QuantError::PartialBlock { ty, elements: x.len(), block: B::ELEMS });
+    }
+    Ok(x.chunks_exact(B::ELEMS).map(B::quantize_from).collect())
+}
+
+/// A scalar element format (F32, F16, BF16): one value in `BYTES` little-endian bytes.
+pub(crate) trait FloatElem {
+    /// Bytes per element.
+    const BYTES: usize;
+    /// Decodes one element; `b.len()` must be `BYTES`.
+    fn read(b: &[u8]) -> f32;
+}
+
+/// Decodes `dst.len()` elements of `E` from `src` (lengths already validated).
+#[inline(always)]
+pub(crate) fn dequantize_elems<E: FloatElem>(src: &[u8], dst: &mut [f32]) {
+    for (b, out) in src.chunks_exact(E::BYTES).zip(dst.iter_mut()) {
+        *out = E::read(b);
+    }
+}
+
+/// Dot product of `x.len()` elements of `E` in `src` with `x`: chunks of `ACC_LANES` are decoded
+/// into a stack buffer and accumulated lane-wise, the tail is summed separately.
+#[inline(always)]
+pub(crate) fn dot_elems<E: FloatElem>(src: &[u8], x: &[f32]) -> f32 {
+    let mut acc = [0f32; ACC_LANES];
+    let mut buf = [0f32; ACC_LANES];
+    let cs = src.chunks_exact(E::BYTES * ACC_LANES);
+    let cx = x.chunks_exact(ACC_LANES);
+    let (ts, tx) = (cs.remainder(), cx.remainder());
+    for (s, xs) in cs.zip(cx) {
+        dequantize_elems::<E>(s, &mut buf);
+        lanes_fma(&mut acc, &buf, xs);
+    }
+    let mut tail = 0f32;
+    for (b, &xv) in ts.chunks_exact(E::BYTES).zip(tx) {
+        tail += E::read(b) * xv;
+    }
+    reduce_lanes(&acc) + tail
+}
+
+#[cfg(test)]
+mod tests;

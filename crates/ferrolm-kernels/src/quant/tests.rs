@@ -1,0 +1,213 @@
+//! Unit tests for the dispatch layer: error paths, geometry, and dot products against an f64
+//! reference on random blocks.
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::*;
+
+const SUPPORTED: [GgmlType; 9] = {
+    use GgmlType::*;
+    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K]
+};
+
+fn all_types() -> Vec<GgmlType> {
+    (0..64).filter_map(GgmlType::from_id).collect()
+}
+
+#[test]
+fn block_geometry_matches_type_table() {
+    fn geo<B: QuantBlock>(ty: GgmlType) {
+        assert_eq!(B::ELEMS, ty.block_size(), "{ty}");
+        assert_eq!(B::BYTES, ty.type_size(), "{ty}");
+    }
+    geo::<BlockQ4_0>(GgmlType::Q4_0);
+    geo::<BlockQ4_1>(GgmlType::Q4_1);
+    geo::<BlockQ5_0>(GgmlType::Q5_0);
+    geo::<BlockQ8_0>(GgmlType::Q8_0);
+    geo::<BlockQ4K>(GgmlType::Q4_K);
+    geo::<BlockQ6K>(GgmlType::Q6_K);
+}
+
+#[test]
+fn supported_set() {
+    for ty in all_types() {
+        assert_eq!(supports(ty), SUPPORTED.contains(&ty), "{ty}");
+        assert_eq!(ty.is_supported(), supports(ty));
+        if supports_quantize(ty) {
+            assert!(supports(ty), "{ty}");
+        }
+    }
+}
+
+#[test]
+fn unsupported_types_are_errors_not_panics() {
+    for ty in all_types().into_iter().filter(|t| !supports(*t)) {
+        let bs = ty.block_size();
+        let src = vec![0u8; ty.type_size() * 2];
+        let mut dst = vec![0f32; bs * 2];
+        assert_eq!(dequantize_row(ty, &src, &mut dst), Err(QuantError::UnsupportedType(ty)));
+        assert_eq!(dot_f32(ty, &src, &dst), Err(QuantError::UnsupportedType(ty)));
+        let mut out = vec![0u8; ty.type_size() * 2];
+        assert_eq!(quantize_row(ty, &dst, &mut out), Err(QuantError::UnsupportedType(ty)));
+    }
+    let mut out = vec![0u8; 144];
+    let x = vec![0f32; 256];
+    assert_eq!(quantize_row(GgmlType::Q4_K, &x, &mut out), Err(QuantError::UnsupportedType(GgmlType::Q4_K)));
+}
+
+#[test]
+fn wrong_lengths_are_errors() {
+    for ty in SUPPORTED {
+        let (bs, ts) = (ty.block_size(), ty.type_size());
+        let n = bs * 3;
+        let good = vec![0u8; ts * 3];
+        let mut dst = vec![0f32; n];
+        assert_eq!(dequantize_row(ty, &good, &mut dst), Ok(()));
+        assert_eq!(dot_f32(ty, &good, &dst), Ok(0.0));
+        for bytes in [0, ts * 3 - 1, ts * 3 + 1, ts * 2, ts * 4] {
+            let src = vec![0u8; bytes];
+            let want = Err(QuantError::BadLength { ty, elements: n, bytes, expected: ts * 3 });
+            assert_eq!(dequantize_row(ty, &src, &mut dst), want, "{ty} {bytes}");
+            assert_eq!(dot_f32(ty, &src, &dst).map(|_| ()), want, "{ty} {bytes}");
+        }
+        // Empty rows are fine.
+        assert_eq!(dequantize_row(ty, &[], &mut []), Ok(()));
+        assert_eq!(dot_f32(ty, &[], &[]), Ok(0.0));
+        if bs > 1 {
+            let mut dst = vec![0f32; bs + 1];
+            let src = vec![0u8; ts * 2];
+            let want = Err(QuantError::PartialBlock { ty, elements: bs + 1, block: bs });
+            assert_eq!(dequantize_row(ty, &src, &mut dst), want);
+            assert_eq!(dot_f32(ty, &src, &dst), want.map(|()| 0.0));
+        }
+        if supports_quantize(ty) {
+            let x = vec![1f32; n];
+            let mut out = vec![0u8; ts * 3 + 1];
+            let want = Err(QuantError::BadLength { ty, elements: n, bytes: ts * 3 + 1, expected: ts * 3 });
+            assert_eq!(quantize_row(ty, &x, &mut out), want);
+        }
+    }
+    assert!(quantize_row_q8_0(&[0.0; 33]).is_err());
+    assert_eq!(quantize_row_q8_0(&[0.0; 64]).map(|v| v.len()), Ok(2));
+    let msg = QuantError::BadLength { ty: GgmlType::Q8_0, elements: 32, bytes: 3, expected: 34 }.to_string();
+    assert_eq!(msg, "32 elements of Q8_0 need 34 bytes, got 3");
+}
+
+/// Random but well-formed row bytes: every f16 field gets a finite value of moderate size.
+fn random_row(ty: GgmlType, blocks: usize, rng: &mut StdRng) -> Vec<u8> {
+    let ts = ty.type_size();
+    let mut bytes: Vec<u8> = (0..ts * blocks).map(|_| rng.random()).collect();
+    fn put(b: &mut [u8], lo: f32, hi: f32, rng: &mut StdRng) {
+        let v = half::f16::from_f32(rng.random_range(lo..hi));
+        b.copy_from_slice(&v.to_le_bytes());
+    }
+    for blk in bytes.chunks_exact_mut(ts) {
+        match ty {
+            GgmlType::F16 => put(blk, -4.0, 4.0, rng),
+            GgmlType::BF16 => {
+                let v = bf16::f32_to_bf16_bits(rng.random_range(-4.0..4.0));
+                blk.copy_from_slice(&v.to_le_bytes());
+            }
+            GgmlType::F32 => blk.copy_from_slice(&rng.random_range(-4.0f32..4.0).to_le_bytes()),
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => put(&mut blk[0..2], -0.1, 0.1, rng),
+            GgmlType::Q4_1 => {
+                put(&mut blk[0..2], -0.1, 0.1, rng);
+                put(&mut blk[2..4], -1.0, 1.0, rng);
+            }
+            GgmlType::Q4_K => {
+                put(&mut blk[0..2], 0.0, 0.01, rng);
+                put(&mut blk[2..4], 0.0, 0.01, rng);
+            }
+            GgmlType::Q6_K => put(&mut blk[208..210], 0.0, 0.01, rng),
+            _ => unreachable!(),
+        }
+    }
+    bytes
+}
+
+#[test]
+fn dot_matches_f64_reference_on_random_rows() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for ty in SUPPORTED {
+        for blocks in [1, 2, 5, 16] {
+            let n = blocks * ty.block_size();
+            let n = if ty.block_size() == 1 { n * 37 + 3 } else { n };
+            let src = random_row(ty, n / ty.block_size(), &mut rng);
+            let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let mut deq = vec![0f32; n];
+            dequantize_row(ty, &src, &mut deq).expect("valid row");
+            let want: f64 = deq.iter().zip(&x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+            let mag: f64 = deq.iter().zip(&x).map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs()).sum();
+            let got = dot_f32(ty, &src, &x).expect("valid row");
+            assert!((f64::from(got) - want).abs() <= 4e-6 * mag, "{ty} n={n}: {got} vs {want} (|.|={mag})");
+            // The portable path agrees with whatever path the dispatcher chose.
+            let portable = dot_any(ty, &src, &x).expect("supported");
+            assert!((f64::from(portable - got)).abs() <= 4e-6 * mag, "{ty} n={n}: {portable} vs {got}");
+        }
+    }
+}
+
+#[test]
+fn f32_dot_alignment_independent() {
+    let mut rng = StdRng::seed_from_u64(3);
+    let n = 101;
+    let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let v: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let mut storage = vec![0u8; 4 * n + 4];
+    let mut results = Vec::new();
+    for off in 0..4 {
+        let src = &mut storage[off..off + 4 * n];
+        quantize_row(GgmlType::F32, &v, src).expect("lengths match");
+        let mut back = vec![0f32; n];
+        dequantize_row(GgmlType::F32, src, &mut back).expect("lengths match");
+        assert_eq!(back, v);
+        results.push(dot_f32(GgmlType::F32, src, &x).expect("lengths match"));
+    }
+    let want: f64 = v.iter().zip(&x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+    for r in results {
+        assert!((f64::from(r) - want).abs() < 1e-5, "{r} vs {want}");
+    }
+}
+
+#[test]
+fn quantize_row_round_trips_within_half_a_step() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let x: Vec<f32> = (0..256).map(|_| rng.random_range(-2.0..2.0)).collect();
+    for ty in all_types().into_iter().filter(|t| supports_quantize(*t)) {
+        let mut q = vec![0u8; ty.type_size() * 256 / ty.block_size()];
+        quantize_row(ty, &x, &mut q).expect("lengths match");
+        let mut back = vec![0f32; 256];
+        dequantize_row(ty, &q, &mut back).expect("lengths match");
+        // Worst-case step relative to the block's range, plus f16 rounding of the scale.
+        let tol = match ty {
+            GgmlType::F32 => 0.0,
+            GgmlType::F16 => 2e-3,
+            GgmlType::BF16 => 1e-2,
+            GgmlType::Q8_0 => 2.0 / 127.0 * 0.51 + 2e-3,
+            GgmlType::Q5_0 => 2.0 / 16.0 + 2e-3,
+            GgmlType::Q4_0 => 2.0 / 8.0 + 2e-3,
+            GgmlType::Q4_1 => 4.0 / 15.0 * 0.51 + 4e-3,
+            _ => unreachable!(),
+        };
+        for (a, b) in x.iter().zip(&back) {
+            assert!((a - b).abs() <= tol, "{ty}: {a} -> {b}");
+        }
+    }
+}
+
+#[test]
+fn block_bytes_round_trip() {
+    let mut rng = StdRng::seed_from_u64(5);
+    fn rt<B: QuantBlock>(bytes: &[u8]) {
+        let mut out = vec![0u8; B::BYTES];
+        B::read(bytes).write(&mut out);
+        assert_eq!(out, bytes);
+    }
+    let mut random = |n: usize| -> Vec<u8> { (0..n).map(|_| rng.random()).collect() };
+    rt::<BlockQ4_0>(&random(18));
+    rt::<BlockQ4_1>(&random(20));
+    rt::<BlockQ5_0>(&random(22));
+    rt::<BlockQ8_0>(&random(34));
+    rt::<BlockQ4K>(&random(144));
+    rt::<BlockQ6K>(&random(210));
+}
