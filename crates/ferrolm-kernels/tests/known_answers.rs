@@ -1,0 +1,196 @@
+//! Known-answer tests against the `gguf` Python package (the reference implementation shipped with
+//! llama.cpp). Vectors are produced by `scripts/gen_quant_vectors.py` into `tests/data/*.json`,
+//! with every array stored as hex of its little-endian bytes (no decimal round trips).
+//!
+//! Checked per type:
+//! - `dequantize_row` equals python's dequantization bit for bit. Python computes in f32 with the
+//!   same operation order as GGML's C code (`(d·sc)·q - dmin·m`, `q·d + m`, no fused
+//!   multiply-add), so no tolerance is needed — NaN payloads included.
+//! - `quantize_row` (and the per-type row quantizers) reproduce python's bytes exactly, where
+//!   python can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0).
+//! - `dot_f32` equals the f64 dot product of the dequantized row with `x` to within
+//!   `4e-6 · Σ|aᵢxᵢ|` (f32 summation of ≤ 512 terms over 32 lanes).
+
+use std::path::PathBuf;
+
+use ferrolm_kernels::GgmlType;
+use ferrolm_kernels::quant::{self, q4_0, q4_1, q5_0, q8_0};
+
+struct Vectors {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    input: Option<Vec<f32>>,
+    quant: Vec<u8>,
+    dequant: Vec<f32>,
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    assert!(s.len() % 2 == 0, "odd hex length");
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit")).collect()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn load(name: &str) -> Vectors {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(format!("{name}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let field = |k: &str| doc.get(k).unwrap_or_else(|| panic!("{name}: missing {k}"));
+    let ty = GgmlType::from_name(field("type").as_str().expect("type name")).expect("known type");
+    assert_eq!(u64::from(ty.id()), field("type_id").as_u64().expect("type id"));
+    let usize_of = |k: &str| field(k).as_u64().expect("integer") as usize;
+    let hex = |k: &str| unhex(field(k).as_str().expect("hex string"));
+    let v = Vectors {
+        ty,
+        rows: usize_of("rows"),
+        cols: usize_of("cols"),
+        input: doc.get("input_f32").map(|_| f32s(&hex("input_f32"))),
+        quant: hex("quant"),
+        dequant: f32s(&hex("dequant_f32")),
+    };
+    assert_eq!(v.dequant.len(), v.rows * v.cols);
+    assert_eq!(v.quant.len() as u64, v.rows as u64 * ty.row_bytes(v.cols as u64).expect("whole blocks"));
+    v
+}
+
+/// Deterministic x in [-1, 1) from a 64-bit LCG.
+fn xs(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn check_type(name: &str) {
+    let v = load(name);
+    let ty = v.ty;
+    let rb = v.quant.len() / v.rows;
+    for r in 0..v.rows {
+        let src = &v.quant[r * rb..(r + 1) * rb];
+        let want = &v.dequant[r * v.cols..(r + 1) * v.cols];
+
+        // Dequantization: bit-exact.
+        let mut got = vec![0f32; v.cols];
+        quant::dequantize_row(ty, src, &mut got).expect("valid row");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{ty} row {r} elem {i}: {g:e} vs python {w:e}");
+        }
+
+        // Quantization: byte-exact.
+        if let Some(input) = &v.input {
+            let x = &input[r * v.cols..(r + 1) * v.cols];
+            let mut q = vec![0u8; rb];
+            quant::quantize_row(ty, x, &mut q).expect("quantizable type");
+            if let Some(i) = q.iter().zip(src).position(|(a, b)| a != b) {
+                panic!("{ty} row {r}: quantized byte {i} is {:#04x}, python {:#04x}", q[i], src[i]);
+            }
+        }
+
+        // Dot product vs f64 reference.
+        let x = xs(v.cols, 0x5eed + r as u64);
+        let dot = quant::dot_f32(ty, src, &x).expect("valid row");
+        let reference: f64 = want.iter().zip(&x).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+        if reference.is_finite() && want.iter().all(|a| a.is_finite()) {
+            let mag: f64 = want.iter().zip(&x).map(|(&a, &b)| (f64::from(a) * f64::from(b)).abs()).sum();
+            let err = (f64::from(dot) - reference).abs();
+            assert!(err <= 4e-6 * mag, "{ty} row {r}: dot {dot} vs {reference} (err {err:e}, Σ|.| {mag:e})");
+        } else {
+            assert!(!dot.is_finite(), "{ty} row {r}: non-finite row gave finite dot {dot}");
+        }
+    }
+}
+
+#[test]
+fn f32() {
+    check_type("F32");
+}
+
+#[test]
+fn f16() {
+    check_type("F16");
+}
+
+#[test]
+fn bf16() {
+    check_type("BF16");
+}
+
+#[test]
+fn q4_0() {
+    check_type("Q4_0");
+}
+
+#[test]
+fn q4_1() {
+    check_type("Q4_1");
+}
+
+#[test]
+fn q5_0() {
+    check_type("Q5_0");
+}
+
+#[test]
+fn q8_0() {
+    check_type("Q8_0");
+}
+
+#[test]
+fn q4_k() {
+    check_type("Q4_K");
+}
+
+#[test]
+fn q6_k() {
+    check_type("Q6_K");
+}
+
+/// The typed row quantizers produce the same bytes as python (and as `quantize_row`).
+#[test]
+fn typed_quantizers_match_python() {
+    fn flat<const N: usize>(blocks: impl Iterator<Item = [u8; N]>) -> Vec<u8> {
+        blocks.flatten().collect()
+    }
+    let v = load("Q8_0");
+    let input = v.input.as_deref().expect("Q8_0 has inputs");
+    let q = q8_0::quantize_row_q8_0(input).expect("whole blocks");
+    assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
+
+    let v = load("Q4_0");
+    let q = q4_0::quantize_row_q4_0(v.input.as_deref().expect("inputs")).expect("whole blocks");
+    assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
+
+    let v = load("Q4_1");
+    let q = q4_1::quantize_row_q4_1(v.input.as_deref().expect("inputs")).expect("whole blocks");
+    assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
+
+    let v = load("Q5_0");
+    let q = q5_0::quantize_row_q5_0(v.input.as_deref().expect("inputs")).expect("whole blocks");
+    assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
+}
+
+/// Parsing blocks from the python bytes and dequantizing them one by one gives the same values.
+#[test]
+fn block_structs_match_python() {
+    let v = load("Q4_K");
+    for (b, want) in v.quant.chunks_exact(144).zip(v.dequant.chunks_exact(256)) {
+        let blk = quant::BlockQ4K::from_bytes(b.try_into().expect("144 bytes"));
+        assert_eq!(&blk.to_bytes()[..], b);
+        let mut out = [0f32; 256];
+        blk.dequantize(&mut out);
+        assert_eq!(&out[..], want);
+    }
+    let v = load("Q6_K");
+    for (b, want) in v.quant.chunks_exact(210).zip(v.dequant.chunks_exact(256)) {
+        let blk = quant::BlockQ6K::from_bytes(b.try_into().expect("210 bytes"));
+        let mut out = [0f32; 256];
+        blk.dequantize(&mut out);
+        assert_eq!(&out[..], want);
+    }
+}
