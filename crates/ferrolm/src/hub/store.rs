@@ -12,6 +12,18 @@ use super::{CatalogEntry, Fetcher, HubError, PullEvent};
 /// Read/write buffer size; also the granularity of byte progress events.
 const CHUNK: usize = 1 << 20;
 
+/// Makes a file created by `tempfile` (mode 0600) readable like an ordinary file.
+fn make_readable(file: &File, path: &Path) -> Result<(), HubError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(io_err(path))?;
+    }
+    #[cfg(not(unix))]
+    let _ = (file, path);
+    Ok(())
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> HubError + '_ {
     move |source| HubError::Io { path: path.to_owned(), source }
 }
@@ -91,6 +103,7 @@ fn write_marker(file: &Path, sha256: &str) {
         let dir = path.parent().unwrap_or(Path::new("."));
         let mut tmp = tempfile::Builder::new().prefix(".marker-").tempfile_in(dir).map_err(io_err(dir))?;
         tmp.write_all(marker.render().as_bytes()).map_err(io_err(tmp.path()))?;
+        make_readable(tmp.as_file(), tmp.path())?;
         tmp.persist(&path).map_err(|e| HubError::Io { path: path.clone(), source: e.error })?;
         Ok(())
     })();
@@ -216,6 +229,7 @@ pub fn pull_with(
         }
     }
     tmp.as_file_mut().sync_all().map_err(io_err(&tmp_path))?;
+    make_readable(tmp.as_file(), &tmp_path)?;
 
     // 4. Verify, then rename into place.
     progress(PullEvent::Verifying { file: entry.file_name });

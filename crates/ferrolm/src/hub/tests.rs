@@ -169,6 +169,11 @@ fn pull_assembles_verifies_and_caches() {
     assert_eq!(seen.done, Some(false));
     assert!(marker_path(&path).is_file());
     assert!(leftovers(&models, &entry).is_empty(), "{:?}", leftovers(&models, &entry));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+    }
 
     // Warm: the marker is trusted, nothing fetched or rehashed.
     let (r, seen) = pull_seen(&entry, &models, &mut fetcher);
