@@ -41,7 +41,12 @@ fn run_vocab(gguf_path: &Path) -> (usize, usize, Vec<String>) {
     let expected = fs::read_to_string(&out_path).expect("read .out");
     let inputs = split_inputs(&raw);
     let outputs: Vec<&str> = expected.lines().collect();
-    assert_eq!(inputs.len(), outputs.len(), "{}: .inp and .out disagree on the number of tests", gguf_path.display());
+    assert_eq!(
+        inputs.len(),
+        outputs.len(),
+        "{}: .inp and .out disagree on the number of tests",
+        gguf_path.display()
+    );
 
     let gguf = GgufFile::open(gguf_path).expect("open vocab");
     let tok = Tokenizer::from_gguf(&gguf).unwrap_or_else(|e| panic!("{}: {e}", gguf_path.display()));
@@ -81,7 +86,11 @@ fn llama_cpp_vocab_vectors() {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
         println!("{name}: {passed}/{total} passed");
         if !failures.is_empty() {
-            all_failures.push(format!("{name}: {} mismatches, first ones:\n{}", failures.len(), failures[..failures.len().min(5)].join("\n")));
+            all_failures.push(format!(
+                "{name}: {} mismatches, first ones:\n{}",
+                failures.len(),
+                failures[..failures.len().min(5)].join("\n")
+            ));
         }
     }
     assert!(all_failures.is_empty(), "tokenizer mismatches:\n{}", all_failures.join("\n"));
@@ -100,13 +109,15 @@ fn check_reference(model_file: &str) {
     let stem = model_file.trim_end_matches(".gguf");
     let ref_dir = common::fixtures_dir().join("reference").join(stem);
     let prompt_dir = common::fixtures_dir().join("reference").join("prompts");
-    let mut refs: Vec<_> = fs::read_dir(&ref_dir).expect("reference folder").filter_map(|e| e.ok().map(|e| e.path())).collect();
+    let mut refs: Vec<_> =
+        fs::read_dir(&ref_dir).expect("reference folder").filter_map(|e| e.ok().map(|e| e.path())).collect();
     refs.sort();
     assert!(!refs.is_empty());
     let mut failures = Vec::new();
     for r in refs.iter().filter(|p| p.extension().is_some_and(|e| e == "json")) {
         let name = r.file_stem().and_then(|s| s.to_str()).unwrap_or("?").to_string();
-        let json: serde_json::Value = serde_json::from_str(&fs::read_to_string(r).expect("read json")).expect("json");
+        let json: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(r).expect("read json")).expect("json");
         let prompt = fs::read_to_string(prompt_dir.join(format!("{name}.txt"))).expect("prompt file");
         let want: Vec<u32> = json["prompt_tokens"]
             .as_array()
@@ -121,8 +132,12 @@ fn check_reference(model_file: &str) {
         let mut n_steps = 0;
         for step in json["steps"].as_array().expect("steps") {
             let id = step["token"].as_u64().expect("token") as u32;
-            let bytes: Vec<u8> =
-                step["bytes"].as_array().expect("bytes").iter().map(|b| b.as_u64().expect("byte") as u8).collect();
+            let bytes: Vec<u8> = step["bytes"]
+                .as_array()
+                .expect("bytes")
+                .iter()
+                .map(|b| b.as_u64().expect("byte") as u8)
+                .collect();
             let piece = tok.token_to_piece(id);
             if piece != bytes {
                 failures.push(format!("{model_file}/{name}: token {id} piece {piece:?}, want {bytes:?}"));

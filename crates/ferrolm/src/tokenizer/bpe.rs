@@ -31,7 +31,9 @@ impl MergeRanks {
             // The separator is the first space after the first byte (a half may start with one).
             let pos = m.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
             let Some(pos) = pos else {
-                return Err(TokenizerError::InvalidVocab(format!("merge {rank} ({m:?}) has no space separator")));
+                return Err(TokenizerError::InvalidVocab(format!(
+                    "merge {rank} ({m:?}) has no space separator"
+                )));
             };
             let (a, b) = (&m[..pos], &m[pos + 1..]);
             if a.is_empty() || b.is_empty() {
@@ -90,7 +92,13 @@ impl Ord for Bigram {
 }
 
 /// Tokenizes one byte-encoded word and appends the ids to `out`.
-pub(crate) fn encode_word(vocab: &Vocab, merges: &MergeRanks, word: &str, ignore_merges: bool, out: &mut Vec<u32>) {
+pub(crate) fn encode_word(
+    vocab: &Vocab,
+    merges: &MergeRanks,
+    word: &str,
+    ignore_merges: bool,
+    out: &mut Vec<u32>,
+) {
     if word.is_empty() {
         return;
     }
@@ -111,17 +119,18 @@ pub(crate) fn encode_word(vocab: &Vocab, merges: &MergeRanks, word: &str, ignore
         });
     }
     let mut queue = BinaryHeap::new();
-    let try_add = |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
-        let (Some(l), Some(r)) = (left, right) else {
-            return;
+    let try_add =
+        |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
+            let (Some(l), Some(r)) = (left, right) else {
+                return;
+            };
+            let (ls, rs) = (symbols[l], symbols[r]);
+            let a = &word[ls.start..ls.start + ls.len];
+            let b = &word[rs.start..rs.start + rs.len];
+            if let Some(rank) = merges.rank(a, b) {
+                queue.push(Bigram { left: l, right: r, rank, size: ls.len + rs.len });
+            }
         };
-        let (ls, rs) = (symbols[l], symbols[r]);
-        let a = &word[ls.start..ls.start + ls.len];
-        let b = &word[rs.start..rs.start + rs.len];
-        if let Some(rank) = merges.rank(a, b) {
-            queue.push(Bigram { left: l, right: r, rank, size: ls.len + rs.len });
-        }
-    };
     for i in 1..symbols.len() {
         try_add(&symbols, &mut queue, Some(i - 1), Some(i));
     }

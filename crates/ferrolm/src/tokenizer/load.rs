@@ -58,15 +58,42 @@ const EOG_TEXTS: &[&str] = &[
     "[e~[",
 ];
 
-const FIM_PRE_TEXTS: &[&str] =
-    &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"];
-const FIM_SUF_TEXTS: &[&str] =
-    &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"];
-const FIM_MID_TEXTS: &[&str] =
-    &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"];
+const FIM_PRE_TEXTS: &[&str] = &[
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+];
+const FIM_SUF_TEXTS: &[&str] = &[
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+];
+const FIM_MID_TEXTS: &[&str] = &[
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
 const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
+
+/// Accessor of one [`SpecialIds`] field.
+type SlotFn = fn(&mut SpecialIds) -> &mut Option<u32>;
 
 fn meta_err(e: crate::format::gguf::GgufError) -> TokenizerError {
     TokenizerError::Metadata(e)
@@ -88,7 +115,10 @@ fn read_scores(gguf: &GgufFile, n: usize) -> Result<Vec<f32>, TokenizerError> {
         }
     };
     if scores.len() != n {
-        return Err(TokenizerError::InvalidVocab(format!("{KEY_SCORES} has {} entries for {n} tokens", scores.len())));
+        return Err(TokenizerError::InvalidVocab(format!(
+            "{KEY_SCORES} has {} entries for {n} tokens",
+            scores.len()
+        )));
     }
     Ok(scores)
 }
@@ -105,7 +135,10 @@ fn read_types(gguf: &GgufFile, n: usize) -> Result<Vec<TokenType>, TokenizerErro
         )));
     };
     if v.len() != n {
-        return Err(TokenizerError::InvalidVocab(format!("{KEY_TYPES} has {} entries for {n} tokens", v.len())));
+        return Err(TokenizerError::InvalidVocab(format!(
+            "{KEY_TYPES} has {} entries for {n} tokens",
+            v.len()
+        )));
     }
     Ok(v.into_iter().map(TokenType::from_gguf).collect())
 }
@@ -116,7 +149,9 @@ fn read_id(gguf: &GgufFile, name: &str, n: usize) -> Result<Option<u32>, Tokeniz
     match gguf.opt_u64(&key).map_err(meta_err)? {
         None => Ok(None),
         Some(id) if (id as usize) < n && id <= u32::MAX as u64 => Ok(Some(id as u32)),
-        Some(id) => Err(TokenizerError::InvalidVocab(format!("{key} = {id} is outside the vocabulary of {n} tokens"))),
+        Some(id) => {
+            Err(TokenizerError::InvalidVocab(format!("{key} = {id} is outside the vocabulary of {n} tokens")))
+        }
     }
 }
 
@@ -195,7 +230,7 @@ impl Tokenizer {
             }
         }
         // The deprecated FIM names come last and win, as in llama.cpp.
-        let keys: [(&str, fn(&mut SpecialIds) -> &mut Option<u32>); 17] = [
+        let keys: [(&str, SlotFn); 17] = [
             ("bos_token_id", |s| &mut s.bos),
             ("eos_token_id", |s| &mut s.eos),
             ("eot_token_id", |s| &mut s.eot),
@@ -226,10 +261,14 @@ impl Tokenizer {
             add_eos = v;
         }
         if add_bos && special.bos.is_none() {
-            return Err(TokenizerError::InvalidVocab("add_bos_token is true but there is no BOS token".into()));
+            return Err(TokenizerError::InvalidVocab(
+                "add_bos_token is true but there is no BOS token".into(),
+            ));
         }
         if add_eos && special.eos.is_none() {
-            return Err(TokenizerError::InvalidVocab("add_eos_token is true but there is no EOS token".into()));
+            return Err(TokenizerError::InvalidVocab(
+                "add_eos_token is true but there is no EOS token".into(),
+            ));
         }
 
         let eog = detect_special_by_text(&mut vocab, &mut special);
@@ -239,7 +278,9 @@ impl Tokenizer {
         let mut special_tokens: Vec<u32> = (0..n as u32)
             .filter(|&id| vocab.attr(id) & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
             .collect();
-        special_tokens.sort_by(|&a, &b| vocab.texts[b as usize].len().cmp(&vocab.texts[a as usize].len()).then(a.cmp(&b)));
+        special_tokens.sort_by(|&a, &b| {
+            vocab.texts[b as usize].len().cmp(&vocab.texts[a as usize].len()).then(a.cmp(&b))
+        });
         // The phi-3 rule marks every special token (applied after the list is built in llama.cpp).
         apply_phi3_attrs(gguf, &mut vocab, &special_tokens)?;
 
@@ -262,7 +303,6 @@ impl Tokenizer {
 /// Finds EOT/EOM/FIM tokens by text, marks end-of-generation tokens control, and returns the
 /// end-of-generation set.
 fn detect_special_by_text(vocab: &mut Vocab, special: &mut SpecialIds) -> BTreeSet<u32> {
-    let n = vocab.len() as u32;
     let groups: [(&mut Option<u32>, &[&str]); 8] = [
         (&mut special.eot, EOT_TEXTS),
         (&mut special.eom, &["<|eom_id|>"]),
@@ -277,7 +317,8 @@ fn detect_special_by_text(vocab: &mut Vocab, special: &mut SpecialIds) -> BTreeS
         if slot.is_some() {
             continue;
         }
-        if let Some(id) = (0..n).find(|&id| texts.contains(&vocab.texts[id as usize].as_str())) {
+        // The lowest id among the known texts (llama.cpp takes whichever its hash map yields first).
+        if let Some(id) = texts.iter().filter_map(|t| vocab.id_of(t)).min() {
             *slot = Some(id);
             vocab.attrs[id as usize] |= attr::CONTROL;
         }
@@ -292,11 +333,10 @@ fn detect_special_by_text(vocab: &mut Vocab, special: &mut SpecialIds) -> BTreeS
     eog.extend(special.fim_pad);
     eog.extend(special.fim_rep);
     eog.extend(special.fim_sep);
-    for id in 0..n {
-        if EOG_TEXTS.contains(&vocab.texts[id as usize].as_str()) {
-            eog.insert(id);
-            vocab.attrs[id as usize] |= attr::CONTROL;
-        }
+    let eog_text_ids: Vec<u32> = EOG_TEXTS.iter().filter_map(|t| vocab.id_of(t)).collect();
+    for id in eog_text_ids {
+        eog.insert(id);
+        vocab.attrs[id as usize] |= attr::CONTROL;
     }
     // gpt-oss: these are always rendered.
     for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
@@ -308,10 +348,11 @@ fn detect_special_by_text(vocab: &mut Vocab, special: &mut SpecialIds) -> BTreeS
     eog.extend(special.eot);
     eog.extend(special.eom);
     // o200k_harmony / solar-open: "<|end|>" does not end generation there.
-    let has = |t: &str, vocab: &Vocab, eog: &BTreeSet<u32>| vocab.id_of(t).is_some_and(|id| eog.contains(&id));
+    let has =
+        |t: &str, vocab: &Vocab, eog: &BTreeSet<u32>| vocab.id_of(t).is_some_and(|id| eog.contains(&id));
     let call = has("<|call|>", vocab, &eog) || has("<|calls|>", vocab, &eog);
     let end = has("<|end|>", vocab, &eog);
-    if end && ((has("<|return|>", vocab, &eog) && call) || (call && has("<|flush|>", vocab, &eog))) {
+    if end && call && (has("<|return|>", vocab, &eog) || has("<|flush|>", vocab, &eog)) {
         if let Some(id) = vocab.id_of("<|end|>") {
             eog.remove(&id);
             vocab.attrs[id as usize] = attr::USER_DEFINED;
@@ -348,7 +389,11 @@ fn apply_model_attrs(gguf: &GgufFile, vocab: &mut Vocab, pre: Option<&str>) -> R
 
 /// Phi-3: every special token strips whitespace on its right, except `<unk>`, `<s>` and
 /// `<|endoftext|>`; `</s>` too.
-fn apply_phi3_attrs(gguf: &GgufFile, vocab: &mut Vocab, special_tokens: &[u32]) -> Result<(), TokenizerError> {
+fn apply_phi3_attrs(
+    gguf: &GgufFile,
+    vocab: &mut Vocab,
+    special_tokens: &[u32],
+) -> Result<(), TokenizerError> {
     let arch = gguf.opt_str("general.architecture").map_err(meta_err)?.unwrap_or("");
     let pre = gguf.opt_str(KEY_PRE).map_err(meta_err)?.unwrap_or("");
     let name = gguf.opt_str("general.name").map_err(meta_err)?.unwrap_or("").to_lowercase();

@@ -30,6 +30,8 @@ mod load;
 mod pretok;
 mod spm;
 mod stream;
+#[cfg(test)]
+mod tests;
 mod unicode;
 mod vocab;
 
@@ -299,7 +301,12 @@ impl Tokenizer {
     /// `add_special` adds BOS/EOS as the model asks ([`Tokenizer::add_bos`], [`Tokenizer::add_eos`]);
     /// `parse_special` lets control tokens written in the text (e.g. `<|im_start|>`) become those
     /// tokens instead of being tokenized as plain text.
-    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
         let frags = self.partition(text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
@@ -373,7 +380,11 @@ impl Tokenizer {
             };
         }
         if a & attr::BYTE != 0 {
-            return text.get(3..5).and_then(|h| u8::from_str_radix(h, 16).ok()).map(|b| vec![b]).unwrap_or_default();
+            return text
+                .get(3..5)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .map(|b| vec![b])
+                .unwrap_or_default();
         }
         Vec::new()
     }

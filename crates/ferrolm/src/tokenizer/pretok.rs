@@ -303,7 +303,8 @@ fn collapse_text(cps: &[char], infos: &[CpInfo]) -> String {
 /// become pieces of their own.
 fn split_regex(re: &Regex, text: &str, lens: &[usize]) -> Result<Vec<usize>, TokenizerError> {
     // Byte offset of every codepoint, plus the end.
-    let offsets: Vec<usize> = text.char_indices().map(|(i, _)| i).chain(std::iter::once(text.len())).collect();
+    let offsets: Vec<usize> =
+        text.char_indices().map(|(i, _)| i).chain(std::iter::once(text.len())).collect();
     let cp_of = |byte: usize| offsets.partition_point(|&o| o < byte);
     let mut out = Vec::with_capacity(lens.len());
     let mut seg_cp = 0usize;

@@ -59,16 +59,17 @@ pub(crate) fn encode(vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<()
         return Ok(());
     }
     let mut queue = BinaryHeap::new();
-    let try_add = |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
-        let (Some(l), Some(r)) = (left, right) else {
-            return;
+    let try_add =
+        |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
+            let (Some(l), Some(r)) = (left, right) else {
+                return;
+            };
+            let (ls, rs) = (symbols[l], symbols[r]);
+            let piece = &text[ls.start..ls.start + ls.len + rs.len];
+            if let Some(id) = vocab.id_of(piece) {
+                queue.push(Bigram { left: l, right: r, score: vocab.score(id), size: piece.len() });
+            }
         };
-        let (ls, rs) = (symbols[l], symbols[r]);
-        let piece = &text[ls.start..ls.start + ls.len + rs.len];
-        if let Some(id) = vocab.id_of(piece) {
-            queue.push(Bigram { left: l, right: r, score: vocab.score(id), size: piece.len() });
-        }
-    };
     for i in 1..symbols.len() {
         try_add(&symbols, &mut queue, Some(i - 1), Some(i));
     }

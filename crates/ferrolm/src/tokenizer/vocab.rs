@@ -76,7 +76,11 @@ pub(crate) struct Vocab {
 
 impl Vocab {
     /// Builds the table; empty texts become `[EMPTY_i]` like llama.cpp, duplicates are an error.
-    pub(crate) fn new(mut texts: Vec<String>, scores: Vec<f32>, types: Vec<TokenType>) -> Result<Vocab, TokenizerError> {
+    pub(crate) fn new(
+        mut texts: Vec<String>,
+        scores: Vec<f32>,
+        types: Vec<TokenType>,
+    ) -> Result<Vocab, TokenizerError> {
         let n = texts.len();
         if n == 0 {
             return Err(TokenizerError::InvalidVocab("the vocabulary is empty".into()));
