@@ -147,6 +147,14 @@ fn check_reference(model_file: &str) {
         println!("{model_file}/{name}: {} prompt tokens, {n_steps} step pieces checked", want.len());
     }
     assert!(failures.is_empty(), "reference mismatches:\n{}", failures.join("\n"));
+
+    // Throughput on a longer text (printed, not asserted: machines differ).
+    let story = fs::read_to_string(prompt_dir.join("story.txt")).expect("story prompt");
+    let long = story.repeat(40);
+    let t0 = std::time::Instant::now();
+    let ids = tok.encode(&long, true, true).expect("encode");
+    println!("{model_file}: {} bytes -> {} tokens in {:?}", long.len(), ids.len(), t0.elapsed());
+    assert_eq!(tok.decode(&ids[usize::from(tok.add_bos())..]), long);
 }
 
 #[test]

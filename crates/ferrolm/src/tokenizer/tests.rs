@@ -215,3 +215,10 @@ fn bad_merges_and_pre_tokenizers_are_errors() {
     let pre = Tokenizer::from_gguf(&bpe_file(vec![], "no-such-pre"));
     assert!(matches!(pre, Err(TokenizerError::Unsupported(_))));
 }
+
+#[test]
+fn tokenizer_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Tokenizer>();
+    check::<StreamDecoder>();
+}
