@@ -1,0 +1,171 @@
+//! Byte-level BPE (llama.cpp's `llm_tokenizer_bpe`): each pre-tokenized word, mapped through
+//! GPT-2's byte → character table, starts as single characters; the adjacent pair with the lowest
+//! merge rank is merged until no ranked pair is left.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+use super::TokenizerError;
+use super::vocab::Vocab;
+
+/// Merge ranks, keyed by interned halves.
+pub(crate) struct MergeRanks {
+    intern: HashMap<String, u32>,
+    ranks: HashMap<(u32, u32), u32>,
+}
+
+impl MergeRanks {
+    /// Parses `tokenizer.ggml.merges` (`"left right"` per entry, rank = position).
+    pub(crate) fn parse(merges: &[String]) -> Result<MergeRanks, TokenizerError> {
+        let mut intern: HashMap<String, u32> = HashMap::with_capacity(merges.len());
+        let mut ranks = HashMap::with_capacity(merges.len());
+        let id_of = |s: &str, intern: &mut HashMap<String, u32>| -> u32 {
+            if let Some(&id) = intern.get(s) {
+                return id;
+            }
+            let id = intern.len() as u32;
+            intern.insert(s.to_string(), id);
+            id
+        };
+        for (rank, m) in merges.iter().enumerate() {
+            // The separator is the first space after the first byte (a half may start with one).
+            let pos = m.bytes().skip(1).position(|b| b == b' ').map(|p| p + 1);
+            let Some(pos) = pos else {
+                return Err(TokenizerError::InvalidVocab(format!(
+                    "merge {rank} ({m:?}) has no space separator"
+                )));
+            };
+            let (a, b) = (&m[..pos], &m[pos + 1..]);
+            if a.is_empty() || b.is_empty() {
+                return Err(TokenizerError::InvalidVocab(format!("merge {rank} ({m:?}) has an empty half")));
+            }
+            let key = (id_of(a, &mut intern), id_of(b, &mut intern));
+            ranks.entry(key).or_insert(rank as u32);
+        }
+        Ok(MergeRanks { intern, ranks })
+    }
+
+    /// Rank of merging `a` and `b`.
+    fn rank(&self, a: &str, b: &str) -> Option<u32> {
+        let a = *self.intern.get(a)?;
+        let b = *self.intern.get(b)?;
+        self.ranks.get(&(a, b)).copied()
+    }
+
+    /// Number of merges.
+    pub(crate) fn len(&self) -> usize {
+        self.ranks.len()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+struct Bigram {
+    left: usize,
+    right: usize,
+    rank: u32,
+    size: usize,
+}
+
+impl PartialEq for Bigram {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Bigram {}
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Bigram {
+    /// Lowest rank first (max-heap, so reversed); on ties the leftmost pair.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.rank.cmp(&self.rank).then_with(|| other.left.cmp(&self.left))
+    }
+}
+
+/// Tokenizes one byte-encoded word and appends the ids to `out`.
+pub(crate) fn encode_word(
+    vocab: &Vocab,
+    merges: &MergeRanks,
+    word: &str,
+    ignore_merges: bool,
+    out: &mut Vec<u32>,
+) {
+    if word.is_empty() {
+        return;
+    }
+    if ignore_merges {
+        if let Some(id) = vocab.id_of(word) {
+            out.push(id);
+            return;
+        }
+    }
+    let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
+    for (i, (start, c)) in word.char_indices().enumerate() {
+        let len = c.len_utf8();
+        symbols.push(Symbol {
+            start,
+            len,
+            prev: i.checked_sub(1),
+            next: if start + len == word.len() { None } else { Some(i + 1) },
+        });
+    }
+    let mut queue = BinaryHeap::new();
+    let try_add =
+        |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
+            let (Some(l), Some(r)) = (left, right) else {
+                return;
+            };
+            let (ls, rs) = (symbols[l], symbols[r]);
+            let a = &word[ls.start..ls.start + ls.len];
+            let b = &word[rs.start..rs.start + rs.len];
+            if let Some(rank) = merges.rank(a, b) {
+                queue.push(Bigram { left: l, right: r, rank, size: ls.len + rs.len });
+            }
+        };
+    for i in 1..symbols.len() {
+        try_add(&symbols, &mut queue, Some(i - 1), Some(i));
+    }
+    while let Some(bg) = queue.pop() {
+        let (l, r) = (symbols[bg.left], symbols[bg.right]);
+        if l.len == 0 || r.len == 0 || l.len + r.len != bg.size || l.next != Some(bg.right) {
+            continue;
+        }
+        symbols[bg.left].len += r.len;
+        symbols[bg.right].len = 0;
+        symbols[bg.left].next = r.next;
+        if let Some(n) = r.next {
+            symbols[n].prev = Some(bg.left);
+        }
+        try_add(&symbols, &mut queue, symbols[bg.left].prev, Some(bg.left));
+        try_add(&symbols, &mut queue, Some(bg.left), symbols[bg.left].next);
+    }
+    let mut cur = Some(0);
+    while let Some(i) = cur {
+        let s = symbols[i];
+        let piece = &word[s.start..s.start + s.len];
+        match vocab.id_of(piece) {
+            Some(id) => out.push(id),
+            None => {
+                // llama.cpp looks each byte up as a one-byte string; only ASCII bytes can match.
+                for &byte in piece.as_bytes() {
+                    if byte.is_ascii() {
+                        let one = [byte];
+                        if let Some(id) = std::str::from_utf8(&one).ok().and_then(|s| vocab.id_of(s)) {
+                            out.push(id);
+                        }
+                    }
+                }
+            }
+        }
+        cur = s.next;
+    }
+}
