@@ -12,6 +12,7 @@ pub mod hub;
 pub mod kv;
 pub mod model;
 pub mod sampling;
+pub mod threads;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -1,1 +1,7 @@
-//! Sessions, batches and generation.
+//! Batches, logits and generation.
+
+mod batch;
+mod generate;
+
+pub use batch::{Batch, BatchEntry, Logits};
+pub use generate::{FinishReason, GenerateOptions, GenerationStats, generate};

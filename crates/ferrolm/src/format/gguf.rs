@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use ferrolm_kernels::GgmlType;
 
@@ -362,7 +363,7 @@ impl TensorInfo {
 
 /// A parsed GGUF file with its bytes (memory-mapped or owned).
 pub struct GgufFile {
-    storage: Storage,
+    storage: Arc<Storage>,
     version: u32,
     metadata: Vec<(String, MetaValue)>,
     index: HashMap<String, usize>,
@@ -390,15 +391,15 @@ impl GgufFile {
         let path = path.as_ref();
         let storage = Storage::map(path)
             .map_err(|source| GgufError::Io { path: path.display().to_string(), source })?;
-        Self::parse(storage)
+        Self::parse(Arc::new(storage))
     }
 
     /// Parses a GGUF image held in memory (tests, fuzzing, embedded models).
     pub fn from_bytes(bytes: Vec<u8>) -> Res<Self> {
-        Self::parse(Storage::Owned(bytes))
+        Self::parse(Arc::new(Storage::Owned(bytes)))
     }
 
-    fn parse(storage: Storage) -> Res<Self> {
+    fn parse(storage: Arc<Storage>) -> Res<Self> {
         let bytes = storage.as_bytes();
         let mut r = Reader { buf: bytes, pos: 0 };
         let magic = r.take(4, "magic")?;
@@ -529,8 +530,18 @@ impl GgufFile {
     /// The raw bytes of a tensor's data (zero-copy into the mapping). The range was checked at
     /// parse time.
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        &self.storage.as_bytes()[self.tensor_range(info)]
+    }
+
+    /// The bytes behind the file, shared so weights can borrow tensor data without copies.
+    pub fn storage(&self) -> &Arc<Storage> {
+        &self.storage
+    }
+
+    /// Absolute byte range of a tensor's data in [`GgufFile::storage`].
+    pub fn tensor_range(&self, info: &TensorInfo) -> std::ops::Range<usize> {
         let start = (self.data_offset + info.offset) as usize;
-        &self.storage.as_bytes()[start..start + info.size as usize]
+        start..start + info.size as usize
     }
 
     /// `general.architecture`.

@@ -1,0 +1,112 @@
+//! [`Batch`]: the one input of every forward pass, and [`Logits`], its output.
+
+use crate::kv::SeqId;
+
+/// One token of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchEntry {
+    /// The sequence (conversation) the token belongs to.
+    pub seq: SeqId,
+    /// Its logical position in that sequence.
+    pub pos: u32,
+    /// The token id.
+    pub token: u32,
+    /// Whether the caller wants the logits after this token.
+    pub logits: bool,
+}
+
+/// A list of `(seq, position, token, wants_logits)`. A prompt chunk, a single decode step and a
+/// server tick mixing many sequences are all the same call.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    entries: Vec<BatchEntry>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one token.
+    pub fn push(&mut self, seq: SeqId, pos: u32, token: u32, logits: bool) {
+        self.entries.push(BatchEntry { seq, pos, token, logits });
+    }
+
+    /// A run of tokens of one sequence starting at `start_pos`, with logits for the last only.
+    pub fn from_prompt(seq: SeqId, start_pos: u32, tokens: &[u32]) -> Self {
+        let mut b = Self::new();
+        for (i, &t) in tokens.iter().enumerate() {
+            b.push(seq, start_pos + i as u32, t, i + 1 == tokens.len());
+        }
+        b
+    }
+
+    /// The tokens.
+    pub fn entries(&self) -> &[BatchEntry] {
+        &self.entries
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the batch is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Removes all tokens, keeping the allocation.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// Logits for the batch entries that asked for them.
+#[derive(Clone, Debug)]
+pub struct Logits {
+    n_vocab: usize,
+    /// `[n_outputs, n_vocab]`
+    data: Vec<f32>,
+    /// Batch index of each output row.
+    batch_index: Vec<usize>,
+}
+
+impl Logits {
+    pub(crate) fn new(n_vocab: usize, data: Vec<f32>, batch_index: Vec<usize>) -> Self {
+        debug_assert_eq!(data.len(), n_vocab * batch_index.len());
+        Self { n_vocab, data, batch_index }
+    }
+
+    /// Vocabulary size (length of each row).
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.batch_index.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.batch_index.is_empty()
+    }
+
+    /// Logits after the batch entry at `batch_idx`, if it asked for them.
+    pub fn for_entry(&self, batch_idx: usize) -> Option<&[f32]> {
+        let row = self.batch_index.iter().position(|&i| i == batch_idx)?;
+        Some(self.row(row))
+    }
+
+    /// Row `i` of the output.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.n_vocab..(i + 1) * self.n_vocab]
+    }
+
+    /// The last row (the usual case: logits after the last prompt token).
+    pub fn last(&self) -> Option<&[f32]> {
+        if self.is_empty() { None } else { Some(self.row(self.len() - 1)) }
+    }
+}
