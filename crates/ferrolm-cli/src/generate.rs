@@ -1,10 +1,165 @@
-//! `ferrolm generate` (in progress).
+//! `ferrolm generate`: stream a continuation of a prompt.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+use anyhow::{Context, bail};
+use ferrolm::engine::{FinishReason, GenerateOptions, generate};
+use ferrolm::model::Model;
+use ferrolm::sampling::SamplerParams;
+use ferrolm::tokenizer::StreamDecoder;
 
 /// Arguments of `ferrolm generate`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// GGUF model file or catalog name; without it the default model is used (downloaded on
+    /// first use).
+    #[arg(short = 'm', long)]
+    model: Option<String>,
+    /// Prompt text.
+    #[arg(short = 'p', long, conflicts_with = "file")]
+    prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short = 'f', long)]
+    file: Option<PathBuf>,
+    /// Number of tokens to generate (-1: until end of generation or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = 256, allow_negative_numbers = true)]
+    n_predict: i64,
+    /// Temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    /// Top-k sampling (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (nucleus) sampling (1.0 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p sampling (0.0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Random seed (default: random).
+    #[arg(short = 's', long)]
+    seed: Option<u64>,
+    /// Worker threads (default: all available cores).
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Context size in tokens (prompt + generation).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    ctx_size: usize,
+    /// Largest prompt chunk per forward pass.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    batch_size: usize,
+    /// Do not echo the prompt before the generated text.
+    #[arg(long)]
+    no_display_prompt: bool,
+    /// Do not parse special tokens (like `<|im_start|>`) in the prompt.
+    #[arg(long)]
+    no_parse_special: bool,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+}
 
 /// Runs the command.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("'generate' is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let prompt = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => {
+            std::fs::read_to_string(f).with_context(|| format!("reading prompt file {}", f.display()))?
+        }
+        (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
+    };
+    if args.ctx_size == 0 {
+        bail!("--ctx-size must be at least 1");
+    }
+    ferrolm::threads::init(args.threads)?;
+    let path = crate::pull::resolve_model(args.model.as_deref())?;
+    let t_load = std::time::Instant::now();
+    let model = Model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+
+    let tok = model.tokenizer();
+    let tokens = tok.encode(&prompt, true, !args.no_parse_special)?;
+    if tokens.is_empty() {
+        bail!("the prompt tokenized to nothing");
+    }
+    if tokens.len() >= args.ctx_size {
+        bail!("the prompt has {} tokens, which does not fit --ctx-size {}", tokens.len(), args.ctx_size);
+    }
+    let room = args.ctx_size - tokens.len();
+    let max_tokens = if args.n_predict < 0 { room } else { (args.n_predict as usize).min(room) };
+    let opts = GenerateOptions {
+        max_tokens,
+        sampler: SamplerParams {
+            temperature: args.temp,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            seed: args.seed,
+        },
+        n_batch: args.batch_size,
+        stop_at_eog: !args.ignore_eos,
+    };
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if !args.no_display_prompt {
+        write!(out, "{prompt}")?;
+        out.flush()?;
+    }
+    let mut kv = model.new_kv_cache(args.ctx_size);
+    let mut decoder = StreamDecoder::new();
+    let mut io_err = None;
+    let stats = generate(&model, &mut kv, 0, &tokens, &opts, |id| {
+        if tok.is_eog(id) && !args.ignore_eos {
+            return ControlFlow::Continue(());
+        }
+        let piece = decoder.push(tok, id);
+        if let Err(e) = out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
+            io_err = Some(e);
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    })?;
+    let tail = decoder.flush();
+    if let Some(e) = io_err {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            return Ok(());
+        }
+        return Err(e.into());
+    }
+    writeln!(out, "{tail}")?;
+    drop(out);
+
+    let reason = match stats.finish {
+        FinishReason::Length => "length",
+        FinishReason::EndOfGeneration => "end of generation",
+        FinishReason::ContextFull => "context full",
+        FinishReason::Cancelled => "cancelled",
+    };
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let per = |d: std::time::Duration, n: usize| if n == 0 { 0.0 } else { ms(d) / n as f64 };
+    eprintln!();
+    eprintln!("load time        = {load_ms:10.2} ms");
+    eprintln!(
+        "prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
+        ms(stats.prompt_time),
+        stats.n_prompt,
+        per(stats.prompt_time, stats.n_prompt),
+        stats.prompt_tps()
+    );
+    eprintln!(
+        "       eval time = {:10.2} ms / {:5} runs   ({:8.2} ms per token, {:8.2} tokens per second)",
+        ms(stats.decode_time),
+        stats.n_decode,
+        per(stats.decode_time, stats.n_decode),
+        stats.decode_tps()
+    );
+    eprintln!("generated {} tokens, stopped by {reason}, {} threads", stats.n_generated, rayon_threads());
+    Ok(())
+}
+
+fn rayon_threads() -> usize {
+    ferrolm::threads::current_num_threads()
 }
