@@ -1,0 +1,170 @@
+//! Conformance against llama.cpp: prompt tokens, greedy tokens and top-10 logits for both test
+//! models (`tests/fixtures/reference`, made with libllama on CPU).
+//!
+//! Greedy tokens must match up to the first step whose two best reference logits are within
+//! 0.5 of each other; on every compared step the logits of the reference top-10 tokens must be
+//! within 1.0 of llama.cpp's.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use ferrolm::engine::Batch;
+use ferrolm::model::Model;
+use ferrolm::sampling::argmax;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Reference {
+    prompt_tokens: Vec<u32>,
+    steps: Vec<Step>,
+}
+
+#[derive(Deserialize)]
+struct Step {
+    token: u32,
+    bytes: Vec<u8>,
+    top: Vec<(u32, f32)>,
+}
+
+const LOGIT_TOL: f32 = 1.0;
+const TIE_GAP: f32 = 0.5;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/reference")
+}
+
+/// Outcome of one reference file.
+struct Outcome {
+    name: String,
+    compared: usize,
+    total: usize,
+    max_err: f32,
+}
+
+fn check_file(model: &Model, json: &Path) -> Outcome {
+    let name = json.file_stem().unwrap().to_string_lossy().to_string();
+    let r: Reference = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let text = std::fs::read_to_string(fixtures().join("prompts").join(format!("{name}.txt"))).unwrap();
+    let tokens = model.tokenizer().encode(&text, true, true).unwrap();
+    assert_eq!(tokens, r.prompt_tokens, "{name}: prompt tokens differ from llama.cpp");
+
+    let mut kv = model.new_kv_cache(1024);
+    let mut logits =
+        model.forward(&Batch::from_prompt(0, 0, &tokens), &mut kv).unwrap().last().unwrap().to_vec();
+    let mut max_err = 0.0f32;
+    let mut compared = 0;
+    for (pos, (i, step)) in (tokens.len() as u32..).zip(r.steps.iter().enumerate()) {
+        for &(id, l) in &step.top {
+            let err = (logits[id as usize] - l).abs();
+            max_err = max_err.max(err);
+            assert!(
+                err <= LOGIT_TOL,
+                "{name} step {i}: logit of token {id} is {} (llama.cpp {l}, |diff| {err} > {LOGIT_TOL})",
+                logits[id as usize]
+            );
+        }
+        compared += 1;
+        assert_eq!(model.tokenizer().token_to_piece(step.token), step.bytes, "{name} step {i}: piece bytes");
+        let gap = step.top[0].1 - step.top[1].1;
+        if gap < TIE_GAP {
+            break; // a near-tie: llama.cpp's 8-bit activations may legitimately pick the other token
+        }
+        let ours = argmax(&logits);
+        assert_eq!(ours, step.token, "{name} step {i}: greedy token {ours}, llama.cpp {}", step.token);
+        logits =
+            model.forward(&Batch::from_prompt(0, pos, &[ours]), &mut kv).unwrap().last().unwrap().to_vec();
+    }
+    Outcome { name, compared, total: r.steps.len(), max_err }
+}
+
+fn check_model(file: &str, dir: &str) {
+    let Some(path) = common::require_model(file) else { return };
+    let model = Model::load(&path).unwrap();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "expected reference files in {dir}");
+    for f in files {
+        let o = check_file(&model, &f);
+        eprintln!(
+            "{dir}/{}: {}/{} steps compared, max |logit diff| {:.3}",
+            o.name, o.compared, o.total, o.max_err
+        );
+    }
+}
+
+#[test]
+fn smollm2_matches_llama_cpp() {
+    check_model("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q4_1");
+}
+
+#[test]
+fn gemma3_matches_llama_cpp() {
+    check_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m");
+}
+
+/// The `Batch` interface: a prompt split into chunks, and two sequences mixed in one batch,
+/// give the same logits as one sequence in one batch.
+#[test]
+fn chunked_and_mixed_batches_agree() {
+    let Some(path) = common::require_model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let model = Model::load(&path).unwrap();
+    let a =
+        model.tokenizer().encode("The quick brown fox jumps over the lazy dog because", true, true).unwrap();
+    let b = model.tokenizer().encode("Rust is a systems programming language that", true, true).unwrap();
+
+    let one_batch = |toks: &[u32]| {
+        let mut kv = model.new_kv_cache(256);
+        model.forward(&Batch::from_prompt(0, 0, toks), &mut kv).unwrap().last().unwrap().to_vec()
+    };
+    let ref_a = one_batch(&a);
+    let ref_b = one_batch(&b);
+
+    // Chunked prefill of `a`: 3 tokens, then the rest.
+    let mut kv = model.new_kv_cache(256);
+    model.forward(&Batch::from_prompt(0, 0, &a[..3]), &mut kv).unwrap();
+    let chunked =
+        model.forward(&Batch::from_prompt(0, 3, &a[3..]), &mut kv).unwrap().last().unwrap().to_vec();
+
+    // Both prompts interleaved in one batch, as sequences 7 and 9.
+    let mut kv = model.new_kv_cache(256);
+    let mut batch = Batch::new();
+    for i in 0..a.len().max(b.len()) {
+        if let Some(&t) = a.get(i) {
+            batch.push(7, i as u32, t, i + 1 == a.len());
+        }
+        if let Some(&t) = b.get(i) {
+            batch.push(9, i as u32, t, i + 1 == b.len());
+        }
+    }
+    let out = model.forward(&batch, &mut kv).unwrap();
+    assert_eq!(out.len(), 2);
+    let ia = batch.entries().iter().position(|e| e.seq == 7 && e.logits).unwrap();
+    let ib = batch.entries().iter().position(|e| e.seq == 9 && e.logits).unwrap();
+
+    let max_diff = |x: &[f32], y: &[f32]| x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(0.0f32, f32::max);
+    assert!(max_diff(&chunked, &ref_a) < 1e-3, "chunked prefill differs: {}", max_diff(&chunked, &ref_a));
+    assert!(max_diff(out.for_entry(ia).unwrap(), &ref_a) < 1e-3);
+    assert!(max_diff(out.for_entry(ib).unwrap(), &ref_b) < 1e-3);
+    assert_eq!(kv.seq(7).unwrap().len(), a.len());
+    assert_eq!(kv.seq(9).unwrap().len(), b.len());
+}
+
+/// A full context is a clean error that leaves the cache as it was.
+#[test]
+fn full_context_is_an_error() {
+    let Some(path) = common::require_model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let model = Model::load(&path).unwrap();
+    let mut kv = model.new_kv_cache(4);
+    model.forward(&Batch::from_prompt(0, 0, &[1, 2, 3]), &mut kv).unwrap();
+    let err = model.forward(&Batch::from_prompt(0, 3, &[4, 5]), &mut kv).unwrap_err();
+    assert!(err.to_string().contains("context is full"), "{err}");
+    assert_eq!(kv.seq(0).unwrap().len(), 3);
+    let err = model.forward(&Batch::from_prompt(0, 3, &[u32::MAX]), &mut kv).unwrap_err();
+    assert!(err.to_string().contains("outside the vocabulary"), "{err}");
+}
