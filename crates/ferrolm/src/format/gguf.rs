@@ -20,7 +20,7 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// GGML tensors have at most this many dimensions.
 pub const MAX_DIMS: usize = 4;
 /// Nested arrays deeper than this are rejected.
-const MAX_ARRAY_DEPTH: usize = 8;
+pub(crate) const MAX_ARRAY_DEPTH: usize = 8;
 
 /// Errors reading a GGUF file.
 #[derive(Debug, thiserror::Error)]
