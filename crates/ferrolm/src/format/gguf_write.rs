@@ -1,6 +1,6 @@
 //! GGUF writer: builds a version 2 or 3 GGUF image from metadata and tensors.
 //!
-//! The writer produces files that [`GgufFile`](super::gguf::GgufFile) reads back unchanged, laid
+//! The writer produces files that [`GgufFile`] reads back unchanged, laid
 //! out the way llama.cpp and the Python `gguf` package lay them out: header, metadata in insertion
 //! order, tensor table in insertion order, padding to the alignment, then each tensor's data at
 //! an aligned offset, zero-padded to the alignment (a file without tensors is not padded).
