@@ -21,7 +21,19 @@ pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// GGML tensors have at most this many dimensions.
 pub const MAX_DIMS: usize = 4;
 /// Nested arrays deeper than this are rejected.
-const MAX_ARRAY_DEPTH: usize = 8;
+pub(crate) const MAX_ARRAY_DEPTH: usize = 8;
+/// Upper bound on what one container preallocates from a count read from the file. Counts are
+/// checked against the bytes that remain, but an element in memory can be several times larger
+/// than its smallest encoding (a 56-byte metadata entry for 13 bytes on disk), so trusting a
+/// count fully would let a corrupt multi-gigabyte file ask for tens of gigabytes up front.
+/// Beyond this, containers grow only as elements are actually parsed.
+const MAX_PREALLOC_BYTES: usize = 1 << 20;
+
+/// A capacity for `n` elements of `T` announced by the file, capped at [`MAX_PREALLOC_BYTES`].
+fn cautious_capacity<T>(n: u64) -> usize {
+    let cap = MAX_PREALLOC_BYTES / std::mem::size_of::<T>().max(1);
+    n.min(cap as u64) as usize
+}
 
 /// Errors reading a GGUF file.
 #[derive(Debug, thiserror::Error)]
@@ -425,8 +437,8 @@ impl GgufFile {
             return Err(GgufError::AbsurdCount { what: "tensor", count: n_tensors, offset: count_off });
         }
 
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut index = HashMap::with_capacity(n_kv as usize);
+        let mut metadata = Vec::with_capacity(cautious_capacity::<(String, MetaValue)>(n_kv));
+        let mut index = HashMap::with_capacity(cautious_capacity::<(String, usize)>(n_kv));
         for _ in 0..n_kv {
             let key = r.string("metadata key")?;
             let ty = r.u32("metadata value type")?;
@@ -446,8 +458,8 @@ impl GgufFile {
             },
         };
 
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+        let mut tensors = Vec::with_capacity(cautious_capacity::<TensorInfo>(n_tensors));
+        let mut tensor_index = HashMap::with_capacity(cautious_capacity::<(String, usize)>(n_tensors));
         for _ in 0..n_tensors {
             let info = r.tensor_info(alignment)?;
             if tensor_index.insert(info.name.clone(), tensors.len()).is_some() {
@@ -714,7 +726,7 @@ impl<'a> Reader<'a> {
         if n.checked_mul(size).is_none_or(|b| b > self.remaining()) {
             return Err(GgufError::AbsurdCount { what: "array element", count: n, offset: self.pos as u64 });
         }
-        let mut v = Vec::with_capacity(n as usize);
+        let mut v = Vec::with_capacity(cautious_capacity::<T>(n));
         for _ in 0..n {
             v.push(f(self)?);
         }
@@ -790,12 +802,13 @@ impl<'a> Reader<'a> {
         if offset % alignment != 0 {
             return Err(GgufError::Misaligned { name, offset, alignment });
         }
-        let row = ty.row_bytes(dims[0]).ok_or_else(|| GgufError::NotBlockAligned {
-            name: name.clone(),
-            ty,
-            ne0: dims[0],
-            block: ty.block_size(),
-        })?;
+        if dims[0] % ty.block_size() as u64 != 0 {
+            return Err(GgufError::NotBlockAligned { name, ty, ne0: dims[0], block: ty.block_size() });
+        }
+        // A whole number of blocks whose byte size overflows is a shape error, not a block one.
+        let row = ty
+            .row_bytes(dims[0])
+            .ok_or_else(|| GgufError::BadShape { name: name.clone(), dims: dims.clone() })?;
         let rows: u64 = dims[1..].iter().product();
         let size = row
             .checked_mul(rows)
