@@ -135,7 +135,7 @@ pub fn vec_dot_q(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<f32, QuantErro
         // SAFETY: AVX2 and FMA were detected on this CPU; lengths validated above.
         return Ok(unsafe { vec_dot_avx2(ty, w_row, xq) });
     }
-    Ok(vec_dot_any::<PORTABLE_FMA>(ty, w_row, xq))
+    Ok(vec_dot_any::<PORTABLE_FMA, false>(ty, w_row, xq))
 }
 
 /// Whether the portable path fuses multiply-adds: only where the target has hardware FMA (always
@@ -149,20 +149,20 @@ const PORTABLE_FMA: bool = !cfg!(target_arch = "x86_64") || cfg!(target_feature 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vec_dot_avx2(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
-    vec_dot_any::<true>(ty, w, xq)
+    vec_dot_any::<true, true>(ty, w, xq)
 }
 
 /// Row dot product for a supported weight type; lengths already validated.
 #[inline(always)]
-fn vec_dot_any<const FMA: bool>(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
+fn vec_dot_any<const FMA: bool, const AVX2: bool>(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
     use GgmlType::*;
     match ty {
-        Q4_0 => dot_q4_0::<FMA>(w, xq),
-        Q4_1 => dot_q4_1::<FMA>(w, xq),
-        Q5_0 => dot_q5_0::<FMA>(w, xq),
-        Q8_0 => dot_q8_0::<FMA>(w, xq),
-        Q4_K => dot_q4_k::<FMA>(w, xq),
-        Q6_K => dot_q6_k::<FMA>(w, xq),
+        Q4_0 => dot_q4_0::<FMA, AVX2>(w, xq),
+        Q4_1 => dot_q4_1::<FMA, AVX2>(w, xq),
+        Q5_0 => dot_q5_0::<FMA, AVX2>(w, xq),
+        Q8_0 => dot_q8_0::<FMA, AVX2>(w, xq),
+        Q4_K => dot_q4_k::<FMA, AVX2>(w, xq),
+        Q6_K => dot_q6_k::<FMA, AVX2>(w, xq),
         _ => 0.0,
     }
 }
@@ -190,8 +190,14 @@ fn hsum8(a: &[f32; 8]) -> f32 {
 
 /// Eight lanes of `Σ w·x` over 32 values, lane `l` summing elements `4l..4l+4`.
 #[inline(always)]
-fn lanes8(w: &[i8; 32], x: &[i8]) -> [i32; 8] {
+fn lanes8<const AVX2: bool>(w: &[i8; 32], x: &[i8]) -> [i32; 8] {
     let x = &x[..32];
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `AVX2` is only true inside functions compiled for AVX2 that run after
+        // run-time detection; `x` has 32 elements (sliced above).
+        return unsafe { lanes8_avx2(w, x) };
+    }
     let mut p = [0i32; 32];
     for j in 0..32 {
         p[j] = i32::from(w[j]) * i32::from(x[j]);
@@ -201,6 +207,31 @@ fn lanes8(w: &[i8; 32], x: &[i8]) -> [i32; 8] {
         s[l] = (p[4 * l] + p[4 * l + 1]) + (p[4 * l + 2] + p[4 * l + 3]);
     }
     s
+}
+
+/// [`lanes8`] with `maddubs`/`madd`, as GGML's `mul_sum_i8_pairs_float`: `|w| · sign(x, w)` in
+/// 16-bit pairs, then pairs of pairs in 32 bits. Exact for `|w| <= 128`, `|x| <= 127`
+/// (pair sums stay below 2^15), which holds for every weight format here and for activations
+/// from [`quantize_activations`].
+///
+/// # Safety
+/// The CPU must support AVX2; `x.len() >= 32`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn lanes8_avx2(w: &[i8; 32], x: &[i8]) -> [i32; 8] {
+    use std::arch::x86_64::*;
+    let mut out = [0i32; 8];
+    // SAFETY: `w` is 32 bytes and `x` at least 32 (caller contract): both unaligned 256-bit loads
+    // are in bounds, as is the 256-bit store into the 8 i32s of `out`; AVX2 is available.
+    unsafe {
+        let vw = _mm256_loadu_si256(w.as_ptr().cast());
+        let vx = _mm256_loadu_si256(x.as_ptr().cast());
+        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(vw, vw), _mm256_sign_epi8(vx, vw));
+        let p32 = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+        _mm256_storeu_si256(out.as_mut_ptr().cast(), p32);
+    }
+    out
 }
 
 /// Reinterprets bytes as signed quants.
@@ -232,11 +263,16 @@ fn nibbles(qs: &[u8], off: i8) -> [i8; 32] {
 /// Shared loop of the 32-value formats dotted with Q8_0: `wb`-byte weight blocks whose scale is
 /// the f16 at offset 0 and whose values `unpack` returns.
 #[inline(always)]
-fn dot32_q8_0<const FMA: bool>(w: &[u8], xq: &[u8], wb: usize, unpack: impl Fn(&[u8]) -> [i8; 32]) -> f32 {
+fn dot32_q8_0<const FMA: bool, const AVX2: bool>(
+    w: &[u8],
+    xq: &[u8],
+    wb: usize,
+    unpack: impl Fn(&[u8]) -> [i8; 32],
+) -> f32 {
     let mut acc = [0f32; 8];
     for (bw, bx) in w.chunks_exact(wb).zip(xq.chunks_exact(Q8_0_BYTES)) {
         let d = f16_at(bw) * f16_at(bx);
-        let lanes = lanes8(&unpack(bw), as_i8(&bx[2..]));
+        let lanes = lanes8::<AVX2>(&unpack(bw), as_i8(&bx[2..]));
         acc8::<FMA>(&mut acc, d, &lanes);
     }
     hsum8(&acc)
@@ -244,14 +280,14 @@ fn dot32_q8_0<const FMA: bool>(w: &[u8], xq: &[u8], wb: usize, unpack: impl Fn(&
 
 /// Q4_0 · Q8_0: `Σ d_w d_x Σ (q_w - 8) q_x`.
 #[inline(always)]
-fn dot_q4_0<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
-    dot32_q8_0::<FMA>(w, xq, 18, |b| nibbles(&b[2..], 8))
+fn dot_q4_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
+    dot32_q8_0::<FMA, AVX2>(w, xq, 18, |b| nibbles(&b[2..], 8))
 }
 
 /// Q5_0 · Q8_0: `Σ d_w d_x Σ (q_w - 16) q_x` with 5-bit `q_w`.
 #[inline(always)]
-fn dot_q5_0<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
-    dot32_q8_0::<FMA>(w, xq, 22, |b| {
+fn dot_q5_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
+    dot32_q8_0::<FMA, AVX2>(w, xq, 22, |b| {
         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
         let mut v = nibbles(&b[6..], 16);
         for (j, x) in v.iter_mut().enumerate() {
@@ -263,8 +299,8 @@ fn dot_q5_0<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
 
 /// Q8_0 · Q8_0: `Σ d_w d_x Σ q_w q_x`.
 #[inline(always)]
-fn dot_q8_0<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
-    dot32_q8_0::<FMA>(w, xq, Q8_0_BYTES, |b| {
+fn dot_q8_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
+    dot32_q8_0::<FMA, AVX2>(w, xq, Q8_0_BYTES, |b| {
         let mut v = [0i8; 32];
         v.copy_from_slice(as_i8(&b[2..34]));
         v
@@ -273,13 +309,13 @@ fn dot_q8_0<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
 
 /// Q4_1 · Q8_1: `Σ (d_w d_x) Σ q_w q_x + Σ m_w s_x`, the second sum kept apart and added last.
 #[inline(always)]
-fn dot_q4_1<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
+fn dot_q4_1<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
     for (bw, bx) in w.chunks_exact(20).zip(xq.chunks_exact(Q8_1_BYTES)) {
         summs = madd::<FMA>(f16_at(&bw[2..]), f16_at(&bx[2..]), summs);
         let d = f16_at(bw) * f16_at(bx);
-        let lanes = lanes8(&nibbles(&bw[4..], 0), as_i8(&bx[4..]));
+        let lanes = lanes8::<AVX2>(&nibbles(&bw[4..], 0), as_i8(&bx[4..]));
         acc8::<FMA>(&mut acc, d, &lanes);
     }
     hsum8(&acc) + summs
@@ -301,7 +337,7 @@ fn q8k_parts(bx: &[u8]) -> (f32, &[i8], [i16; 16]) {
 /// `-(d_x · dmin) · Σ m · bsum` in four lanes (pairs of sub-blocks), the two parts reduced
 /// separately and added last.
 #[inline(always)]
-fn dot_q4_k<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
+fn dot_q4_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     let mut acc_m = [0f32; 4];
     for (bw, bx) in w.chunks_exact(144).zip(xq.chunks_exact(Q8_K_BYTES)) {
@@ -331,8 +367,8 @@ fn dot_q4_k<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
                 lo[l] = (qs[l] & 0x0f) as i8;
                 hi[l] = (qs[l] >> 4) as i8;
             }
-            let pl = lanes8(&lo, &q8[64 * c..]);
-            let ph = lanes8(&hi, &q8[64 * c + 32..]);
+            let pl = lanes8::<AVX2>(&lo, &q8[64 * c..]);
+            let ph = lanes8::<AVX2>(&hi, &q8[64 * c + 32..]);
             for l in 0..8 {
                 sumi[l] += sc[2 * c] * pl[l] + sc[2 * c + 1] * ph[l];
             }
@@ -347,7 +383,7 @@ fn dot_q4_k<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
 /// `Σ_sub sc · Σ (q_w - 32) q_x` (lanes 0..4 of each 32-value group belong to its first 16-value
 /// sub-block, lanes 4..8 to the second), scaled by `d_x · d_w`.
 #[inline(always)]
-fn dot_q6_k<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
+fn dot_q6_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     for (bw, bx) in w.chunks_exact(210).zip(xq.chunks_exact(Q8_K_BYTES)) {
         let (dx, q8, _) = q8k_parts(bx);
@@ -367,7 +403,7 @@ fn dot_q6_k<const FMA: bool>(w: &[u8], xq: &[u8]) -> f32 {
             }
             for (k, vk) in v.iter().enumerate() {
                 let g = 4 * h + k;
-                let p = lanes8(vk, &q8[32 * g..]);
+                let p = lanes8::<AVX2>(vk, &q8[32 * g..]);
                 let (s0, s1) = (i32::from(scales[2 * g]), i32::from(scales[2 * g + 1]));
                 for l in 0..4 {
                     sumi[l] += s0 * p[l];

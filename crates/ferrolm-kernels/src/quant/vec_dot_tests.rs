@@ -110,7 +110,7 @@ fn matches_f64_of_dequantized() {
                 (want, mag) = reference_q4_1(&w, &xq);
             }
             let got = f64::from(vec_dot_q(ty, &w, &xq).expect("valid"));
-            let portable = f64::from(vec_dot_any::<PORTABLE_FMA>(ty, &w, &xq));
+            let portable = f64::from(vec_dot_any::<PORTABLE_FMA, false>(ty, &w, &xq));
             // The dequantized values are rounded to f32 (Q4_K: d·sc·q - dmin·m) and the kernel
             // sums per-block f32 terms: a few f32 ulps of Σ|w·x|.
             for v in [got, portable] {
@@ -141,9 +141,9 @@ fn avx2_matches_portable() {
             // SAFETY: AVX2+FMA detected above; lengths are consistent.
             let simd = unsafe { vec_dot_avx2(ty, &w, &xq) };
             // The fused portable kernel is the same arithmetic: bit-exact.
-            assert_eq!(simd.to_bits(), vec_dot_any::<true>(ty, &w, &xq).to_bits(), "{ty} x{nb}");
+            assert_eq!(simd.to_bits(), vec_dot_any::<true, false>(ty, &w, &xq).to_bits(), "{ty} x{nb}");
             // The unfused one rounds each d·lane product once more: relative 1e-6 of Σ|terms|.
-            let unfused = vec_dot_any::<false>(ty, &w, &xq);
+            let unfused = vec_dot_any::<false, false>(ty, &w, &xq);
             let mut wd = vec![0f32; n];
             dequantize_row(ty, &w, &mut wd).expect("valid");
             let (_, mag) = reference(&wd, &dequant_acts(ty, &xq, n));
