@@ -13,6 +13,11 @@ columns:
 All arrays are stored as lower-case hex of their little-endian bytes, so no float ever goes
 through a decimal round trip. Output: crates/ferrolm-kernels/tests/data/<TYPE>.json
 
+It also writes `act_q8.json`: f32 activation rows and their Q8_0 / Q8_1 / Q8_K quantizations
+as GGML's x86 CPU backend computes them before integer dot products (the AVX path of
+`quantize_row_q8_0` / `quantize_row_q8_1`, and `quantize_row_q8_K_ref`), reimplemented in numpy
+since the `gguf` package has no such quantizers.
+
 Usage: python3 scripts/gen_quant_vectors.py
 """
 
@@ -92,6 +97,66 @@ def k_quant_bytes(rng: np.random.Generator, qtype: T) -> np.ndarray:
     return raw.reshape(ROWS, -1)
 
 
+def act_q8_0(x: np.ndarray, with_sum: bool) -> bytes:
+    """Q8_0 (or Q8_1 with `with_sum`) the way GGML's x86 AVX path quantizes activations:
+    d = amax/127, id = 127/amax, q = round-half-even(x*id), s = f16(d * sum(q))."""
+    out = bytearray()
+    for b in x.astype(np.float32).reshape(-1, 32):
+        amax = np.float32(np.max(np.abs(b)))
+        d = np.float32(amax / np.float32(127))
+        inv = np.float32(np.float32(127) / amax) if amax != 0 else np.float32(0)
+        q = np.rint((b * inv).astype(np.float32)).astype(np.int32)
+        out += np.float16(d).tobytes()
+        if with_sum:
+            out += np.float16(np.float32(d * np.float32(q.sum()))).tobytes()
+        out += q.astype(np.int8).tobytes()
+    return bytes(out)
+
+
+def act_q8_k(x: np.ndarray) -> bytes:
+    """Q8_K as quantize_row_q8_K_ref: iscale = -127/max (max = first value of largest |x|),
+    q = min(127, nearest_int(iscale*x)) with the 1.5*2^23 magic-number rounding, d = 1/iscale,
+    bsums = sums of 16-value groups; an all-zero block gives d = 0 and zeros."""
+    out = bytearray()
+    for b in x.astype(np.float32).reshape(-1, 256):
+        mx = b[int(np.argmax(np.abs(b)))]
+        if mx == 0:
+            d = np.float32(0)
+            q = np.zeros(256, dtype=np.int32)
+        else:
+            iscale = np.float32(np.float32(-127) / mx)
+            v = ((iscale * b).astype(np.float32) + np.float32(12582912.0)).astype(np.float32)
+            q = np.minimum(127, (v.view(np.int32) & 0x007FFFFF) - 0x00400000)
+            d = np.float32(np.float32(1) / iscale)
+        out += np.float32(d).tobytes()
+        out += q.astype(np.int8).tobytes()
+        out += q.reshape(16, 16).sum(axis=1).astype(np.int16).tobytes()
+    return bytes(out)
+
+
+def write_activations() -> None:
+    """Activation quantizations (Q8_0, Q8_1, Q8_K) of 2 x 512 values -> act_q8.json."""
+    rng = np.random.default_rng(42)
+    x = float_input(rng, special=False)
+    # A Q8_K block whose extreme is exactly -127 (iscale = 1): exact rounding ties.
+    ties = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -3.5, 126.5, -126.5, 0.25], dtype=np.float32)
+    x[1, 256:512] = 0.0
+    x[1, 256] = -127.0
+    x[1, 257:257 + len(ties)] = ties
+    x[1, 288:320] = np.float32(1e-30)  # tiny but nonzero
+    doc = {
+        "rows": ROWS,
+        "cols": COLS,
+        "input_f32": hexf32(x),
+        "Q8_0": b"".join(act_q8_0(r, False) for r in x).hex(),
+        "Q8_1": b"".join(act_q8_0(r, True) for r in x).hex(),
+        "Q8_K": b"".join(act_q8_k(r) for r in x).hex(),
+    }
+    path = OUT / "act_q8.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{path.name}: {path.stat().st_size} bytes")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     plan = [
@@ -122,6 +187,7 @@ def main() -> None:
         path = OUT / f"{qtype.name}.json"
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{path.name}: {path.stat().st_size} bytes")
+    write_activations()
 
 
 if __name__ == "__main__":

@@ -194,3 +194,94 @@ fn block_structs_match_python() {
         assert_eq!(&out[..], want);
     }
 }
+
+/// Activation quantization (the vec_dot types) reproduces `act_q8.json` byte for byte: the
+/// x86 AVX-path Q8_0 / Q8_1 and `quantize_row_q8_K_ref`, reimplemented in numpy by
+/// `scripts/gen_quant_vectors.py`.
+fn act_vectors() -> (usize, Vec<f32>, serde_json::Value) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/act_q8.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let doc: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
+    let cols = doc["cols"].as_u64().expect("cols") as usize;
+    let x = f32s(&unhex(doc["input_f32"].as_str().expect("hex")));
+    (cols, x, doc)
+}
+
+#[test]
+fn activation_quantization_matches_python() {
+    let (cols, x, doc) = act_vectors();
+    for (weight_ty, key) in [(GgmlType::Q4_0, "Q8_0"), (GgmlType::Q4_1, "Q8_1"), (GgmlType::Q6_K, "Q8_K")] {
+        let want = unhex(doc[key].as_str().expect("hex"));
+        let rb = quant::act_row_bytes(weight_ty, cols).expect("whole blocks");
+        assert_eq!(want.len(), rb * x.len() / cols);
+        for (r, (row, want)) in x.chunks_exact(cols).zip(want.chunks_exact(rb)).enumerate() {
+            let mut got = vec![0u8; rb];
+            quant::quantize_activations(weight_ty, row, &mut got).expect("valid row");
+            if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+                panic!("{key} row {r}: byte {i} is {:#04x}, python {:#04x}", got[i], want[i]);
+            }
+        }
+    }
+}
+
+/// `vec_dot_q` of the python weight rows with the python-quantized activations equals the f64 dot
+/// product of the dequantized weights with the dequantized activations (for Q4_1, GGML's minimum
+/// term uses the stored f16 `s = d·Σq`, so the reference does too), within `2e-6 · Σ|terms|`.
+#[test]
+fn vec_dot_matches_dequantized_reference() {
+    fn f16(b: &[u8]) -> f64 {
+        f64::from(half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+    }
+    let (cols, _, doc) = act_vectors();
+    for name in ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"] {
+        let v = load(name);
+        assert_eq!(v.cols, cols);
+        let ty = v.ty;
+        let key = quant::vec_dot_type(ty).expect("quantized type").name();
+        let acts = unhex(doc[key].as_str().expect("hex"));
+        let (wb, ab) = (v.quant.len() / v.rows, acts.len() / v.rows);
+        for r in 0..v.rows {
+            let (w, xq) = (&v.quant[r * wb..(r + 1) * wb], &acts[r * ab..(r + 1) * ab]);
+            let wd = &v.dequant[r * cols..(r + 1) * cols];
+            // Dequantized activations (and, for Q8_1, the stored sums).
+            let mut xd = Vec::with_capacity(cols);
+            let mut min_term = (0f64, 0f64);
+            match key {
+                "Q8_K" => {
+                    for b in xq.chunks_exact(292) {
+                        let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        xd.extend(b[4..260].iter().map(|&q| f64::from(d * f32::from(q as i8))));
+                    }
+                }
+                _ => {
+                    let (size, off) = if key == "Q8_1" { (36, 4) } else { (34, 2) };
+                    for (i, b) in xq.chunks_exact(size).enumerate() {
+                        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                        xd.extend(b[off..].iter().map(|&q| f64::from(d * f32::from(q as i8))));
+                        if key == "Q8_1" {
+                            // Q4_1 weights: x = d·q + m; GGML adds m·s instead of m·Σ(d_x·q_x).
+                            let wblk = &w[i * 20..i * 20 + 20];
+                            let t = f16(&wblk[2..]) * f16(&b[2..]);
+                            min_term = (min_term.0 + t, min_term.1 + t.abs());
+                        }
+                    }
+                }
+            }
+            let (mut want, mut mag) = (0f64, 0f64);
+            for (j, (&a, &b)) in wd.iter().zip(&xd).enumerate() {
+                let a = if key == "Q8_1" {
+                    // Drop the minimum from the dequantized weight (it is in `min_term`).
+                    f64::from(a) - f16(&w[(j / 32) * 20 + 2..])
+                } else {
+                    f64::from(a)
+                };
+                want += a * b;
+                mag += (a * b).abs();
+            }
+            want += min_term.0;
+            mag += min_term.1;
+            let got = f64::from(quant::vec_dot_q(ty, w, xq).expect("valid row"));
+            assert!((got - want).abs() <= 2e-6 * mag, "{ty} row {r}: {got} vs {want} (Σ|.| {mag:e})");
+        }
+    }
+}

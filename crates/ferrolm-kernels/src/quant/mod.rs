@@ -7,7 +7,10 @@
 //! - [`supports`] / [`dequantize_row`] / [`dot_f32`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
 //!   Q4_K and Q6_K;
 //! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0 and Q8_0,
-//!   bit-exact with GGML's reference (non-imatrix) quantizers.
+//!   bit-exact with GGML's reference (non-imatrix) quantizers;
+//! - [`vec_dot_type`] / [`act_row_bytes`] / [`quantize_activations`] / [`vec_dot_q`]: GGML-style
+//!   integer dot products of quantized weight rows with activations quantized once to 8 bits
+//!   (Q8_0, Q8_1 or Q8_K), see [`vec_dot`].
 //!
 //! Source bytes come straight from a memory map, so they are only byte-aligned: blocks are parsed
 //! field by field from little-endian bytes (`Block*::from_bytes`), never cast in place.
@@ -25,6 +28,8 @@ pub mod q4_k;
 pub mod q5_0;
 pub mod q6_k;
 pub mod q8_0;
+pub mod q8_act;
+pub mod vec_dot;
 
 pub use q4_0::BlockQ4_0;
 pub use q4_1::BlockQ4_1;
@@ -32,6 +37,7 @@ pub use q4_k::BlockQ4K;
 pub use q5_0::BlockQ5_0;
 pub use q6_k::BlockQ6K;
 pub use q8_0::{BlockQ8_0, quantize_row_q8_0};
+pub use vec_dot::{act_row_bytes, quantize_activations, vec_dot_q, vec_dot_type};
 
 use crate::GgmlType;
 use crate::simd::{ACC_LANES, lanes_fma, reduce_lanes};

@@ -1,0 +1,208 @@
+//! Tests of the integer dot products: AVX2 against the portable path, and both against an f64 dot
+//! product of the dequantized weights with the dequantized activations.
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use super::*;
+use crate::quant::{dequantize_row, quantize_row};
+
+const WEIGHT_TYPES: [GgmlType; 6] =
+    [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
+
+/// Random weight bytes of `ty` for `n` values: quantized from normal-ish data where a quantizer
+/// exists, otherwise random bytes with moderate f16 scales patched in.
+fn weights(ty: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
+    let mut out = vec![0u8; ty.row_bytes(n as u64).expect("whole blocks") as usize];
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q6_K => {
+            rng.fill(&mut out[..]);
+            let (size, d_at) =
+                if ty == GgmlType::Q4_K { (144, [0usize, 2].as_slice()) } else { (210, [208].as_slice()) };
+            for b in out.chunks_exact_mut(size) {
+                for &o in d_at {
+                    let d = half::f16::from_f32(rng.random_range(1e-4f32..0.02));
+                    b[o..o + 2].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+        }
+        _ => {
+            let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            quantize_row(ty, &x, &mut out).expect("quantizable");
+        }
+    }
+    out
+}
+
+fn acts(n: usize, rng: &mut StdRng) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-2.0f32..2.0) * if rng.random_bool(0.05) { 20.0 } else { 1.0 }).collect()
+}
+
+/// Dequantizes activations of the vec_dot type of `ty`.
+fn dequant_acts(ty: GgmlType, xq: &[u8], n: usize) -> Vec<f32> {
+    let vt = vec_dot_type(ty).expect("quantized");
+    let mut out = vec![0f32; n];
+    match vt {
+        GgmlType::Q8_0 => dequantize_row(GgmlType::Q8_0, xq, &mut out).expect("valid"),
+        GgmlType::Q8_1 => {
+            for (b, o) in xq.chunks_exact(Q8_1_BYTES).zip(out.chunks_exact_mut(32)) {
+                let d = f16_at(b);
+                for (v, &q) in o.iter_mut().zip(&b[4..]) {
+                    *v = d * f32::from(q as i8);
+                }
+            }
+        }
+        _ => {
+            for (b, o) in xq.chunks_exact(Q8_K_BYTES).zip(out.chunks_exact_mut(QK_K)) {
+                let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                for (v, &q) in o.iter_mut().zip(&b[4..]) {
+                    *v = d * f32::from(q as i8);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `(Σ a·b, Σ |a·b|)` in f64.
+fn reference(a: &[f32], b: &[f32]) -> (f64, f64) {
+    let dot = a.iter().zip(b).map(|(&x, &y)| f64::from(x) * f64::from(y)).sum();
+    let mag = a.iter().zip(b).map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs()).sum();
+    (dot, mag)
+}
+
+/// Q4_1 reference: `Σ_blocks Σ (d_w q_w)(d_x q_x) + m_w s_x` in f64, with `(dot, Σ|terms|)`.
+fn reference_q4_1(w: &[u8], xq: &[u8]) -> (f64, f64) {
+    let (mut dot, mut mag) = (0f64, 0f64);
+    for (bw, bx) in w.chunks_exact(20).zip(xq.chunks_exact(Q8_1_BYTES)) {
+        let (dw, m, dx, sx) = (f16_at(bw), f16_at(&bw[2..]), f16_at(bx), f16_at(&bx[2..]));
+        for j in 0..32 {
+            let qw = if j < 16 { bw[4 + j] & 15 } else { bw[4 + j - 16] >> 4 };
+            let t = f64::from(dw * f32::from(qw)) * f64::from(dx * f32::from(bx[4 + j] as i8));
+            dot += t;
+            mag += t.abs();
+        }
+        let t = f64::from(m) * f64::from(sx);
+        dot += t;
+        mag += t.abs();
+    }
+    (dot, mag)
+}
+
+const BLOCKS: [usize; 5] = [1, 2, 3, 7, 18];
+
+#[test]
+fn matches_f64_of_dequantized() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for ty in WEIGHT_TYPES {
+        for nb in BLOCKS {
+            let n = nb * ty.block_size();
+            let w = weights(ty, n, &mut rng);
+            let x = acts(n, &mut rng);
+            let mut xq = vec![0u8; act_row_bytes(ty, n).expect("whole blocks")];
+            quantize_activations(ty, &x, &mut xq).expect("valid");
+            let mut wd = vec![0f32; n];
+            dequantize_row(ty, &w, &mut wd).expect("valid");
+            let xd = dequant_acts(ty, &xq, n);
+            let (mut want, mut mag) = reference(&wd, &xd);
+            if ty == GgmlType::Q4_1 {
+                // GGML uses the stored f16 `s = d·Σq` for the minimum term, not Σ x: replace
+                // Σ m·(d·q) by Σ m·s.
+                (want, mag) = reference_q4_1(&w, &xq);
+            }
+            let got = f64::from(vec_dot_q(ty, &w, &xq).expect("valid"));
+            let portable = f64::from(vec_dot_any::<PORTABLE_FMA, false>(ty, &w, &xq));
+            // The dequantized values are rounded to f32 (Q4_K: d·sc·q - dmin·m) and the kernel
+            // sums per-block f32 terms: a few f32 ulps of Σ|w·x|.
+            for v in [got, portable] {
+                assert!((v - want).abs() <= 2e-6 * mag + 1e-30, "{ty} x{nb}: {v} vs {want} (Σ|.| {mag})");
+            }
+        }
+    }
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn avx2_matches_portable() {
+    if !crate::simd::has_avx2_fma() {
+        eprintln!("no AVX2+FMA on this CPU; skipping");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(12);
+    for ty in WEIGHT_TYPES {
+        for nb in BLOCKS {
+            let n = nb * ty.block_size();
+            let w = weights(ty, n, &mut rng);
+            let x = acts(n, &mut rng);
+            let mut xq = vec![0u8; act_row_bytes(ty, n).expect("whole blocks")];
+            let mut xq_portable = xq.clone();
+            quantize_activations(ty, &x, &mut xq).expect("valid");
+            quantize_any(vec_dot_type(ty).expect("quantized"), &x, &mut xq_portable);
+            assert_eq!(xq, xq_portable, "{ty} x{nb}: activation bytes differ");
+            // SAFETY: AVX2+FMA detected above; lengths are consistent.
+            let simd = unsafe { vec_dot_avx2(ty, &w, &xq) };
+            // The fused portable kernel is the same arithmetic: bit-exact.
+            assert_eq!(simd.to_bits(), vec_dot_any::<true, false>(ty, &w, &xq).to_bits(), "{ty} x{nb}");
+            // The unfused one rounds each d·lane product once more: relative 1e-6 of Σ|terms|.
+            let unfused = vec_dot_any::<false, false>(ty, &w, &xq);
+            let mut wd = vec![0f32; n];
+            dequantize_row(ty, &w, &mut wd).expect("valid");
+            let (_, mag) = reference(&wd, &dequant_acts(ty, &xq, n));
+            assert!(
+                f64::from((simd - unfused).abs()) <= 1e-6 * mag + 1e-30,
+                "{ty} x{nb}: {simd} vs {unfused}"
+            );
+        }
+    }
+}
+
+#[test]
+fn api_validates_lengths() {
+    use GgmlType::*;
+    for ty in [F32, F16, BF16, Q5_1, Q2_K] {
+        assert_eq!(vec_dot_type(ty), None);
+        assert_eq!(act_row_bytes(ty, 256), None);
+        assert_eq!(
+            quantize_activations(ty, &[0.0; 256], &mut [0; 1024]),
+            Err(QuantError::UnsupportedType(ty))
+        );
+        assert_eq!(vec_dot_q(ty, &[0; 1024], &[0; 292]), Err(QuantError::UnsupportedType(ty)));
+    }
+    assert_eq!(vec_dot_type(Q4_1), Some(Q8_1));
+    assert_eq!(act_row_bytes(Q4_0, 64), Some(68));
+    assert_eq!(act_row_bytes(Q4_1, 64), Some(72));
+    assert_eq!(act_row_bytes(Q6_K, 512), Some(584));
+    assert_eq!(act_row_bytes(Q4_K, 64), None);
+    assert!(matches!(quantize_activations(Q4_K, &[0.0; 64], &mut []), Err(QuantError::PartialBlock { .. })));
+    assert!(matches!(
+        quantize_activations(Q4_0, &[0.0; 64], &mut [0; 67]),
+        Err(QuantError::BadLength { .. })
+    ));
+    assert!(matches!(vec_dot_q(Q4_0, &[0; 36], &[0; 67]), Err(QuantError::BadLength { .. })));
+    assert!(matches!(vec_dot_q(Q4_0, &[0; 35], &[0; 68]), Err(QuantError::BadLength { .. })));
+    assert!(matches!(vec_dot_q(Q6_K, &[0; 210], &[0; 584]), Err(QuantError::BadLength { .. })));
+    assert_eq!(vec_dot_q(Q6_K, &[0; 210], &[0; 292]), Ok(0.0));
+    assert_eq!(vec_dot_q(Q4_0, &[], &[]), Ok(0.0));
+}
+
+#[test]
+fn integer_exact_on_unit_scales() {
+    // Q8_0 weights and activations with d = 1: the dot is an exact integer.
+    let mut rng = StdRng::seed_from_u64(13);
+    let n = 7 * 32;
+    let mut w = vec![0u8; 7 * 34];
+    let mut xq = vec![0u8; 7 * 34];
+    let one = half::f16::from_f32(1.0).to_le_bytes();
+    let mut want = 0i64;
+    for (bw, bx) in w.chunks_exact_mut(34).zip(xq.chunks_exact_mut(34)) {
+        bw[..2].copy_from_slice(&one);
+        bx[..2].copy_from_slice(&one);
+        for j in 2..34 {
+            let (a, b) = (rng.random_range(-127i8..=127), rng.random_range(-127i8..=127));
+            bw[j] = a as u8;
+            bx[j] = b as u8;
+            want += i64::from(a) * i64::from(b);
+        }
+    }
+    let _ = n;
+    assert_eq!(vec_dot_q(GgmlType::Q8_0, &w, &xq), Ok(want as f32));
+}
