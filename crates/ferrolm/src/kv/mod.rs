@@ -7,7 +7,112 @@
 
 use std::collections::BTreeMap;
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
 use crate::{Error, Result};
+
+/// Storage type of cached keys or values.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    /// 32-bit floats: exact, twice the memory of f16.
+    F32,
+    /// 16-bit floats (llama.cpp's default).
+    #[default]
+    F16,
+}
+
+impl KvType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+
+    /// Parses `f32` / `f16`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "f32" => Some(KvType::F32),
+            "f16" => Some(KvType::F16),
+            _ => None,
+        }
+    }
+}
+
+/// Rows of one layer's keys or values in their storage type. `[len, kv_dim]`
+#[derive(Debug, Clone)]
+enum Rows {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Rows {
+    fn new(ty: KvType) -> Self {
+        match ty {
+            KvType::F32 => Rows::F32(Vec::new()),
+            KvType::F16 => Rows::F16(Vec::new()),
+        }
+    }
+
+    fn resize(&mut self, n: usize) {
+        match self {
+            Rows::F32(v) => v.resize(n, 0.0),
+            Rows::F16(v) => v.resize(n, f16::ZERO),
+        }
+    }
+
+    fn truncate(&mut self, n: usize) {
+        match self {
+            Rows::F32(v) => v.truncate(n),
+            Rows::F16(v) => v.truncate(n),
+        }
+    }
+
+    fn copy_within(&mut self, src: std::ops::Range<usize>, dst: usize) {
+        match self {
+            Rows::F32(v) => v.copy_within(src, dst),
+            Rows::F16(v) => v.copy_within(src, dst),
+        }
+    }
+
+    fn write(&mut self, at: usize, x: &[f32]) {
+        match self {
+            Rows::F32(v) => v[at..at + x.len()].copy_from_slice(x),
+            Rows::F16(v) => v[at..at + x.len()].convert_from_f32_slice(x),
+        }
+    }
+
+    fn read(&self, at: usize, out: &mut [f32]) {
+        match self {
+            Rows::F32(v) => out.copy_from_slice(&v[at..at + out.len()]),
+            Rows::F16(v) => v[at..at + out.len()].convert_to_f32_slice(out),
+        }
+    }
+}
+
+/// Read access to one layer's cached rows, converting to f32 as needed.
+#[derive(Clone, Copy, Debug)]
+pub struct RowsView<'a> {
+    rows: &'a Rows,
+}
+
+impl RowsView<'_> {
+    /// Copies `out.len()` elements starting at element `at` into `out` as f32.
+    #[inline]
+    pub fn read(&self, at: usize, out: &mut [f32]) {
+        self.rows.read(at, out);
+    }
+
+    /// The rows as f32, if that is their storage type (no conversion needed).
+    pub fn as_f32(&self) -> Option<&[f32]> {
+        match self.rows {
+            Rows::F32(v) => Some(v),
+            Rows::F16(_) => None,
+        }
+    }
+}
 
 /// Identifies one sequence (one conversation) in a batch and in the cache.
 pub type SeqId = u32;
@@ -20,19 +125,19 @@ pub struct SeqCache {
     /// Logical position of the token in each slot. `[len]`
     positions: Vec<u32>,
     /// Keys per layer. `[n_layer][len, n_head_kv * head_dim]`
-    k: Vec<Vec<f32>>,
+    k: Vec<Rows>,
     /// Values per layer. `[n_layer][len, n_head_kv * head_dim]`
-    v: Vec<Vec<f32>>,
+    v: Vec<Rows>,
 }
 
 impl SeqCache {
-    fn new(n_layer: usize, kv_dim: usize, capacity: usize) -> Self {
+    fn new(n_layer: usize, kv_dim: usize, capacity: usize, types: (KvType, KvType)) -> Self {
         Self {
             kv_dim,
             capacity,
             positions: Vec::new(),
-            k: vec![Vec::new(); n_layer],
-            v: vec![Vec::new(); n_layer],
+            k: vec![Rows::new(types.0); n_layer],
+            v: vec![Rows::new(types.1); n_layer],
         }
     }
 
@@ -62,13 +167,13 @@ impl SeqCache {
     }
 
     /// Keys of a layer. `[len, kv_dim]`
-    pub fn keys(&self, layer: usize) -> &[f32] {
-        &self.k[layer]
+    pub fn keys(&self, layer: usize) -> RowsView<'_> {
+        RowsView { rows: &self.k[layer] }
     }
 
     /// Values of a layer. `[len, kv_dim]`
-    pub fn values(&self, layer: usize) -> &[f32] {
-        &self.v[layer]
+    pub fn values(&self, layer: usize) -> RowsView<'_> {
+        RowsView { rows: &self.v[layer] }
     }
 
     /// Appends a slot for a token at logical position `pos`; its rows are zero until written.
@@ -79,16 +184,15 @@ impl SeqCache {
         let slot = self.positions.len();
         self.positions.push(pos);
         for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
-            layer.resize((slot + 1) * self.kv_dim, 0.0);
+            layer.resize((slot + 1) * self.kv_dim);
         }
         Ok(slot)
     }
 
     /// Writes the key and value rows of `slot` in `layer`.
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
-        let r = slot * self.kv_dim..(slot + 1) * self.kv_dim;
-        self.k[layer][r.clone()].copy_from_slice(k);
-        self.v[layer][r].copy_from_slice(v);
+        self.k[layer].write(slot * self.kv_dim, k);
+        self.v[layer].write(slot * self.kv_dim, v);
     }
 
     /// Drops every slot from `n` on (e.g. to rewind a conversation).
@@ -132,14 +236,21 @@ pub struct KvCache {
     n_layer: usize,
     kv_dim: usize,
     capacity: usize,
+    types: (KvType, KvType),
     seqs: BTreeMap<SeqId, SeqCache>,
 }
 
 impl KvCache {
     /// An empty cache for a model with `n_layer` layers of `kv_dim`-wide keys, holding at most
-    /// `capacity` tokens per sequence. Memory grows with use, up to the capacity.
-    pub fn new(n_layer: usize, kv_dim: usize, capacity: usize) -> Self {
-        Self { n_layer, kv_dim, capacity, seqs: BTreeMap::new() }
+    /// `capacity` tokens per sequence, with keys and values stored as `type_k` and `type_v`.
+    /// Memory grows with use, up to the capacity.
+    pub fn new(n_layer: usize, kv_dim: usize, capacity: usize, type_k: KvType, type_v: KvType) -> Self {
+        Self { n_layer, kv_dim, capacity, types: (type_k, type_v), seqs: BTreeMap::new() }
+    }
+
+    /// Storage types of keys and values.
+    pub fn types(&self) -> (KvType, KvType) {
+        self.types
     }
 
     /// Number of layers.
@@ -164,8 +275,8 @@ impl KvCache {
 
     /// A sequence's cache, created empty on first use.
     pub fn seq_mut(&mut self, id: SeqId) -> &mut SeqCache {
-        let (n, d, c) = (self.n_layer, self.kv_dim, self.capacity);
-        self.seqs.entry(id).or_insert_with(|| SeqCache::new(n, d, c))
+        let (n, d, c, t) = (self.n_layer, self.kv_dim, self.capacity, self.types);
+        self.seqs.entry(id).or_insert_with(|| SeqCache::new(n, d, c, t))
     }
 
     /// Reserves a slot in sequence `id` for a token at logical position `pos`.
@@ -185,7 +296,8 @@ impl KvCache {
 
     /// Bytes held by cached keys and values.
     pub fn memory_bytes(&self) -> usize {
-        self.seqs.values().map(|s| s.len() * self.kv_dim * 2 * self.n_layer * 4).sum()
+        let per_token = self.kv_dim * self.n_layer * (self.types.0.size() + self.types.1.size());
+        self.seqs.values().map(|s| s.len() * per_token).sum()
     }
 }
 
@@ -195,7 +307,7 @@ mod tests {
 
     #[test]
     fn slots_and_positions_are_separate() {
-        let mut kv = KvCache::new(1, 2, 8);
+        let mut kv = KvCache::new(1, 2, 8, KvType::F32, KvType::F16);
         for p in 0..5 {
             let s = kv.push_slot(0, p).expect("slot");
             kv.seq_mut(0).write(0, s, &[p as f32, 0.0], &[0.0, p as f32]);
@@ -203,7 +315,10 @@ mod tests {
         kv.seq_mut(0).remove_slots(&[1, 2]);
         let s = kv.seq(0).expect("seq");
         assert_eq!(s.positions(), &[0, 3, 4]);
-        assert_eq!(s.keys(0), &[0.0, 0.0, 3.0, 0.0, 4.0, 0.0]);
+        assert_eq!(s.keys(0).as_f32(), Some(&[0.0, 0.0, 3.0, 0.0, 4.0, 0.0][..]));
+        let mut v = [0.0; 6];
+        s.values(0).read(0, &mut v);
+        assert_eq!(v, [0.0, 0.0, 0.0, 3.0, 0.0, 4.0]);
         assert_eq!(s.next_position(), 5);
         let slot = kv.push_slot(0, 5).expect("slot");
         assert_eq!(slot, 3);
@@ -211,7 +326,7 @@ mod tests {
 
     #[test]
     fn capacity_is_enforced() {
-        let mut kv = KvCache::new(1, 1, 2);
+        let mut kv = KvCache::new(1, 1, 2, KvType::F16, KvType::F16);
         kv.push_slot(3, 0).expect("slot");
         kv.push_slot(3, 1).expect("slot");
         assert!(kv.push_slot(3, 2).is_err());

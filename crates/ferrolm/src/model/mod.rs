@@ -11,7 +11,7 @@ pub use config::{Activation, Arch, ModelConfig, RopeStyle};
 
 use crate::Result;
 use crate::format::gguf::GgufFile;
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvType};
 use crate::tokenizer::Tokenizer;
 use weights::ModelWeights;
 
@@ -68,8 +68,14 @@ impl Model {
         &self.gguf
     }
 
-    /// An empty KV cache shaped for this model, holding up to `n_ctx` tokens per sequence.
+    /// An empty KV cache shaped for this model, holding up to `n_ctx` tokens per sequence, with
+    /// keys and values stored as f16 (llama.cpp's default).
     pub fn new_kv_cache(&self, n_ctx: usize) -> KvCache {
-        KvCache::new(self.config.n_layer, self.config.kv_dim(), n_ctx)
+        self.new_kv_cache_typed(n_ctx, KvType::F16, KvType::F16)
+    }
+
+    /// An empty KV cache with the given storage types for keys and values.
+    pub fn new_kv_cache_typed(&self, n_ctx: usize, type_k: KvType, type_v: KvType) -> KvCache {
+        KvCache::new(self.config.n_layer, self.config.kv_dim(), n_ctx, type_k, type_v)
     }
 }

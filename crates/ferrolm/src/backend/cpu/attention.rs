@@ -1,9 +1,10 @@
-//! Causal multi-head attention with grouped KV heads over one sequence's cache.
+//! Causal multi-head attention with grouped KV heads over each sequence's cache.
 
+use half::f16;
 use rayon::prelude::*;
 
 use crate::engine::BatchEntry;
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvType};
 
 /// Head geometry of an attention call.
 #[derive(Clone, Copy, Debug)]
@@ -26,6 +27,10 @@ pub struct AttentionShape {
 /// (which already include the batch's own tokens). A query at logical position `p` attends to
 /// the slots whose logical position is ≤ `p` (and inside the window).
 ///
+/// One pass per query with an online softmax (running maximum and sum), so no score buffer
+/// grows with the context. When keys are stored as f16 the query is rounded to f16 too, so the
+/// scores are the f16 dot products llama.cpp computes.
+///
 /// `q`: `[n_tok, n_head * head_dim]` (rotated); `out`: same shape.
 pub fn attention(
     shape: AttentionShape,
@@ -38,47 +43,50 @@ pub fn attention(
     let AttentionShape { n_head, n_head_kv, head_dim: hd, scale, window, softcap } = shape;
     let group = n_head / n_head_kv;
     let kv_dim = n_head_kv * hd;
-    out.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (idx, o)| {
-        let (t, h) = (idx / n_head, idx % n_head);
-        let e = entries[t];
-        o.fill(0.0);
-        let Some(seq) = kv.seq(e.seq) else { return };
-        let keys = seq.keys(layer);
-        let values = seq.values(layer);
-        let qh = &q[t * n_head * hd + h * hd..t * n_head * hd + (h + 1) * hd];
-        let kvh = h / group;
-        let visible = |p: u32| p <= e.pos && window.is_none_or(|w| (e.pos - p) < w as u32);
-        scores.clear();
-        let mut max = f32::NEG_INFINITY;
-        for (slot, &p) in seq.positions().iter().enumerate() {
-            if !visible(p) {
-                scores.push(f32::NEG_INFINITY);
-                continue;
+    let round_q = kv.types().0 == KvType::F16;
+    out.par_chunks_mut(hd).enumerate().for_each_init(
+        || (vec![0.0f32; hd], vec![0.0f32; hd], vec![0.0f32; hd]),
+        |(qbuf, kbuf, vbuf), (idx, o)| {
+            let (t, h) = (idx / n_head, idx % n_head);
+            let e = entries[t];
+            o.fill(0.0);
+            let Some(seq) = kv.seq(e.seq) else { return };
+            let (keys, values) = (seq.keys(layer), seq.values(layer));
+            let qh = &q[t * n_head * hd + h * hd..t * n_head * hd + (h + 1) * hd];
+            if round_q {
+                qbuf.iter_mut().zip(qh).for_each(|(d, &s)| *d = f16::from_f32(s).to_f32());
+            } else {
+                qbuf.copy_from_slice(qh);
             }
-            let k = &keys[slot * kv_dim + kvh * hd..slot * kv_dim + (kvh + 1) * hd];
-            let mut s = ferrolm_kernels::simd::dot_f32(qh, k) * scale;
-            if let Some(c) = softcap {
-                s = c * (s / c).tanh();
+            let off = (h / group) * hd;
+            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+            for (slot, &p) in seq.positions().iter().enumerate() {
+                if p > e.pos || window.is_some_and(|w| (e.pos - p) as usize >= w) {
+                    continue;
+                }
+                keys.read(slot * kv_dim + off, kbuf);
+                let mut s = ferrolm_kernels::simd::dot_f32(qbuf, kbuf) * scale;
+                if let Some(c) = softcap {
+                    s = c * (s / c).tanh();
+                }
+                // Online softmax: rescale what was accumulated when a new maximum appears.
+                let w = if s > max {
+                    let r = (max - s).exp();
+                    o.iter_mut().for_each(|a| *a *= r);
+                    sum *= r;
+                    max = s;
+                    1.0
+                } else {
+                    (s - max).exp()
+                };
+                sum += w;
+                values.read(slot * kv_dim + off, vbuf);
+                o.iter_mut().zip(vbuf.iter()).for_each(|(a, &b)| *a += w * b);
             }
-            max = max.max(s);
-            scores.push(s);
-        }
-        if max == f32::NEG_INFINITY {
-            return;
-        }
-        let mut sum = 0.0f32;
-        for s in scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
-        let inv = 1.0 / sum;
-        for (slot, &w) in scores.iter().enumerate() {
-            if w == 0.0 {
-                continue;
+            if sum > 0.0 {
+                let inv = 1.0 / sum;
+                o.iter_mut().for_each(|a| *a *= inv);
             }
-            let v = &values[slot * kv_dim + kvh * hd..slot * kv_dim + (kvh + 1) * hd];
-            let w = w * inv;
-            o.iter_mut().zip(v).for_each(|(a, &b)| *a += w * b);
-        }
-    });
+        },
+    );
 }

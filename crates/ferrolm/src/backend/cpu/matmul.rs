@@ -1,4 +1,5 @@
-//! `out = x · Wᵀ` for a quantized weight `W [rows, cols]` and activations `x [n_tok, cols]`.
+//! `out = x · Wᵀ` for a weight `W [rows, cols]` in any supported block format and activations
+//! `x [n_tok, cols]`.
 
 use ferrolm_kernels::{quant, simd};
 use rayon::prelude::*;
@@ -10,13 +11,51 @@ const ROW_BLOCK: usize = 16;
 
 /// `out [n_tok, w.rows] = x [n_tok, w.cols] · Wᵀ`.
 ///
-/// A single token (decode) takes the fused quantized-row · f32 dot product per row. Several
-/// tokens (prefill) dequantize each weight row once and reuse it for every token, so the cost
-/// of decoding the weights is paid once per batch, not once per token.
+/// Quantized weights meet activations quantized once per call to their 8-bit "vec-dot" format
+/// (Q8_0, Q8_1 or Q8_K, as llama.cpp does) in integer dot products. Float weights (F32, F16,
+/// BF16) dequantize each row once and reuse it for every token.
 pub fn matmul(w: &Weight, x: &[f32], n_tok: usize, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), n_tok * w.cols);
+    debug_assert_eq!(out.len(), n_tok * w.rows);
+    match quant::act_row_bytes(w.ty, w.cols) {
+        Some(rb) => matmul_q8(w, x, n_tok, rb, out),
+        None => matmul_float(w, x, n_tok, out),
+    }
+}
+
+fn matmul_q8(w: &Weight, x: &[f32], n_tok: usize, rb: usize, out: &mut [f32]) {
+    let cols = w.cols;
+    // Activations, quantized once: [n_tok, rb] bytes.
+    let mut xq = vec![0u8; n_tok * rb];
+    xq.par_chunks_mut(rb).zip(x.par_chunks(cols)).for_each(|(q, xr)| {
+        // Lengths come from act_row_bytes, so this cannot fail.
+        let res = quant::quantize_activations(w.ty, xr, q);
+        debug_assert!(res.is_ok());
+    });
+    let dot =
+        |r: usize, t: usize| quant::vec_dot_q(w.ty, w.row(r), &xq[t * rb..(t + 1) * rb]).unwrap_or(f32::NAN);
+    if n_tok == 1 {
+        out.par_chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, chunk)| {
+            for (j, o) in chunk.iter_mut().enumerate() {
+                *o = dot(b * ROW_BLOCK + j, 0);
+            }
+        });
+        return;
+    }
+    // [rows, n_tok]: each task owns a block of weight rows, kept hot in cache across tokens.
+    let mut t_out = vec![0.0f32; w.rows * n_tok];
+    t_out.par_chunks_mut(ROW_BLOCK * n_tok).enumerate().for_each(|(b, chunk)| {
+        for (j, dst) in chunk.chunks_exact_mut(n_tok).enumerate() {
+            for (t, d) in dst.iter_mut().enumerate() {
+                *d = dot(b * ROW_BLOCK + j, t);
+            }
+        }
+    });
+    transpose_into(&t_out, w.rows, n_tok, out);
+}
+
+fn matmul_float(w: &Weight, x: &[f32], n_tok: usize, out: &mut [f32]) {
     let (rows, cols) = (w.rows, w.cols);
-    debug_assert_eq!(x.len(), n_tok * cols);
-    debug_assert_eq!(out.len(), n_tok * rows);
     if n_tok == 1 {
         out.par_chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, chunk)| {
             for (j, o) in chunk.iter_mut().enumerate() {
@@ -26,7 +65,6 @@ pub fn matmul(w: &Weight, x: &[f32], n_tok: usize, out: &mut [f32]) {
         });
         return;
     }
-    // [rows, n_tok]: each task owns a contiguous block of weight rows.
     let mut t_out = vec![0.0f32; rows * n_tok];
     t_out.par_chunks_mut(ROW_BLOCK * n_tok).enumerate().for_each_init(
         || vec![0.0f32; cols],
@@ -39,10 +77,14 @@ pub fn matmul(w: &Weight, x: &[f32], n_tok: usize, out: &mut [f32]) {
             }
         },
     );
-    // Transpose to [n_tok, rows].
-    out.par_chunks_mut(rows).enumerate().for_each(|(t, orow)| {
+    transpose_into(&t_out, rows, n_tok, out);
+}
+
+/// `out [n_tok, rows]` from `t [rows, n_tok]`.
+fn transpose_into(t: &[f32], rows: usize, n_tok: usize, out: &mut [f32]) {
+    out.par_chunks_mut(rows).enumerate().for_each(|(tok, orow)| {
         for (r, o) in orow.iter_mut().enumerate() {
-            *o = t_out[r * n_tok + t];
+            *o = t[r * n_tok + tok];
         }
     });
 }
