@@ -107,6 +107,22 @@ pub struct ModelConfig {
     pub final_logit_softcap: Option<f32>,
 }
 
+/// Which layers use sliding-window attention: from `key` (a per-layer bool array, or a period
+/// `n` meaning every `n`-th layer is global), else `default_period` (Gemma 3: five local layers,
+/// then one global).
+fn swa_pattern(f: &GgufFile, key: &str, n_layer: usize, default_period: u64) -> Result<Vec<bool>> {
+    if let Some(arr) = f.opt_array(key)? {
+        let flags =
+            arr.to_i64_vec().ok_or_else(|| Error::Config(format!("{key} must be an array of bools")))?;
+        if flags.len() != n_layer {
+            return Err(Error::Config(format!("{key} has {} entries for {n_layer} layers", flags.len())));
+        }
+        return Ok(flags.iter().map(|&v| v != 0).collect());
+    }
+    let period = f.opt_u64(key)?.unwrap_or(default_period);
+    Ok((0..n_layer as u64).map(|il| period == 0 || il % period < period - 1).collect())
+}
+
 impl ModelConfig {
     /// Reads the configuration from GGUF metadata.
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
@@ -192,11 +208,10 @@ impl ModelConfig {
                 let local_base = f.opt_f32(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
                 cfg.rope_local = RopeParams { base: local_base, freq_scale: 1.0 };
                 cfg.sliding_window = f.opt_u64(&key("attention.sliding_window"))?.map(|v| v as usize);
-                // Gemma 3 interleaves five sliding-window layers with one global layer.
-                let pattern = 6;
-                cfg.swa_layers = (0..n_layer)
-                    .map(|il| cfg.sliding_window.is_some() && il % pattern < pattern - 1)
-                    .collect();
+                cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 6)?;
+                if cfg.sliding_window.is_none() {
+                    cfg.swa_layers = vec![false; n_layer];
+                }
                 cfg.final_logit_softcap = f.opt_f32(&key("final_logit_softcapping"))?.filter(|&c| c > 0.0);
             }
         }
