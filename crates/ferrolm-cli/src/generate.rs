@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use ferrolm::engine::{FinishReason, GenerateOptions, generate};
+use ferrolm::kv::KvType;
 use ferrolm::model::Model;
 use ferrolm::sampling::SamplerParams;
 use ferrolm::tokenizer::StreamDecoder;
@@ -50,6 +51,12 @@ pub struct Args {
     /// Largest prompt chunk per forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     batch_size: usize,
+    /// Storage type of cached keys: f16 (llama.cpp's default) or f32.
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
+    cache_type_k: KvType,
+    /// Storage type of cached values: f16 or f32.
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
+    cache_type_v: KvType,
     /// Do not echo the prompt before the generated text.
     #[arg(long)]
     no_display_prompt: bool,
@@ -108,7 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         write!(out, "{prompt}")?;
         out.flush()?;
     }
-    let mut kv = model.new_kv_cache(args.ctx_size);
+    let mut kv = model.new_kv_cache_typed(args.ctx_size, args.cache_type_k, args.cache_type_v);
     let mut decoder = StreamDecoder::new();
     let mut io_err = None;
     let stats = generate(&model, &mut kv, 0, &tokens, &opts, |id| {
@@ -158,6 +165,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     eprintln!("generated {} tokens, stopped by {reason}, {} threads", stats.n_generated, rayon_threads());
     Ok(())
+}
+
+fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16 or f32)"))
 }
 
 fn rayon_threads() -> usize {

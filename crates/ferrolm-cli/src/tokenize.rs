@@ -1,7 +1,5 @@
 //! `ferrolm tokenize`: show how a model's tokenizer splits a text.
 
-use std::path::PathBuf;
-
 use anyhow::Context;
 use ferrolm::format::gguf::GgufFile;
 use ferrolm::tokenizer::Tokenizer;
@@ -9,9 +7,9 @@ use ferrolm::tokenizer::Tokenizer;
 /// Arguments of `ferrolm tokenize`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF file (a full model or a vocabulary-only file).
+    /// GGUF file (a full model or a vocabulary-only file) or a catalog name.
     #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    pub model: String,
     /// Text to tokenize.
     #[arg(short = 'p', long = "prompt")]
     pub prompt: String,
@@ -28,9 +26,10 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let gguf = GgufFile::open(&args.model).with_context(|| format!("opening {}", args.model.display()))?;
+    let path = crate::pull::resolve_model(Some(&args.model))?;
+    let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let tok = Tokenizer::from_gguf(&gguf)
-        .with_context(|| format!("reading the tokenizer of {}", args.model.display()))?;
+        .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
     let ids = tok.encode(&args.prompt, !args.no_add_special, !args.no_parse_special)?;
     if args.pieces {
         for &id in &ids {

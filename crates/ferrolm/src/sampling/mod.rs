@@ -41,7 +41,7 @@ pub struct Candidate {
     pub id: u32,
     /// Logit.
     pub logit: f32,
-    /// Probability (valid after [`softmax`]).
+    /// Probability (valid after the candidates were normalised by a softmax).
     pub p: f32,
 }
 
@@ -84,8 +84,8 @@ impl Sampler {
         top_p(&mut self.cands, p.top_p);
         min_p(&mut self.cands, p.min_p);
         temperature(&mut self.cands, p.temperature);
-        let (ps, cands) = (softmax_probs(&mut self.cands), &self.cands);
-        let _ = ps;
+        softmax_probs(&mut self.cands);
+        let cands = &self.cands;
         let r: f32 = self.rng.random();
         let mut acc = 0.0;
         for c in cands {
@@ -109,11 +109,10 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// Sorts candidates by logit, descending, and fills in their probabilities. Returns the sum of
-/// the un-normalised weights.
-fn softmax_probs(c: &mut [Candidate]) -> f32 {
+/// Sorts candidates by logit, descending, and fills in their probabilities.
+fn softmax_probs(c: &mut [Candidate]) {
     c.sort_by(|a, b| b.logit.total_cmp(&a.logit));
-    let Some(max) = c.first().map(|x| x.logit) else { return 0.0 };
+    let Some(max) = c.first().map(|x| x.logit) else { return };
     let mut sum = 0.0;
     for x in c.iter_mut() {
         x.p = (x.logit - max).exp();
@@ -122,7 +121,6 @@ fn softmax_probs(c: &mut [Candidate]) -> f32 {
     for x in c.iter_mut() {
         x.p /= sum;
     }
-    sum
 }
 
 /// Keeps the `k` highest logits (0 keeps all).
