@@ -288,14 +288,35 @@ fn dot_q4_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
 #[inline(always)]
 fn dot_q5_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     dot32_q8_0::<FMA, AVX2>(w, xq, 22, |b| {
-        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        // The fifth bits, eight values at a time through a table (branch-free, vectorisable).
+        let mut hi = [0u8; 32];
+        for (k, h) in hi.chunks_exact_mut(8).enumerate() {
+            h.copy_from_slice(&HIGH_BITS[usize::from(b[2 + k])].to_le_bytes());
+        }
         let mut v = nibbles(&b[6..], 16);
-        for (j, x) in v.iter_mut().enumerate() {
-            *x += (((qh >> j) & 1) << 4) as i8;
+        for (x, h) in v.iter_mut().zip(hi) {
+            *x += h as i8;
         }
         v
     })
 }
+
+/// For each byte value, eight bytes that are 16 where the corresponding bit is set.
+const HIGH_BITS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut v = 0;
+    while v < 256 {
+        let mut j = 0;
+        while j < 8 {
+            if v >> j & 1 == 1 {
+                t[v] |= 16 << (8 * j);
+            }
+            j += 1;
+        }
+        v += 1;
+    }
+    t
+};
 
 /// Q8_0 · Q8_0: `Σ d_w d_x Σ q_w q_x`.
 #[inline(always)]

@@ -28,8 +28,9 @@ pub struct AttentionShape {
 /// the slots whose logical position is ≤ `p` (and inside the window).
 ///
 /// One pass per query with an online softmax (running maximum and sum), so no score buffer
-/// grows with the context. When keys are stored as f16 the query is rounded to f16 too, so the
-/// scores are the f16 dot products llama.cpp computes.
+/// grows with the context. With an f16 cache the arithmetic is f16 too, as in llama.cpp's CPU
+/// flash attention: the query is rounded to f16 for the f16 dot products with the keys, and the
+/// weighted sum of values is accumulated in f16. An f32 cache computes everything in f32.
 ///
 /// `q`: `[n_tok, n_head * head_dim]` (rotated); `out`: same shape.
 pub fn attention(
@@ -43,7 +44,9 @@ pub fn attention(
     let AttentionShape { n_head, n_head_kv, head_dim: hd, scale, window, softcap } = shape;
     let group = n_head / n_head_kv;
     let kv_dim = n_head_kv * hd;
-    let round_q = kv.types().0 == KvType::F16;
+    let f16_q = kv.types().0 == KvType::F16;
+    let f16_acc = kv.types().1 == KvType::F16;
+    let r16 = |v: f32| f16::from_f32(v).to_f32();
     out.par_chunks_mut(hd).enumerate().for_each_init(
         || (vec![0.0f32; hd], vec![0.0f32; hd], vec![0.0f32; hd]),
         |(qbuf, kbuf, vbuf), (idx, o)| {
@@ -53,8 +56,8 @@ pub fn attention(
             let Some(seq) = kv.seq(e.seq) else { return };
             let (keys, values) = (seq.keys(layer), seq.values(layer));
             let qh = &q[t * n_head * hd + h * hd..t * n_head * hd + (h + 1) * hd];
-            if round_q {
-                qbuf.iter_mut().zip(qh).for_each(|(d, &s)| *d = f16::from_f32(s).to_f32());
+            if f16_q {
+                qbuf.iter_mut().zip(qh).for_each(|(d, &s)| *d = r16(s));
             } else {
                 qbuf.copy_from_slice(qh);
             }
@@ -72,7 +75,11 @@ pub fn attention(
                 // Online softmax: rescale what was accumulated when a new maximum appears.
                 let w = if s > max {
                     let r = (max - s).exp();
-                    o.iter_mut().for_each(|a| *a *= r);
+                    if f16_acc {
+                        o.iter_mut().for_each(|a| *a = r16(*a * r));
+                    } else {
+                        o.iter_mut().for_each(|a| *a *= r);
+                    }
                     sum *= r;
                     max = s;
                     1.0
@@ -81,7 +88,11 @@ pub fn attention(
                 };
                 sum += w;
                 values.read(slot * kv_dim + off, vbuf);
-                o.iter_mut().zip(vbuf.iter()).for_each(|(a, &b)| *a += w * b);
+                if f16_acc {
+                    o.iter_mut().zip(vbuf.iter()).for_each(|(a, &b)| *a = r16(b.mul_add(w, *a)));
+                } else {
+                    o.iter_mut().zip(vbuf.iter()).for_each(|(a, &b)| *a += w * b);
+                }
             }
             if sum > 0.0 {
                 let inv = 1.0 / sum;
