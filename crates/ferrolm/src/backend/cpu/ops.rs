@@ -126,8 +126,8 @@ mod tests {
     fn rms_norm_unit_rows() {
         let x = [3.0, 4.0, 0.0, 0.0];
         let mut out = [0.0; 4];
-        rms_norm_rows(&x, &[1.0, 1.0], 0.0, &mut out);
-        let r = (12.5f32).sqrt();
+        rms_norm_rows(&x, &[1.0, 1.0], 1e-6, &mut out);
+        let r = (12.5f32 + 1e-6).sqrt();
         assert!((out[0] - 3.0 / r).abs() < 1e-6 && (out[1] - 4.0 / r).abs() < 1e-6);
         assert_eq!(&out[2..], &[0.0, 0.0]);
     }
