@@ -1,5 +1,6 @@
 //! Causal multi-head attention with grouped KV heads over each sequence's cache.
 
+use ferrolm_kernels::simd;
 use half::f16;
 use rayon::prelude::*;
 
@@ -68,7 +69,7 @@ pub fn attention(
                     continue;
                 }
                 keys.read(slot * kv_dim + off, kbuf);
-                let mut s = ferrolm_kernels::simd::dot_f32(qbuf, kbuf) * scale;
+                let mut s = simd::dot_f32(qbuf, kbuf) * scale;
                 if let Some(c) = softcap {
                     s = c * (s / c).tanh();
                 }
@@ -76,7 +77,7 @@ pub fn attention(
                 let w = if s > max {
                     let r = (max - s).exp();
                     if f16_acc {
-                        o.iter_mut().for_each(|a| *a = r16(*a * r));
+                        simd::scale_round_f16(o, r);
                     } else {
                         o.iter_mut().for_each(|a| *a *= r);
                     }
@@ -89,7 +90,7 @@ pub fn attention(
                 sum += w;
                 values.read(slot * kv_dim + off, vbuf);
                 if f16_acc {
-                    o.iter_mut().zip(vbuf.iter()).for_each(|(a, &b)| *a = r16(b.mul_add(w, *a)));
+                    simd::mad_round_f16(o, vbuf, w);
                 } else {
                     o.iter_mut().zip(vbuf.iter()).for_each(|(a, &b)| *a += w * b);
                 }
