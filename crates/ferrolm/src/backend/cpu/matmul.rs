@@ -27,11 +27,17 @@ fn matmul_q8(w: &Weight, x: &[f32], n_tok: usize, rb: usize, out: &mut [f32]) {
     let cols = w.cols;
     // Activations, quantized once: [n_tok, rb] bytes.
     let mut xq = vec![0u8; n_tok * rb];
-    xq.par_chunks_mut(rb).zip(x.par_chunks(cols)).for_each(|(q, xr)| {
+    let quantize = |(q, xr): (&mut [u8], &[f32])| {
         // Lengths come from act_row_bytes, so this cannot fail.
         let res = quant::quantize_activations(w.ty, xr, q);
         debug_assert!(res.is_ok());
-    });
+    };
+    // A parallel region costs microseconds: not worth it for the few rows of a decode step.
+    if n_tok < 8 {
+        xq.chunks_mut(rb).zip(x.chunks(cols)).for_each(quantize);
+    } else {
+        xq.par_chunks_mut(rb).zip(x.par_chunks(cols)).for_each(quantize);
+    }
     let dot =
         |r: usize, t: usize| quant::vec_dot_q(w.ty, w.row(r), &xq[t * rb..(t + 1) * rb]).unwrap_or(f32::NAN);
     if n_tok == 1 {
