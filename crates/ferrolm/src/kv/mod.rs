@@ -98,11 +98,23 @@ pub struct RowsView<'a> {
     rows: &'a Rows,
 }
 
-impl RowsView<'_> {
+impl<'a> RowsView<'a> {
     /// Copies `out.len()` elements starting at element `at` into `out` as f32.
     #[inline]
     pub fn read(&self, at: usize, out: &mut [f32]) {
         self.rows.read(at, out);
+    }
+
+    /// All rows as f32: borrowed when that is the storage type, converted once otherwise.
+    pub fn to_f32(self) -> std::borrow::Cow<'a, [f32]> {
+        match self.rows {
+            Rows::F32(v) => std::borrow::Cow::Borrowed(v),
+            Rows::F16(v) => {
+                let mut out = vec![0.0f32; v.len()];
+                v.convert_to_f32_slice(&mut out);
+                std::borrow::Cow::Owned(out)
+            }
+        }
     }
 
     /// The rows as f32, if that is their storage type (no conversion needed).

@@ -5,7 +5,9 @@ use half::f16;
 use rayon::prelude::*;
 
 use crate::engine::BatchEntry;
-use crate::kv::{KvCache, KvType};
+use std::borrow::Cow;
+
+use crate::kv::{KvCache, KvType, SeqId};
 
 /// Head geometry of an attention call.
 #[derive(Clone, Copy, Debug)]
@@ -29,7 +31,9 @@ pub struct AttentionShape {
 /// the slots whose logical position is ≤ `p` (and inside the window).
 ///
 /// One pass per query with an online softmax (running maximum and sum), so no score buffer
-/// grows with the context. With an f16 cache the arithmetic is f16 too, as in llama.cpp's CPU
+/// grows with the context. Work is split by (token, KV head): the query heads that share a KV
+/// head are processed together, so each cached row is read (and converted from f16) once for
+/// the whole group. With an f16 cache the arithmetic is f16 too, as in llama.cpp's CPU
 /// flash attention: the query is rounded to f16 for the f16 dot products with the keys, and the
 /// weighted sum of values is accumulated in f16. An f32 cache computes everything in f32.
 ///
@@ -47,58 +51,114 @@ pub fn attention(
     let kv_dim = n_head_kv * hd;
     let f16_q = kv.types().0 == KvType::F16;
     let f16_acc = kv.types().1 == KvType::F16;
-    let r16 = |v: f32| f16::from_f32(v).to_f32();
-    out.par_chunks_mut(hd).enumerate().for_each_init(
-        || (vec![0.0f32; hd], vec![0.0f32; hd], vec![0.0f32; hd]),
-        |(qbuf, kbuf, vbuf), (idx, o)| {
-            let (t, h) = (idx / n_head, idx % n_head);
+    // A prompt batch converts each sequence's rows to f32 once; a decode step, which reads
+    // every row once anyway, converts row by row and allocates nothing large.
+    let materialize = entries.len() >= MATERIALIZE_MIN_TOKENS;
+    let mut seqs: Vec<(SeqId, Cow<'_, [f32]>, Cow<'_, [f32]>)> = Vec::new();
+    if materialize {
+        for e in entries {
+            if seqs.iter().all(|(id, _, _)| *id != e.seq) {
+                if let Some(sc) = kv.seq(e.seq) {
+                    seqs.push((e.seq, sc.keys(layer).to_f32(), sc.values(layer).to_f32()));
+                }
+            }
+        }
+    }
+    // [n_tok, n_head_kv, group * head_dim]: one chunk per (token, KV head).
+    out.par_chunks_mut(group * hd).enumerate().for_each_init(
+        || Scratch::new(group, hd),
+        |sc, (idx, o)| {
+            let (t, kvh) = (idx / n_head_kv, idx % n_head_kv);
             let e = entries[t];
             o.fill(0.0);
             let Some(seq) = kv.seq(e.seq) else { return };
-            let (keys, values) = (seq.keys(layer), seq.values(layer));
-            let qh = &q[t * n_head * hd + h * hd..t * n_head * hd + (h + 1) * hd];
+            // Queries of the group. [group, head_dim]
+            let qg = &q[t * n_head * hd + kvh * group * hd..][..group * hd];
             if f16_q {
-                qbuf.iter_mut().zip(qh).for_each(|(d, &s)| *d = r16(s));
+                sc.q.iter_mut().zip(qg).for_each(|(d, &s)| *d = f16::from_f32(s).to_f32());
             } else {
-                qbuf.copy_from_slice(qh);
+                sc.q.copy_from_slice(qg);
             }
-            let off = (h / group) * hd;
-            let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+            sc.max.fill(f32::NEG_INFINITY);
+            sc.sum.fill(0.0);
+            let rows = seqs.iter().find(|(id, _, _)| *id == e.seq);
+            let off = kvh * hd;
             for (slot, &p) in seq.positions().iter().enumerate() {
                 if p > e.pos || window.is_some_and(|w| (e.pos - p) as usize >= w) {
                     continue;
                 }
-                keys.read(slot * kv_dim + off, kbuf);
-                let mut s = simd::dot_f32(qbuf, kbuf) * scale;
-                if let Some(c) = softcap {
-                    s = c * (s / c).tanh();
-                }
-                // Online softmax: rescale what was accumulated when a new maximum appears.
-                let w = if s > max {
-                    let r = (max - s).exp();
-                    if f16_acc {
-                        simd::scale_round_f16(o, r);
-                    } else {
-                        o.iter_mut().for_each(|a| *a *= r);
+                let at = slot * kv_dim + off;
+                let (k, v): (&[f32], &[f32]) = match rows {
+                    Some((_, ks, vs)) => (&ks[at..at + hd], &vs[at..at + hd]),
+                    None => {
+                        seq.keys(layer).read(at, &mut sc.k);
+                        seq.values(layer).read(at, &mut sc.v);
+                        (&sc.k, &sc.v)
                     }
-                    sum *= r;
-                    max = s;
-                    1.0
-                } else {
-                    (s - max).exp()
                 };
-                sum += w;
-                values.read(slot * kv_dim + off, vbuf);
-                if f16_acc {
-                    simd::mad_round_f16(o, vbuf, w);
-                } else {
-                    o.iter_mut().zip(vbuf.iter()).for_each(|(a, &b)| *a += w * b);
+                for g in 0..group {
+                    let mut s = simd::dot_f32(&sc.q[g * hd..(g + 1) * hd], k) * scale;
+                    if let Some(c) = softcap {
+                        s = c * (s / c).tanh();
+                    }
+                    let og = &mut o[g * hd..(g + 1) * hd];
+                    // Online softmax: rescale what was accumulated when a new maximum appears.
+                    let w = if s > sc.max[g] {
+                        let r = (sc.max[g] - s).exp();
+                        if f16_acc {
+                            simd::scale_round_f16(og, r);
+                        } else {
+                            og.iter_mut().for_each(|a| *a *= r);
+                        }
+                        sc.sum[g] *= r;
+                        sc.max[g] = s;
+                        1.0
+                    } else {
+                        (s - sc.max[g]).exp()
+                    };
+                    sc.sum[g] += w;
+                    if f16_acc {
+                        simd::mad_round_f16(og, v, w);
+                    } else {
+                        og.iter_mut().zip(v).for_each(|(a, &b)| *a += w * b);
+                    }
                 }
             }
-            if sum > 0.0 {
-                let inv = 1.0 / sum;
-                o.iter_mut().for_each(|a| *a *= inv);
+            for (g, og) in o.chunks_exact_mut(hd).enumerate() {
+                if sc.sum[g] > 0.0 {
+                    let inv = 1.0 / sc.sum[g];
+                    og.iter_mut().for_each(|a| *a *= inv);
+                }
             }
         },
     );
+}
+
+/// Batches at least this long convert the cache to f32 once per call.
+const MATERIALIZE_MIN_TOKENS: usize = 8;
+
+/// Per-task buffers of [`attention`].
+struct Scratch {
+    /// Queries of one KV group. `[group, head_dim]`
+    q: Vec<f32>,
+    /// One key row. `[head_dim]`
+    k: Vec<f32>,
+    /// One value row. `[head_dim]`
+    v: Vec<f32>,
+    /// Running maximum per query head. `[group]`
+    max: Vec<f32>,
+    /// Running softmax denominator per query head. `[group]`
+    sum: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(group: usize, hd: usize) -> Self {
+        Self {
+            q: vec![0.0; group * hd],
+            k: vec![0.0; hd],
+            v: vec![0.0; hd],
+            max: vec![0.0; group],
+            sum: vec![0.0; group],
+        }
+    }
 }
