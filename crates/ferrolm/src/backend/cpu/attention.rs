@@ -54,7 +54,7 @@ pub fn attention(
     // A prompt batch converts each sequence's rows to f32 once; a decode step, which reads
     // every row once anyway, converts row by row and allocates nothing large.
     let materialize = entries.len() >= MATERIALIZE_MIN_TOKENS;
-    let mut seqs: Vec<(SeqId, Cow<'_, [f32]>, Cow<'_, [f32]>)> = Vec::new();
+    let mut seqs: Vec<SeqRows<'_>> = Vec::new();
     if materialize {
         for e in entries {
             if seqs.iter().all(|(id, _, _)| *id != e.seq) {
@@ -133,6 +133,9 @@ pub fn attention(
         },
     );
 }
+
+/// A sequence's keys and values of one layer, as f32. `[len, kv_dim]` each.
+type SeqRows<'a> = (SeqId, Cow<'a, [f32]>, Cow<'a, [f32]>);
 
 /// Batches at least this long convert the cache to f32 once per call.
 const MATERIALIZE_MIN_TOKENS: usize = 8;
