@@ -118,6 +118,42 @@ unsafe fn quantize_avx2(vt: GgmlType, x: &[f32], out: &mut [u8]) {
 ///
 /// The row length is implied by `xq`; `w_row` must hold exactly as many elements of `ty`.
 pub fn vec_dot_q(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<f32, QuantError> {
+    check_dot(ty, w_row, xq)?;
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: AVX2 and FMA were detected on this CPU; lengths validated above.
+        return Ok(unsafe { vec_dot_avx2(ty, w_row, xq) });
+    }
+    Ok(vec_dot_any::<PORTABLE_FMA, false>(ty, w_row, xq))
+}
+
+/// [`vec_dot_q`] of one weight row with several activation rows at once: `xq` holds
+/// `out.len()` rows of equal length back to back, and `out[t]` receives exactly what
+/// `vec_dot_q(ty, w_row, row t)` returns (same operations in the same order). Each weight block
+/// is unpacked once for a tile of rows, which is what makes prompt processing cheaper than a
+/// loop of single dot products.
+pub fn vec_dot_q_rows(ty: GgmlType, w_row: &[u8], xq: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
+    let n = out.len();
+    if n == 0 {
+        return Ok(());
+    }
+    let rb = xq.len() / n;
+    if rb * n != xq.len() {
+        return Err(QuantError::BadLength { ty, elements: n, bytes: xq.len(), expected: rb * n });
+    }
+    check_dot(ty, w_row, &xq[..rb])?;
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: AVX2 and FMA were detected on this CPU; lengths validated above.
+        unsafe { vec_dot_rows_avx2(ty, w_row, xq, rb, out) };
+        return Ok(());
+    }
+    vec_dot_rows_any::<PORTABLE_FMA, false>(ty, w_row, xq, rb, out);
+    Ok(())
+}
+
+/// Checks that `w_row` and the activation row `xq` have matching lengths for `ty`.
+fn check_dot(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
     let vt = vec_dot_type(ty).ok_or(QuantError::UnsupportedType(ty))?;
     let (vblock, vsize) = (vt.block_size(), vt.type_size());
     if xq.len() % vsize != 0 {
@@ -129,13 +165,92 @@ pub fn vec_dot_q(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<f32, QuantErro
         });
     }
     let n = xq.len() / vsize * vblock;
-    check_len(ty, n, w_row.len())?;
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2_fma() {
-        // SAFETY: AVX2 and FMA were detected on this CPU; lengths validated above.
-        return Ok(unsafe { vec_dot_avx2(ty, w_row, xq) });
+    check_len(ty, n, w_row.len())
+}
+
+/// [`vec_dot_rows_any`] compiled for AVX2+FMA, with fused multiply-adds.
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vec_dot_rows_avx2(ty: GgmlType, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+    vec_dot_rows_any::<true, true>(ty, w, xq, rb, out);
+}
+
+/// Activation rows handled together by [`vec_dot_q_rows`].
+const ROW_TILE: usize = 4;
+
+/// Several-row dot products; lengths already validated.
+#[inline(always)]
+fn vec_dot_rows_any<const FMA: bool, const AVX2: bool>(
+    ty: GgmlType,
+    w: &[u8],
+    xq: &[u8],
+    rb: usize,
+    out: &mut [f32],
+) {
+    use GgmlType::*;
+    match ty {
+        Q4_0 => dot32_rows::<FMA, AVX2>(w, xq, rb, out, 18, |b| nibbles(&b[2..], 8)),
+        Q5_0 => dot32_rows::<FMA, AVX2>(w, xq, rb, out, 22, unpack_q5_0),
+        Q8_0 => dot32_rows::<FMA, AVX2>(w, xq, rb, out, Q8_0_BYTES, unpack_q8_0),
+        Q4_1 => dot_q4_1_rows::<FMA, AVX2>(w, xq, rb, out),
+        _ => {
+            for (t, o) in out.iter_mut().enumerate() {
+                *o = vec_dot_any::<FMA, AVX2>(ty, w, &xq[t * rb..(t + 1) * rb]);
+            }
+        }
     }
-    Ok(vec_dot_any::<PORTABLE_FMA, false>(ty, w_row, xq))
+}
+
+/// [`dot32_q8_0`] for a tile of activation rows at a time.
+#[inline(always)]
+fn dot32_rows<const FMA: bool, const AVX2: bool>(
+    w: &[u8],
+    xq: &[u8],
+    rb: usize,
+    out: &mut [f32],
+    wb: usize,
+    unpack: impl Fn(&[u8]) -> [i8; 32],
+) {
+    for (i, tile) in out.chunks_mut(ROW_TILE).enumerate() {
+        let t0 = i * ROW_TILE;
+        let mut acc = [[0f32; 8]; ROW_TILE];
+        for (b, bw) in w.chunks_exact(wb).enumerate() {
+            let (wq, dw) = (unpack(bw), f16_at(bw));
+            for (j, a) in acc.iter_mut().enumerate().take(tile.len()) {
+                let bx = &xq[(t0 + j) * rb + b * Q8_0_BYTES..][..Q8_0_BYTES];
+                let lanes = lanes8::<AVX2>(&wq, as_i8(&bx[2..]));
+                acc8::<FMA>(a, dw * f16_at(bx), &lanes);
+            }
+        }
+        for (o, a) in tile.iter_mut().zip(&acc) {
+            *o = hsum8(a);
+        }
+    }
+}
+
+/// [`dot_q4_1`] for a tile of activation rows at a time.
+#[inline(always)]
+fn dot_q4_1_rows<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+    for (i, tile) in out.chunks_mut(ROW_TILE).enumerate() {
+        let t0 = i * ROW_TILE;
+        let mut acc = [[0f32; 8]; ROW_TILE];
+        let mut summs = [0f32; ROW_TILE];
+        for (b, bw) in w.chunks_exact(20).enumerate() {
+            let (wq, dw, mw) = (nibbles(&bw[4..], 0), f16_at(bw), f16_at(&bw[2..]));
+            for j in 0..tile.len() {
+                let bx = &xq[(t0 + j) * rb + b * Q8_1_BYTES..][..Q8_1_BYTES];
+                summs[j] = madd::<FMA>(mw, f16_at(&bx[2..]), summs[j]);
+                let lanes = lanes8::<AVX2>(&wq, as_i8(&bx[4..]));
+                acc8::<FMA>(&mut acc[j], dw * f16_at(bx), &lanes);
+            }
+        }
+        for (j, o) in tile.iter_mut().enumerate() {
+            *o = hsum8(&acc[j]) + summs[j];
+        }
+    }
 }
 
 /// Whether the portable path fuses multiply-adds: only where the target has hardware FMA (always
@@ -287,18 +402,30 @@ fn dot_q4_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
 /// Q5_0 · Q8_0: `Σ d_w d_x Σ (q_w - 16) q_x` with 5-bit `q_w`.
 #[inline(always)]
 fn dot_q5_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
-    dot32_q8_0::<FMA, AVX2>(w, xq, 22, |b| {
-        // The fifth bits, eight values at a time through a table (branch-free, vectorisable).
-        let mut hi = [0u8; 32];
-        for (k, h) in hi.chunks_exact_mut(8).enumerate() {
-            h.copy_from_slice(&HIGH_BITS[usize::from(b[2 + k])].to_le_bytes());
-        }
-        let mut v = nibbles(&b[6..], 16);
-        for (x, h) in v.iter_mut().zip(hi) {
-            *x += h as i8;
-        }
-        v
-    })
+    dot32_q8_0::<FMA, AVX2>(w, xq, 22, unpack_q5_0)
+}
+
+/// The 32 signed values of a Q5_0 block.
+#[inline(always)]
+fn unpack_q5_0(b: &[u8]) -> [i8; 32] {
+    // The fifth bits, eight values at a time through a table (branch-free, vectorisable).
+    let mut hi = [0u8; 32];
+    for (k, h) in hi.chunks_exact_mut(8).enumerate() {
+        h.copy_from_slice(&HIGH_BITS[usize::from(b[2 + k])].to_le_bytes());
+    }
+    let mut v = nibbles(&b[6..], 16);
+    for (x, h) in v.iter_mut().zip(hi) {
+        *x += h as i8;
+    }
+    v
+}
+
+/// The 32 values of a Q8_0 block.
+#[inline(always)]
+fn unpack_q8_0(b: &[u8]) -> [i8; 32] {
+    let mut v = [0i8; 32];
+    v.copy_from_slice(as_i8(&b[2..34]));
+    v
 }
 
 /// For each byte value, eight bytes that are 16 where the corresponding bit is set.
@@ -321,11 +448,7 @@ const HIGH_BITS: [u64; 256] = {
 /// Q8_0 · Q8_0: `Σ d_w d_x Σ q_w q_x`.
 #[inline(always)]
 fn dot_q8_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
-    dot32_q8_0::<FMA, AVX2>(w, xq, Q8_0_BYTES, |b| {
-        let mut v = [0i8; 32];
-        v.copy_from_slice(as_i8(&b[2..34]));
-        v
-    })
+    dot32_q8_0::<FMA, AVX2>(w, xq, Q8_0_BYTES, unpack_q8_0)
 }
 
 /// Q4_1 · Q8_1: `Σ (d_w d_x) Σ q_w q_x + Σ m_w s_x`, the second sum kept apart and added last.

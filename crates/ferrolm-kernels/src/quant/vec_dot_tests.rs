@@ -206,3 +206,29 @@ fn integer_exact_on_unit_scales() {
     let _ = n;
     assert_eq!(vec_dot_q(GgmlType::Q8_0, &w, &xq), Ok(want as f32));
 }
+
+#[test]
+fn rows_equal_single_dots_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(99);
+    for ty in WEIGHT_TYPES {
+        let n = 512;
+        let w = weights(ty, n, &mut rng);
+        let rb = act_row_bytes(ty, n).expect("row bytes");
+        for rows in [1usize, 3, 4, 5, 9] {
+            let mut xq = vec![0u8; rows * rb];
+            for r in 0..rows {
+                quantize_activations(ty, &acts(n, &mut rng), &mut xq[r * rb..(r + 1) * rb])
+                    .expect("quantize");
+            }
+            let mut out = vec![0f32; rows];
+            vec_dot_q_rows(ty, &w, &xq, &mut out).expect("rows");
+            for (r, &o) in out.iter().enumerate() {
+                let single = vec_dot_q(ty, &w, &xq[r * rb..(r + 1) * rb]).expect("single");
+                assert_eq!(o.to_bits(), single.to_bits(), "{ty} rows {rows} row {r}");
+            }
+        }
+        let mut out = vec![0f32; 2];
+        assert!(vec_dot_q_rows(ty, &w, &[0u8; 7], &mut out).is_err());
+        assert!(vec_dot_q_rows(ty, &w[..w.len() - 1], &vec![0u8; 2 * rb], &mut out).is_err());
+    }
+}

@@ -38,22 +38,22 @@ fn matmul_q8(w: &Weight, x: &[f32], n_tok: usize, rb: usize, out: &mut [f32]) {
     } else {
         xq.par_chunks_mut(rb).zip(x.par_chunks(cols)).for_each(quantize);
     }
-    let dot =
-        |r: usize, t: usize| quant::vec_dot_q(w.ty, w.row(r), &xq[t * rb..(t + 1) * rb]).unwrap_or(f32::NAN);
     if n_tok == 1 {
         out.par_chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, chunk)| {
             for (j, o) in chunk.iter_mut().enumerate() {
-                *o = dot(b * ROW_BLOCK + j, 0);
+                // Lengths come from the loaded weight and act_row_bytes, so this cannot fail.
+                *o = quant::vec_dot_q(w.ty, w.row(b * ROW_BLOCK + j), &xq).unwrap_or(f32::NAN);
             }
         });
         return;
     }
-    // [rows, n_tok]: each task owns a block of weight rows, kept hot in cache across tokens.
+    // [rows, n_tok]: each task owns a block of weight rows; each weight row meets every token
+    // with its blocks unpacked once per tile of tokens.
     let mut t_out = vec![0.0f32; w.rows * n_tok];
     t_out.par_chunks_mut(ROW_BLOCK * n_tok).enumerate().for_each(|(b, chunk)| {
         for (j, dst) in chunk.chunks_exact_mut(n_tok).enumerate() {
-            for (t, d) in dst.iter_mut().enumerate() {
-                *d = dot(b * ROW_BLOCK + j, t);
+            if quant::vec_dot_q_rows(w.ty, w.row(b * ROW_BLOCK + j), &xq, dst).is_err() {
+                dst.fill(f32::NAN);
             }
         }
     });
