@@ -47,7 +47,7 @@ pub enum Error {
     #[error("{0}")]
     InvalidInput(String),
     /// An I/O error with the path involved.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file or folder.
         path: std::path::PathBuf,

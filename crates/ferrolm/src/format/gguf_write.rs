@@ -66,7 +66,7 @@ pub enum GgufWriteError {
         actual: u64,
     },
     /// Writing the file failed.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Io {
         /// The file.
         path: String,

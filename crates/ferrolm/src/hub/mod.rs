@@ -71,7 +71,7 @@ pub enum HubError {
         dir: PathBuf,
     },
     /// A wheel is not a readable zip file.
-    #[error("{}: not a readable wheel: {source}", path.display())]
+    #[error("{}: not a readable wheel", path.display())]
     Wheel {
         /// The wheel.
         path: PathBuf,
@@ -97,7 +97,7 @@ pub enum HubError {
         actual: String,
     },
     /// An I/O error with the path involved.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file or folder.
         path: PathBuf,

@@ -43,7 +43,7 @@ fn cautious_capacity<T>(n: u64) -> usize {
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     /// The file could not be opened or mapped.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         /// The file.
         path: String,
@@ -106,8 +106,8 @@ pub enum GgufError {
         name: String,
     },
     /// `general.alignment` is zero, not a power of two, or not an integer.
-    #[error("invalid general.alignment {0}")]
-    BadAlignment(u64),
+    #[error("invalid general.alignment {0}: it must be a power of two no larger than 2^30")]
+    BadAlignment(String),
     /// A tensor's dimension count or dimensions are invalid.
     #[error("tensor '{name}': invalid shape {dims:?}")]
     BadShape {
@@ -296,8 +296,8 @@ impl GgufFile {
             None => DEFAULT_ALIGNMENT,
             Some(v) => match v.as_i128() {
                 Some(a) if a > 0 && a <= (1 << 30) && (a as u64).is_power_of_two() => a as u64,
-                Some(a) => return Err(GgufError::BadAlignment(a.max(0) as u64)),
-                None => return Err(GgufError::BadAlignment(0)),
+                Some(a) => return Err(GgufError::BadAlignment(a.to_string())),
+                None => return Err(GgufError::BadAlignment(format!("{v} ({})", v.type_name()))),
             },
         };
 
