@@ -382,10 +382,11 @@ impl GgufFile {
         self.tensor_index.get(name).map(|&i| &self.tensors[i])
     }
 
-    /// The raw bytes of a tensor's data (zero-copy into the mapping). The range was checked at
-    /// parse time.
+    /// The raw bytes of a tensor's data (zero-copy into the mapping). The range of every tensor
+    /// of this file was checked at parse time; a `TensorInfo` from another file that does not fit
+    /// gives an empty slice rather than a panic.
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
-        &self.storage.as_bytes()[self.tensor_range(info)]
+        self.storage.as_bytes().get(self.tensor_range(info)).unwrap_or(&[])
     }
 
     /// The bytes behind the file, shared so weights can borrow tensor data without copies.
@@ -395,8 +396,8 @@ impl GgufFile {
 
     /// Absolute byte range of a tensor's data in [`GgufFile::storage`].
     pub fn tensor_range(&self, info: &TensorInfo) -> std::ops::Range<usize> {
-        let start = (self.data_offset + info.offset) as usize;
-        start..start + info.size as usize
+        let start = self.data_offset.saturating_add(info.offset) as usize;
+        start..start.saturating_add(info.size as usize)
     }
 
     /// `general.architecture`.
