@@ -264,7 +264,16 @@ const PORTABLE_FMA: bool = !cfg!(target_arch = "x86_64") || cfg!(target_feature 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vec_dot_avx2(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
-    vec_dot_any::<true, true>(ty, w, xq)
+    let f16c = crate::simd::has_avx2_fma_f16c();
+    match ty {
+        // SAFETY: the caller checked AVX2 and FMA, and F16C is checked just above.
+        GgmlType::Q4_0 if f16c => unsafe { avx2::dot_q4_0(w, xq) },
+        // SAFETY: as above.
+        GgmlType::Q4_1 if f16c => unsafe { avx2::dot_q4_1(w, xq) },
+        // SAFETY: as above.
+        GgmlType::Q8_0 if f16c => unsafe { avx2::dot_q8_0(w, xq) },
+        _ => vec_dot_any::<true, true>(ty, w, xq),
+    }
 }
 
 /// Row dot product for a supported weight type; lengths already validated.
@@ -559,6 +568,10 @@ fn dot_q6_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     }
     hsum8(&acc)
 }
+
+#[cfg(target_arch = "x86_64")]
+#[path = "vec_dot_avx2.rs"]
+mod avx2;
 
 #[cfg(test)]
 #[path = "vec_dot_tests.rs"]
