@@ -37,7 +37,7 @@ pub use q4_k::BlockQ4K;
 pub use q5_0::BlockQ5_0;
 pub use q6_k::BlockQ6K;
 pub use q8_0::{BlockQ8_0, quantize_row_q8_0};
-pub use vec_dot::{act_row_bytes, quantize_activations, vec_dot_q, vec_dot_q_rows, vec_dot_type};
+pub use vec_dot::{VecDot, act_row_bytes, quantize_activations, vec_dot_q, vec_dot_q_rows, vec_dot_type};
 
 use crate::GgmlType;
 use crate::simd::{ACC_LANES, lanes_fma, reduce_lanes};

@@ -120,8 +120,8 @@ unsafe fn quantize_avx2(vt: GgmlType, x: &[f32], out: &mut [u8]) {
 pub fn vec_dot_q(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<f32, QuantError> {
     check_dot(ty, w_row, xq)?;
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2_fma() {
-        // SAFETY: AVX2 and FMA were detected on this CPU; lengths validated above.
+    if crate::simd::has_avx2_fma_f16c() {
+        // SAFETY: AVX2, FMA and F16C were detected on this CPU; lengths validated above.
         return Ok(unsafe { vec_dot_avx2(ty, w_row, xq) });
     }
     Ok(vec_dot_any::<PORTABLE_FMA, false>(ty, w_row, xq))
@@ -143,13 +143,95 @@ pub fn vec_dot_q_rows(ty: GgmlType, w_row: &[u8], xq: &[u8], out: &mut [f32]) ->
     }
     check_dot(ty, w_row, &xq[..rb])?;
     #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2_fma() {
-        // SAFETY: AVX2 and FMA were detected on this CPU; lengths validated above.
+    if crate::simd::has_avx2_fma_f16c() {
+        // SAFETY: AVX2, FMA and F16C were detected on this CPU; lengths validated above.
         unsafe { vec_dot_rows_avx2(ty, w_row, xq, rb, out) };
         return Ok(());
     }
     vec_dot_rows_any::<PORTABLE_FMA, false>(ty, w_row, xq, rb, out);
     Ok(())
+}
+
+/// A row dot-product kernel chosen once for a weight type and this CPU, for callers that run
+/// many rows of one matrix: [`vec_dot_q`] re-validates lengths and re-dispatches on every call,
+/// which costs as much as a short row's arithmetic. Results are identical to [`vec_dot_q`].
+///
+/// [`VecDot::dot`] does not check lengths: a weight row or activation row of the wrong length
+/// gives a meaningless number (never undefined behaviour). Check them once with
+/// [`VecDot::check`].
+#[derive(Clone, Copy)]
+pub struct VecDot {
+    ty: GgmlType,
+    kernel: fn(&[u8], &[u8]) -> f32,
+}
+
+impl std::fmt::Debug for VecDot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "VecDot({})", self.ty)
+    }
+}
+
+macro_rules! kernels {
+    ($($ty:ident => $portable:ident, $avx2:ident;)*) => {
+        $(
+            fn $portable(w: &[u8], xq: &[u8]) -> f32 {
+                vec_dot_any::<PORTABLE_FMA, false>(GgmlType::$ty, w, xq)
+            }
+            #[cfg(target_arch = "x86_64")]
+            fn $avx2(w: &[u8], xq: &[u8]) -> f32 {
+                // SAFETY: only reachable through `VecDot::new`, which selects this kernel after
+                // detecting AVX2, FMA and F16C on this CPU. Lengths only steer safe slicing.
+                unsafe { vec_dot_avx2(GgmlType::$ty, w, xq) }
+            }
+        )*
+
+        impl VecDot {
+            /// The kernel for weights of type `ty` (an error for types without a vec-dot type).
+            pub fn new(ty: GgmlType) -> Result<Self, QuantError> {
+                #[cfg(target_arch = "x86_64")]
+                let avx2 = crate::simd::has_avx2_fma_f16c();
+                #[cfg(not(target_arch = "x86_64"))]
+                let avx2 = false;
+                let kernel: fn(&[u8], &[u8]) -> f32 = match ty {
+                    $(
+                        #[cfg(target_arch = "x86_64")]
+                        GgmlType::$ty if avx2 => $avx2,
+                        GgmlType::$ty => $portable,
+                    )*
+                    _ => return Err(QuantError::UnsupportedType(ty)),
+                };
+                let _ = avx2;
+                Ok(Self { ty, kernel })
+            }
+        }
+    };
+}
+
+kernels! {
+    Q4_0 => q4_0_portable, q4_0_avx2;
+    Q4_1 => q4_1_portable, q4_1_avx2;
+    Q5_0 => q5_0_portable, q5_0_avx2;
+    Q8_0 => q8_0_portable, q8_0_avx2;
+    Q4_K => q4_k_portable, q4_k_avx2;
+    Q6_K => q6_k_portable, q6_k_avx2;
+}
+
+impl VecDot {
+    /// The weight type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Checks that a weight row and an activation row have matching lengths.
+    pub fn check(&self, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
+        check_dot(self.ty, w_row, xq)
+    }
+
+    /// `w_row · xq`, as [`vec_dot_q`] computes it (lengths unchecked, see the type's docs).
+    #[inline]
+    pub fn dot(&self, w_row: &[u8], xq: &[u8]) -> f32 {
+        (self.kernel)(w_row, xq)
+    }
 }
 
 /// Checks that `w_row` and the activation row `xq` have matching lengths for `ty`.
@@ -173,7 +255,7 @@ fn check_dot(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn vec_dot_rows_avx2(ty: GgmlType, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
     vec_dot_rows_any::<true, true>(ty, w, xq, rb, out);
 }
@@ -218,11 +300,11 @@ fn dot32_rows<const FMA: bool, const AVX2: bool>(
         let t0 = i * ROW_TILE;
         let mut acc = [[0f32; 8]; ROW_TILE];
         for (b, bw) in w.chunks_exact(wb).enumerate() {
-            let (wq, dw) = (unpack(bw), f16_at(bw));
+            let (wq, dw) = (unpack(bw), f16_at::<AVX2>(bw));
             for (j, a) in acc.iter_mut().enumerate().take(tile.len()) {
                 let bx = &xq[(t0 + j) * rb + b * Q8_0_BYTES..][..Q8_0_BYTES];
                 let lanes = lanes8::<AVX2>(&wq, as_i8(&bx[2..]));
-                acc8::<FMA>(a, dw * f16_at(bx), &lanes);
+                acc8::<FMA>(a, dw * f16_at::<AVX2>(bx), &lanes);
             }
         }
         for (o, a) in tile.iter_mut().zip(&acc) {
@@ -239,12 +321,12 @@ fn dot_q4_1_rows<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8], rb: usi
         let mut acc = [[0f32; 8]; ROW_TILE];
         let mut summs = [0f32; ROW_TILE];
         for (b, bw) in w.chunks_exact(20).enumerate() {
-            let (wq, dw, mw) = (nibbles(&bw[4..], 0), f16_at(bw), f16_at(&bw[2..]));
+            let (wq, dw, mw) = (nibbles(&bw[4..], 0), f16_at::<AVX2>(bw), f16_at::<AVX2>(&bw[2..]));
             for j in 0..tile.len() {
                 let bx = &xq[(t0 + j) * rb + b * Q8_1_BYTES..][..Q8_1_BYTES];
-                summs[j] = madd::<FMA>(mw, f16_at(&bx[2..]), summs[j]);
+                summs[j] = madd::<FMA>(mw, f16_at::<AVX2>(&bx[2..]), summs[j]);
                 let lanes = lanes8::<AVX2>(&wq, as_i8(&bx[4..]));
-                acc8::<FMA>(&mut acc[j], dw * f16_at(bx), &lanes);
+                acc8::<FMA>(&mut acc[j], dw * f16_at::<AVX2>(bx), &lanes);
             }
         }
         for (j, o) in tile.iter_mut().enumerate() {
@@ -262,16 +344,14 @@ const PORTABLE_FMA: bool = !cfg!(target_arch = "x86_64") || cfg!(target_feature 
 /// # Safety
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn vec_dot_avx2(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
-    let f16c = crate::simd::has_avx2_fma_f16c();
     match ty {
-        // SAFETY: the caller checked AVX2 and FMA, and F16C is checked just above.
-        GgmlType::Q4_0 if f16c => unsafe { avx2::dot_q4_0(w, xq) },
-        // SAFETY: as above.
-        GgmlType::Q4_1 if f16c => unsafe { avx2::dot_q4_1(w, xq) },
-        // SAFETY: as above.
-        GgmlType::Q8_0 if f16c => unsafe { avx2::dot_q8_0(w, xq) },
+        // The three calls are safe here: this function is compiled with AVX2, FMA and F16C.
+        GgmlType::Q4_0 => avx2::dot_q4_0(w, xq),
+        GgmlType::Q4_1 => avx2::dot_q4_1(w, xq),
+        GgmlType::Q8_0 => avx2::dot_q8_0(w, xq),
+        GgmlType::Q5_0 => avx2::dot_q5_0(w, xq),
         _ => vec_dot_any::<true, true>(ty, w, xq),
     }
 }
@@ -366,10 +446,19 @@ fn as_i8(b: &[u8]) -> &[i8] {
     unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<i8>(), b.len()) }
 }
 
-/// Little-endian f16 at `b[0..2]`, as f32.
+/// Little-endian f16 at `b[0..2]`, as f32: one F16C instruction inside the AVX2 kernels
+/// (which are only entered after detecting F16C), a few integer operations elsewhere.
 #[inline(always)]
-fn f16_at(b: &[u8]) -> f32 {
-    f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]))
+fn f16_at<const AVX2: bool>(b: &[u8]) -> f32 {
+    let bits = u16::from_le_bytes([b[0], b[1]]);
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        use std::arch::x86_64::{_mm_cvtph_ps, _mm_cvtsi32_si128, _mm_cvtss_f32};
+        // SAFETY: `AVX2` is only true inside functions compiled for AVX2, FMA and F16C that are
+        // called after run-time detection of all three; the intrinsics read only registers.
+        return unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits)))) };
+    }
+    f16_bits_to_f32(bits)
 }
 
 /// Unpacks 16 nibble bytes into 32 values: low nibbles first, then high nibbles, minus `off`.
@@ -395,7 +484,7 @@ fn dot32_q8_0<const FMA: bool, const AVX2: bool>(
 ) -> f32 {
     let mut acc = [0f32; 8];
     for (bw, bx) in w.chunks_exact(wb).zip(xq.chunks_exact(Q8_0_BYTES)) {
-        let d = f16_at(bw) * f16_at(bx);
+        let d = f16_at::<AVX2>(bw) * f16_at::<AVX2>(bx);
         let lanes = lanes8::<AVX2>(&unpack(bw), as_i8(&bx[2..]));
         acc8::<FMA>(&mut acc, d, &lanes);
     }
@@ -438,7 +527,7 @@ fn unpack_q8_0(b: &[u8]) -> [i8; 32] {
 }
 
 /// For each byte value, eight bytes that are 16 where the corresponding bit is set.
-const HIGH_BITS: [u64; 256] = {
+pub(super) const HIGH_BITS: [u64; 256] = {
     let mut t = [0u64; 256];
     let mut v = 0;
     while v < 256 {
@@ -466,8 +555,8 @@ fn dot_q4_1<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
     for (bw, bx) in w.chunks_exact(20).zip(xq.chunks_exact(Q8_1_BYTES)) {
-        summs = madd::<FMA>(f16_at(&bw[2..]), f16_at(&bx[2..]), summs);
-        let d = f16_at(bw) * f16_at(bx);
+        summs = madd::<FMA>(f16_at::<AVX2>(&bw[2..]), f16_at::<AVX2>(&bx[2..]), summs);
+        let d = f16_at::<AVX2>(bw) * f16_at::<AVX2>(bx);
         let lanes = lanes8::<AVX2>(&nibbles(&bw[4..], 0), as_i8(&bx[4..]));
         acc8::<FMA>(&mut acc, d, &lanes);
     }
@@ -495,8 +584,8 @@ fn dot_q4_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc_m = [0f32; 4];
     for (bw, bx) in w.chunks_exact(144).zip(xq.chunks_exact(Q8_K_BYTES)) {
         let (dx, q8, bsums) = q8k_parts(bx);
-        let d = dx * f16_at(bw);
-        let dmin = -dx * f16_at(&bw[2..]);
+        let d = dx * f16_at::<AVX2>(bw);
+        let dmin = -dx * f16_at::<AVX2>(&bw[2..]);
         let mut packed = [0u8; K_SCALE_SIZE];
         packed.copy_from_slice(&bw[4..16]);
         let mut sc = [0i32; 8];
@@ -540,7 +629,7 @@ fn dot_q6_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = [0f32; 8];
     for (bw, bx) in w.chunks_exact(210).zip(xq.chunks_exact(Q8_K_BYTES)) {
         let (dx, q8, _) = q8k_parts(bx);
-        let d = dx * f16_at(&bw[208..]);
+        let d = dx * f16_at::<AVX2>(&bw[208..]);
         let scales = as_i8(&bw[192..208]);
         let mut sumi = [0i32; 8];
         for h in 0..2 {

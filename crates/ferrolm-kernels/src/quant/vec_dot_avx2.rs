@@ -1,4 +1,5 @@
-//! Register-resident AVX2/FMA/F16C kernels for the hottest decode dot products (Q4_0, Q4_1, Q8_0 weights).
+//! Register-resident AVX2/FMA/F16C kernels for the hottest decode dot products (Q4_0, Q4_1, Q5_0,
+//! Q8_0 weights).
 //!
 //! Same lane layout and operation order as the generic kernels in `vec_dot.rs` (eight i32 lane
 //! sums per 32-value block, one fused multiply-add per lane, GGML's `hsum_float_8` at the end),
@@ -8,7 +9,7 @@
 use std::arch::x86_64::*;
 
 use super::super::q8_act::{Q8_0_BYTES, Q8_1_BYTES};
-use super::hsum8;
+use super::{HIGH_BITS, hsum8};
 
 /// Little-endian f16 at `b[0..2]`, as f32, in one F16C instruction.
 #[inline]
@@ -98,6 +99,22 @@ pub(super) fn dot_q8_0(w: &[u8], xq: &[u8]) -> f32 {
         let d = _mm256_set1_ps(f16_at(bw) * f16_at(bx));
         // SAFETY: both Q8_0 blocks have 32 quant bytes after their scale.
         let (wq, xv) = unsafe { (load32(&bw[2..]), load32(&bx[2..])) };
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes(wq, xv)), acc);
+    }
+    hsum(acc)
+}
+
+/// Q5_0 · Q8_0: `Σ d_w d_x Σ (q_w − 16) q_x` with 5-bit `q_w` (fifth bits through a table).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q5_0(w: &[u8], xq: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (bw, bx) in w.chunks_exact(22).zip(xq.chunks_exact(Q8_0_BYTES)) {
+        let d = _mm256_set1_ps(f16_at(bw) * f16_at(bx));
+        let hb = |k: usize| HIGH_BITS[usize::from(bw[2 + k])] as i64;
+        let hi = _mm256_set_epi64x(hb(3), hb(2), hb(1), hb(0));
+        // SAFETY: a Q5_0 block has 16 quant bytes after its scale and high bits, a Q8_0 block 32.
+        let (lo, xv) = unsafe { (nibbles(&bw[6..]), load32(&bx[2..])) };
+        let wq = _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(16));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes(wq, xv)), acc);
     }
     hsum(acc)

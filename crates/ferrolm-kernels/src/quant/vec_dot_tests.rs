@@ -45,7 +45,7 @@ fn dequant_acts(ty: GgmlType, xq: &[u8], n: usize) -> Vec<f32> {
         GgmlType::Q8_0 => dequantize_row(GgmlType::Q8_0, xq, &mut out).expect("valid"),
         GgmlType::Q8_1 => {
             for (b, o) in xq.chunks_exact(Q8_1_BYTES).zip(out.chunks_exact_mut(32)) {
-                let d = f16_at(b);
+                let d = f16_at::<false>(b);
                 for (v, &q) in o.iter_mut().zip(&b[4..]) {
                     *v = d * f32::from(q as i8);
                 }
@@ -74,7 +74,8 @@ fn reference(a: &[f32], b: &[f32]) -> (f64, f64) {
 fn reference_q4_1(w: &[u8], xq: &[u8]) -> (f64, f64) {
     let (mut dot, mut mag) = (0f64, 0f64);
     for (bw, bx) in w.chunks_exact(20).zip(xq.chunks_exact(Q8_1_BYTES)) {
-        let (dw, m, dx, sx) = (f16_at(bw), f16_at(&bw[2..]), f16_at(bx), f16_at(&bx[2..]));
+        let (dw, m, dx, sx) =
+            (f16_at::<false>(bw), f16_at::<false>(&bw[2..]), f16_at::<false>(bx), f16_at::<false>(&bx[2..]));
         for j in 0..32 {
             let qw = if j < 16 { bw[4 + j] & 15 } else { bw[4 + j - 16] >> 4 };
             let t = f64::from(dw * f32::from(qw)) * f64::from(dx * f32::from(bx[4 + j] as i8));
@@ -123,7 +124,7 @@ fn matches_f64_of_dequantized() {
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn avx2_matches_portable() {
-    if !crate::simd::has_avx2_fma() {
+    if !crate::simd::has_avx2_fma_f16c() {
         eprintln!("no AVX2+FMA on this CPU; skipping");
         return;
     }
@@ -138,7 +139,7 @@ fn avx2_matches_portable() {
             quantize_activations(ty, &x, &mut xq).expect("valid");
             quantize_any(vec_dot_type(ty).expect("quantized"), &x, &mut xq_portable);
             assert_eq!(xq, xq_portable, "{ty} x{nb}: activation bytes differ");
-            // SAFETY: AVX2+FMA detected above; lengths are consistent.
+            // SAFETY: AVX2, FMA and F16C detected above; lengths are consistent.
             let simd = unsafe { vec_dot_avx2(ty, &w, &xq) };
             // The fused portable kernel is the same arithmetic: bit-exact.
             assert_eq!(simd.to_bits(), vec_dot_any::<true, false>(ty, &w, &xq).to_bits(), "{ty} x{nb}");
@@ -231,4 +232,20 @@ fn rows_equal_single_dots_bit_for_bit() {
         assert!(vec_dot_q_rows(ty, &w, &[0u8; 7], &mut out).is_err());
         assert!(vec_dot_q_rows(ty, &w[..w.len() - 1], &vec![0u8; 2 * rb], &mut out).is_err());
     }
+}
+
+#[test]
+fn prepared_kernel_equals_vec_dot_q() {
+    let mut rng = StdRng::seed_from_u64(5);
+    for ty in WEIGHT_TYPES {
+        let n = 768;
+        let w = weights(ty, n, &mut rng);
+        let mut xq = vec![0u8; act_row_bytes(ty, n).expect("row bytes")];
+        quantize_activations(ty, &acts(n, &mut rng), &mut xq).expect("quantize");
+        let k = VecDot::new(ty).expect("kernel");
+        k.check(&w, &xq).expect("lengths");
+        assert!(k.check(&w[1..], &xq).is_err());
+        assert_eq!(k.dot(&w, &xq).to_bits(), vec_dot_q(ty, &w, &xq).expect("dot").to_bits(), "{ty}");
+    }
+    assert!(VecDot::new(GgmlType::F32).is_err());
 }

@@ -39,10 +39,17 @@ fn matmul_q8(w: &Weight, x: &[f32], n_tok: usize, rb: usize, out: &mut [f32]) {
         xq.par_chunks_mut(rb).zip(x.par_chunks(cols)).for_each(quantize);
     }
     if n_tok == 1 {
+        // Choose the kernel and check the lengths once for the whole matrix.
+        let kernel = match quant::VecDot::new(w.ty) {
+            Ok(k) if w.rows == 0 || k.check(w.row(0), &xq).is_ok() => k,
+            _ => {
+                out.fill(f32::NAN);
+                return;
+            }
+        };
         out.par_chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, chunk)| {
             for (j, o) in chunk.iter_mut().enumerate() {
-                // Lengths come from the loaded weight and act_row_bytes, so this cannot fail.
-                *o = quant::vec_dot_q(w.ty, w.row(b * ROW_BLOCK + j), &xq).unwrap_or(f32::NAN);
+                *o = kernel.dot(w.row(b * ROW_BLOCK + j), &xq);
             }
         });
         return;
