@@ -257,7 +257,14 @@ fn check_dot(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn vec_dot_rows_avx2(ty: GgmlType, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
-    vec_dot_rows_any::<true, true>(ty, w, xq, rb, out);
+    // The calls below are safe here: this function is compiled with AVX2, FMA and F16C.
+    match ty {
+        GgmlType::Q4_0 => avx2::dot32_rows(avx2::Kind::Q4_0, w, xq, rb, out),
+        GgmlType::Q5_0 => avx2::dot32_rows(avx2::Kind::Q5_0, w, xq, rb, out),
+        GgmlType::Q8_0 => avx2::dot32_rows(avx2::Kind::Q8_0, w, xq, rb, out),
+        GgmlType::Q4_1 => avx2::dot_q4_1_rows(w, xq, rb, out),
+        _ => vec_dot_rows_any::<true, true>(ty, w, xq, rb, out),
+    }
 }
 
 /// Activation rows handled together by [`vec_dot_q_rows`].

@@ -119,3 +119,93 @@ pub(super) fn dot_q5_0(w: &[u8], xq: &[u8]) -> f32 {
     }
     hsum(acc)
 }
+
+/// Activation rows handled together by the `*_rows` kernels (as in `vec_dot.rs`).
+const ROW_TILE: usize = 4;
+
+/// The 32 signed weights of a 32-value block, in a register.
+///
+/// # Safety
+/// `b` must be a whole block of the kernel's weight type.
+#[inline(always)]
+unsafe fn unpack32(kind: Kind, b: &[u8]) -> __m256i {
+    // SAFETY: the caller passes a whole block: Q4_0 has 16 quant bytes at offset 2, Q5_0 16 at
+    // offset 6 (after 4 high-bit bytes), Q8_0 32 at offset 2. The intrinsics are available:
+    // every caller is compiled with AVX2.
+    unsafe {
+        match kind {
+            Kind::Q4_0 => _mm256_sub_epi8(nibbles(&b[2..]), _mm256_set1_epi8(8)),
+            Kind::Q5_0 => {
+                let hb = |k: usize| HIGH_BITS[usize::from(b[2 + k])] as i64;
+                let hi = _mm256_set_epi64x(hb(3), hb(2), hb(1), hb(0));
+                _mm256_sub_epi8(_mm256_or_si256(nibbles(&b[6..]), hi), _mm256_set1_epi8(16))
+            }
+            Kind::Q8_0 => load32(&b[2..]),
+        }
+    }
+}
+
+/// The 32-value weight formats dotted with Q8_0 activations.
+#[derive(Clone, Copy)]
+pub(super) enum Kind {
+    Q4_0,
+    Q5_0,
+    Q8_0,
+}
+
+/// `out[t]` = the single-row dot of `w` with activation row `t` (rows `rb` bytes apart), for a
+/// 32-value weight format dotted with Q8_0, unpacking each weight block once per tile of rows.
+/// Same operations in the same order as the single-row kernels: bit-identical results.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot32_rows(kind: Kind, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+    let wb = match kind {
+        Kind::Q4_0 => 18,
+        Kind::Q5_0 => 22,
+        Kind::Q8_0 => Q8_0_BYTES,
+    };
+    for (i, tile) in out.chunks_mut(ROW_TILE).enumerate() {
+        let t0 = i * ROW_TILE;
+        let mut acc = [_mm256_setzero_ps(); ROW_TILE];
+        for (b, bw) in w.chunks_exact(wb).enumerate() {
+            let dw = f16_at(bw);
+            // SAFETY: `bw` is a whole weight block (chunks_exact).
+            let wq = unsafe { unpack32(kind, bw) };
+            for (j, a) in acc.iter_mut().enumerate().take(tile.len()) {
+                let bx = &xq[(t0 + j) * rb + b * Q8_0_BYTES..][..Q8_0_BYTES];
+                let d = _mm256_set1_ps(dw * f16_at(bx));
+                // SAFETY: a Q8_0 block has 32 quant bytes after its scale.
+                let xv = unsafe { load32(&bx[2..]) };
+                *a = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes(wq, xv)), *a);
+            }
+        }
+        for (o, a) in tile.iter_mut().zip(acc) {
+            *o = hsum(a);
+        }
+    }
+}
+
+/// Q4_1 · Q8_1 for a tile of activation rows at a time; bit-identical to [`dot_q4_1`].
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn dot_q4_1_rows(w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+    for (i, tile) in out.chunks_mut(ROW_TILE).enumerate() {
+        let t0 = i * ROW_TILE;
+        let mut acc = [_mm256_setzero_ps(); ROW_TILE];
+        let mut summs = [0f32; ROW_TILE];
+        for (b, bw) in w.chunks_exact(20).enumerate() {
+            let (dw, mw) = (f16_at(bw), f16_at(&bw[2..]));
+            // SAFETY: a Q4_1 block has 16 quant bytes after its two scales.
+            let wq = unsafe { nibbles(&bw[4..]) };
+            for j in 0..tile.len() {
+                let bx = &xq[(t0 + j) * rb + b * Q8_1_BYTES..][..Q8_1_BYTES];
+                summs[j] = mw.mul_add(f16_at(&bx[2..]), summs[j]);
+                let d = _mm256_set1_ps(dw * f16_at(bx));
+                // SAFETY: a Q8_1 block has 32 quant bytes after its two scales.
+                let xv = unsafe { load32(&bx[4..]) };
+                acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes(wq, xv)), acc[j]);
+            }
+        }
+        for (j, o) in tile.iter_mut().enumerate() {
+            *o = hsum(acc[j]) + summs[j];
+        }
+    }
+}

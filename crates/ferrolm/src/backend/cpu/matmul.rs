@@ -9,6 +9,9 @@ use crate::model::weights::Weight;
 /// Output rows handed to one task.
 const ROW_BLOCK: usize = 16;
 
+/// Tokens of a prompt batch processed together against a block of weight rows.
+const TOKEN_TILE: usize = 16;
+
 /// `out [n_tok, w.rows] = x [n_tok, w.cols] · Wᵀ`.
 ///
 /// Quantized weights meet activations quantized once per call to their 8-bit "vec-dot" format
@@ -54,13 +57,20 @@ fn matmul_q8(w: &Weight, x: &[f32], n_tok: usize, rb: usize, out: &mut [f32]) {
         });
         return;
     }
-    // [rows, n_tok]: each task owns a block of weight rows; each weight row meets every token
-    // with its blocks unpacked once per tile of tokens.
+    // [rows, n_tok]: each task owns a block of weight rows and walks the tokens in tiles, so a
+    // tile's activations and the block's weight rows stay in L1 while they meet; within a tile
+    // each weight block is unpacked once per few tokens.
     let mut t_out = vec![0.0f32; w.rows * n_tok];
     t_out.par_chunks_mut(ROW_BLOCK * n_tok).enumerate().for_each(|(b, chunk)| {
-        for (j, dst) in chunk.chunks_exact_mut(n_tok).enumerate() {
-            if quant::vec_dot_q_rows(w.ty, w.row(b * ROW_BLOCK + j), &xq, dst).is_err() {
-                dst.fill(f32::NAN);
+        let rows_here = chunk.len() / n_tok;
+        for t0 in (0..n_tok).step_by(TOKEN_TILE) {
+            let t1 = (t0 + TOKEN_TILE).min(n_tok);
+            for j in 0..rows_here {
+                let dst = &mut chunk[j * n_tok + t0..j * n_tok + t1];
+                if quant::vec_dot_q_rows(w.ty, w.row(b * ROW_BLOCK + j), &xq[t0 * rb..t1 * rb], dst).is_err()
+                {
+                    dst.fill(f32::NAN);
+                }
             }
         }
     });
