@@ -159,6 +159,11 @@ fn check(ty: GgmlType, supported: bool, elements: usize, bytes: usize) -> Result
     if !supported {
         return Err(QuantError::UnsupportedType(ty));
     }
+    check_len(ty, elements, bytes)
+}
+
+/// Validates `elements` values against `bytes` bytes of type `ty`: whole blocks, exact size.
+pub(crate) fn check_len(ty: GgmlType, elements: usize, bytes: usize) -> Result<(), QuantError> {
     let block = ty.block_size();
     if elements % block != 0 {
         return Err(QuantError::PartialBlock { ty, elements, block });
@@ -366,3 +371,17 @@ pub(crate) fn dot_elems<E: FloatElem>(src: &[u8], x: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests;
+
+/// `(max |v|, the v that has it)`: the first value of largest magnitude, with its sign, as GGML's
+/// reference quantizers find it (0, 0 for an all-zero block).
+#[inline(always)]
+pub(crate) fn signed_absmax(x: &[f32]) -> (f32, f32) {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (amax, max)
+}

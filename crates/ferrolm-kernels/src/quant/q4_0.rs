@@ -57,14 +57,7 @@ impl BlockQ4_0 {
     /// GGML's reference quantizer (`quantize_row_q4_0_ref`): the value of largest magnitude maps
     /// to -8, `d = max / -8`, `q = min(15, trunc(x / d + 8.5))`.
     pub fn quantize(x: &[f32; QK4_0]) -> Self {
-        let mut amax = 0f32;
-        let mut max = 0f32;
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (_, max) = super::signed_absmax(x);
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let q = |v: f32| ((v * id + 8.5) as u8).min(15);

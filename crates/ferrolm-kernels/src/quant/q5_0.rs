@@ -64,14 +64,7 @@ impl BlockQ5_0 {
     /// GGML's reference quantizer (`quantize_row_q5_0_ref`): the value of largest magnitude maps
     /// to -16, `d = max / -16`, `q = min(31, trunc(x / d + 16.5))`.
     pub fn quantize(x: &[f32; QK5_0]) -> Self {
-        let mut amax = 0f32;
-        let mut max = 0f32;
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (_, max) = super::signed_absmax(x);
         let d = max / -16.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let q = |v: f32| ((v * id + 16.5) as u8).min(31);

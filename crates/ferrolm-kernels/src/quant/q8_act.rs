@@ -83,15 +83,7 @@ pub(crate) fn nearest_int(v: f32) -> i32 {
 #[inline(always)]
 pub(crate) fn quantize_block_q8_k(x: &[f32], out: &mut [u8]) {
     let (x, out) = (&x[..QK_K], &mut out[..Q8_K_BYTES]);
-    let mut amax = 0f32;
-    let mut max = 0f32;
-    for &v in x {
-        let a = v.abs();
-        if a > amax {
-            amax = a;
-            max = v;
-        }
-    }
+    let (amax, max) = super::signed_absmax(x);
     let mut qs = [0i8; QK_K];
     let d = if amax == 0.0 {
         0.0

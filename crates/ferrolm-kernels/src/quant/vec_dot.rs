@@ -25,7 +25,7 @@ use super::q4_k::{K_SCALE_SIZE, scale_min_k4};
 use super::q8_act::{
     Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES, QK8, quantize_block_q8_0, quantize_block_q8_1, quantize_block_q8_k,
 };
-use super::{QK_K, QuantError};
+use super::{QK_K, QuantError, check_len};
 use crate::GgmlType;
 
 /// The 8-bit type GGML quantizes activations to before dotting them with weights of type `ty`:
@@ -52,18 +52,6 @@ pub fn act_row_bytes(ty: GgmlType, n: usize) -> Option<usize> {
     (n / block).checked_mul(vt.type_size())
 }
 
-/// Validates `n` elements against `bytes` bytes of type `ty`.
-fn check_len(ty: GgmlType, elements: usize, bytes: usize) -> Result<(), QuantError> {
-    let block = ty.block_size();
-    if elements % block != 0 {
-        return Err(QuantError::PartialBlock { ty, elements, block });
-    }
-    let expected = (elements / block).saturating_mul(ty.type_size());
-    if expected != bytes {
-        return Err(QuantError::BadLength { ty, elements, bytes, expected });
-    }
-    Ok(())
-}
 
 /// Quantizes an activation row `x` for a dot product with weights of type `ty` (the WEIGHT
 /// type), writing its [`vec_dot_type`] form into `out`.
