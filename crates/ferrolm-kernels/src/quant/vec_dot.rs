@@ -52,7 +52,6 @@ pub fn act_row_bytes(ty: GgmlType, n: usize) -> Option<usize> {
     (n / block).checked_mul(vt.type_size())
 }
 
-
 /// Quantizes an activation row `x` for a dot product with weights of type `ty` (the WEIGHT
 /// type), writing its [`vec_dot_type`] form into `out`.
 ///

@@ -390,6 +390,19 @@ impl Emitter<'_> {
     }
 }
 
+/// Where the last alternatives of the GPT-2 and Llama 3 patterns, `\s+(?!\S)|\s+|.`, end for a
+/// match starting at `pos` that begins with `n_ws` whitespace code points: a run of several
+/// spaces before a non-space leaves its last space to the next word.
+fn whitespace_run_end(s: &Segment<'_>, pos: usize, n_ws: usize) -> usize {
+    if n_ws > 1 && s.cp(pos + n_ws) != OUTSIDE {
+        pos + n_ws - 1
+    } else if n_ws > 0 {
+        pos + n_ws
+    } else {
+        pos + 1
+    }
+}
+
 fn is_contraction_letter(c: u32) -> bool {
     c == 's' as u32 || c == 't' as u32 || c == 'm' as u32 || c == 'd' as u32
 }
@@ -456,17 +469,7 @@ fn gpt2_segment(s: &Segment<'_>, out: &mut Vec<usize>) {
         while s.info(pos + n_ws).whitespace {
             n_ws += 1;
         }
-        if n_ws > 1 && s.cp(pos + n_ws) != OUTSIDE {
-            pos += n_ws - 1;
-            em.add(pos);
-            continue;
-        }
-        if n_ws > 0 {
-            pos += n_ws;
-            em.add(pos);
-            continue;
-        }
-        pos += 1;
+        pos = whitespace_run_end(s, pos, n_ws);
         em.add(pos);
     }
 }
@@ -539,17 +542,7 @@ fn llama3_segment(s: &Segment<'_>, out: &mut Vec<usize>) {
             em.add(pos);
             continue;
         }
-        if n_ws > 1 && s.cp(pos + n_ws) != OUTSIDE {
-            pos += n_ws - 1;
-            em.add(pos);
-            continue;
-        }
-        if n_ws > 0 {
-            pos += n_ws;
-            em.add(pos);
-            continue;
-        }
-        pos += 1;
+        pos = whitespace_run_end(s, pos, n_ws);
         em.add(pos);
     }
 }
