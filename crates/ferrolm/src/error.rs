@@ -1,6 +1,7 @@
 //! The library's error type.
 
 use crate::format::gguf::GgufError;
+use crate::format::safetensors::SafetensorsError;
 use crate::hub::HubError;
 use crate::tokenizer::TokenizerError;
 
@@ -10,6 +11,9 @@ pub enum Error {
     /// A GGUF file could not be read.
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    /// A safetensors file or folder could not be read.
+    #[error(transparent)]
+    Safetensors(#[from] SafetensorsError),
     /// The tokenizer could not be built or could not encode/decode.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),

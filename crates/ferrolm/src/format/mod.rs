@@ -2,6 +2,7 @@
 
 pub mod gguf;
 pub mod gguf_write;
+pub mod safetensors;
 mod storage;
 
 pub use storage::Storage;
