@@ -6,8 +6,9 @@
 //!
 //! - [`supports`] / [`dequantize_row`] / [`dot_f32`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
 //!   Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS;
-//! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1 and
-//!   Q8_0, bit-exact with GGML's reference (non-imatrix) quantizers;
+//! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+//!   and Q4_K, following GGML's reference (non-imatrix) quantizers (bit-exact with the `gguf`
+//!   Python package for the 32-value formats);
 //! - [`vec_dot_type`] / [`act_row_bytes`] / [`quantize_activations`] / [`vec_dot_q`]: GGML-style
 //!   integer dot products of quantized weight rows with activations quantized once to 8 bits
 //!   (Q8_0, Q8_1 or Q8_K), see [`vec_dot`].
@@ -43,7 +44,7 @@ pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
 pub use q4_1::BlockQ4_1;
-pub use q4_k::BlockQ4K;
+pub use q4_k::{BlockQ4K, quantize_row_q4_k};
 pub use q5_0::BlockQ5_0;
 pub use q5_1::BlockQ5_1;
 pub use q5_k::BlockQ5K;
@@ -112,7 +113,7 @@ pub fn supports(ty: GgmlType) -> bool {
 /// Whether `ty` has a reference quantizer ([`quantize_row`]) here.
 pub fn supports_quantize(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K)
 }
 
 /// Dequantizes one row: `dst.len()` elements of type `ty` stored in `src`.
@@ -184,6 +185,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         Q5_0 => quantize_blocks_into::<BlockQ5_0>(src, dst),
         Q5_1 => quantize_blocks_into::<BlockQ5_1>(src, dst),
         Q8_0 => quantize_blocks_into::<BlockQ8_0>(src, dst),
+        Q4_K => quantize_blocks_into::<BlockQ4K>(src, dst),
         _ => return Err(QuantError::UnsupportedType(ty)),
     }
     Ok(())

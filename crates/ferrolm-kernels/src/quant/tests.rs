@@ -202,6 +202,8 @@ fn quantize_row_round_trips_within_half_a_step() {
             GgmlType::Q4_0 => 2.0 / 8.0 + 2e-3,
             GgmlType::Q4_1 => 4.0 / 15.0 * 0.51 + 4e-3,
             GgmlType::Q5_1 => 4.0 / 31.0 * 0.51 + 4e-3,
+            // The least-squares scale search may trade the extremes' error for the bulk's.
+            GgmlType::Q4_K => 4.0 / 15.0 * 0.75,
             _ => unreachable!(),
         };
         for (a, b) in x.iter().zip(&back) {
