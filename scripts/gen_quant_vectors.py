@@ -5,8 +5,8 @@ Uses the `gguf` Python package (the reference quantizers/dequantizers maintained
 llama.cpp) to produce, for each supported type, a small deterministic tensor of 2 rows x 512
 columns:
 
-- `input_f32`: the f32 input rows (absent for K-quants, where python can only dequantize and the
-  quantized bytes are random blocks with sane f16 scales instead);
+- `input_f32`: the f32 input rows (absent for the K-quants and IQ4 types, where python can only
+  dequantize and the quantized bytes are random blocks with sane f16 scales instead);
 - `quant`: the quantized bytes, as produced by `gguf.quants.quantize`;
 - `dequant_f32`: `gguf.quants.dequantize(quant)` as f32.
 
@@ -17,6 +17,11 @@ It also writes `act_q8.json`: f32 activation rows and their Q8_0 / Q8_1 / Q8_K q
 as GGML's x86 CPU backend computes them before integer dot products (the AVX path of
 `quantize_row_q8_0` / `quantize_row_q8_1`, and `quantize_row_q8_K_ref`), reimplemented in numpy
 since the `gguf` package has no such quantizers.
+
+And `Q4_K_quantize.json`: f32 rows with their Q4_K bytes from `quantize_row_q4_K_ref` (ported
+below to scalar f32 Python in C's operation order, since the `gguf` package cannot quantize Q4_K;
+the port was checked byte for byte against the C function compiled with -ffp-contract=off) and
+gguf's dequantization of those bytes.
 
 Usage: python3 scripts/gen_quant_vectors.py
 """
@@ -73,25 +78,44 @@ def float_input(rng: np.random.Generator, special: bool) -> np.ndarray:
     return x
 
 
+# Types python can only dequantize: random blocks with sane f16 scales.
+RANDOM_BLOCK_TYPES = (T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K, T.IQ4_NL, T.IQ4_XS)
+
+
 def k_quant_bytes(rng: np.random.Generator, qtype: T) -> np.ndarray:
-    """Random K-quant blocks with finite, moderate f16 scales."""
+    """Random K-quant / IQ4 blocks (every quant, scale and mask bit random) with finite, moderate
+    f16 super-block scales."""
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     n_blocks = ROWS * COLS // block
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
 
     def f16(lo: float, hi: float) -> np.ndarray:
         v = rng.uniform(lo, hi, size=n_blocks).astype(np.float16)
-        v[0] = 0.0 if qtype == T.Q6_K else v[0]  # a block whose scale is zero
+        v[0] = 0.0 if qtype in (T.Q6_K, T.Q3_K, T.IQ4_NL, T.IQ4_XS) else v[0]  # a zero scale
         return v.view(np.uint8).reshape(n_blocks, 2)
 
-    if qtype == T.Q4_K:
-        # d f16 | dmin f16 | scales[12] | qs[128]
+    if qtype in (T.Q4_K, T.Q5_K):
+        # d f16 | dmin f16 | scales[12] | (Q5_K: qh[32] |) qs[128]
         raw[:, 0:2] = f16(1e-4, 0.05)
         raw[:, 2:4] = f16(1e-4, 0.05)
         raw[-1, 0:4] = 0  # d == dmin == 0
     elif qtype == T.Q6_K:
         # ql[128] | qh[64] | scales[16] (i8) | d f16
         raw[:, 208:210] = f16(1e-4, 0.01)
+    elif qtype == T.Q2_K:
+        # scales[16] (scale nibble | min nibble << 4) | qs[64] | d f16 | dmin f16
+        raw[:, 80:82] = f16(1e-4, 0.05)
+        raw[:, 82:84] = f16(1e-4, 0.05)
+        raw[-1, 80:84] = 0  # d == dmin == 0
+    elif qtype == T.Q3_K:
+        # hmask[32] | qs[64] | scales[12] (6-bit, packed) | d f16
+        raw[:, 108:110] = f16(1e-4, 0.01)
+    elif qtype == T.IQ4_NL:
+        # d f16 | qs[16]
+        raw[:, 0:2] = f16(-0.05, 0.05)
+    elif qtype == T.IQ4_XS:
+        # d f16 | scales_h u16 | scales_l[4] | qs[128]
+        raw[:, 0:2] = f16(-0.01, 0.01)
     else:
         raise ValueError(qtype)
     return raw.reshape(ROWS, -1)
@@ -134,6 +158,138 @@ def act_q8_k(x: np.ndarray) -> bytes:
     return bytes(out)
 
 
+F32 = np.float32
+
+
+def nearest_int(v: np.float32) -> int:
+    """GGML's nearest_int: round half to even through the 1.5 * 2^23 magic number (f32)."""
+    bits = int(np.array([F32(v) + F32(12582912.0)], dtype=np.float32).view(np.int32)[0])
+    return (bits & 0x007FFFFF) - 0x00400000
+
+
+def make_qkx2_quants(nmax: int, x: list, w: list, rmin: float, rdelta: float, nstep: int) -> tuple:
+    """GGML's make_qkx2_quants (use_mad = false), scalar f32 arithmetic in C's operation order.
+    Returns (scale, -min, levels)."""
+    n = len(x)
+    mn, mx = x[0], x[0]
+    sum_w = w[0]
+    sum_x = sum_w * x[0]
+    for i in range(1, n):
+        mn = x[i] if x[i] < mn else mn
+        mx = x[i] if x[i] > mx else mx
+        sum_w = F32(sum_w + w[i])
+        sum_x = F32(sum_x + F32(w[i] * x[i]))
+    if mn > 0:
+        mn = F32(0)
+    if mx == mn:
+        return F32(0), F32(-mn), [0] * n
+    iscale = F32(F32(nmax) / F32(mx - mn))
+    scale = F32(F32(1) / iscale)
+    levels = [max(0, min(nmax, nearest_int(F32(iscale * F32(v - mn))))) for v in x]
+    best = F32(0)
+    for i in range(n):
+        diff = F32(F32(F32(scale * F32(levels[i])) + mn) - x[i])
+        best = F32(best + F32(w[i] * F32(diff * diff)))
+    for step in range(nstep + 1):
+        iscale = F32(F32(F32(F32(rmin) + F32(F32(rdelta) * F32(step))) + F32(nmax)) / F32(mx - mn))
+        aux = [max(0, min(nmax, nearest_int(F32(iscale * F32(v - mn))))) for v in x]
+        sum_l, sum_l2, sum_xl = F32(0), F32(0), F32(0)
+        for i in range(n):
+            wl = F32(w[i] * F32(aux[i]))
+            sum_l = F32(sum_l + wl)
+            sum_l2 = F32(sum_l2 + F32(wl * F32(aux[i])))
+            sum_xl = F32(sum_xl + F32(wl * x[i]))
+        det = F32(F32(sum_w * sum_l2) - F32(sum_l * sum_l))
+        if det > 0:
+            this_scale = F32(F32(F32(sum_w * sum_xl) - F32(sum_x * sum_l)) / det)
+            this_min = F32(F32(F32(sum_l2 * sum_x) - F32(sum_l * sum_xl)) / det)
+            if this_min > 0:
+                this_min = F32(0)
+                this_scale = F32(sum_xl / sum_l2)
+            cur = F32(0)
+            for i in range(n):
+                diff = F32(F32(F32(this_scale * F32(aux[i])) + this_min) - x[i])
+                cur = F32(cur + F32(w[i] * F32(diff * diff)))
+            if cur < best:
+                levels, best, scale, mn = aux, cur, this_scale, this_min
+    return scale, F32(-mn), levels
+
+
+def quantize_q4_k_ref(row: np.ndarray) -> bytes:
+    """quantize_row_q4_K_ref (no importance matrix), scalar f32 in C's operation order."""
+    out = bytearray()
+    for blk in row.astype(np.float32).reshape(-1, 256):
+        x = [F32(v) for v in blk]
+        scales, mins, L = [], [], []
+        for j in range(8):
+            xs = x[32 * j:32 * j + 32]
+            sum_x2 = F32(0)
+            for v in xs:
+                sum_x2 = F32(sum_x2 + F32(v * v))
+            av_x = np.sqrt(F32(sum_x2 / F32(32)))
+            w = [F32(av_x + abs(v)) for v in xs]
+            sc, m, lv = make_qkx2_quants(15, xs, w, -1.0, 0.1, 20)
+            scales.append(sc)
+            mins.append(m)
+            L.extend(lv)
+        max_scale = max([F32(0)] + [s for s in scales if s > 0])
+        max_min = max([F32(0)] + [m for m in mins if m > 0])
+        inv_scale = F32(F32(63) / max_scale) if max_scale > 0 else F32(0)
+        inv_min = F32(F32(63) / max_min) if max_min > 0 else F32(0)
+        packed = [0] * 12
+        for j in range(8):
+            ls = min(63, nearest_int(F32(inv_scale * scales[j])) & 0xFF)
+            lm = min(63, nearest_int(F32(inv_min * mins[j])) & 0xFF)
+            if j < 4:
+                packed[j], packed[j + 4] = ls, lm
+            else:
+                packed[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4)
+                packed[j - 4] |= (ls >> 4) << 6
+                packed[j] |= (lm >> 4) << 6
+        d = np.float16(F32(max_scale / F32(63)))
+        dmin = np.float16(F32(max_min / F32(63)))
+        for j in range(8):
+            if j < 4:
+                sc, m = packed[j] & 63, packed[j + 4] & 63
+            else:
+                sc = (packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4)
+                m = (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4)
+            dl = F32(F32(d) * F32(sc))
+            if dl == 0:
+                continue
+            dm = F32(F32(dmin) * F32(m))
+            for i in range(32):
+                L[32 * j + i] = max(0, min(15, nearest_int(F32(F32(x[32 * j + i] + dm) / dl))))
+        qs = bytearray()
+        for c in range(4):
+            qs += bytes(L[64 * c + i] | (L[64 * c + i + 32] << 4) for i in range(32))
+        out += d.tobytes() + dmin.tobytes() + bytes(packed) + bytes(qs)
+    return bytes(out)
+
+
+def write_q4_k_quantize() -> None:
+    """Q4_K_quantize.json: f32 rows, their quantize_row_q4_K_ref bytes (the numpy port above; the
+    gguf package cannot quantize Q4_K) and gguf's dequantization of those bytes."""
+    rng = np.random.default_rng(16)
+    x = float_input(rng, special=False)
+    x[1, 256:512] = rng.laplace(size=256).astype(np.float32) * np.float32(0.05)  # heavy tails
+    q = b"".join(quantize_q4_k_ref(r) for r in x)
+    qb = np.frombuffer(q, dtype=np.uint8).reshape(ROWS, -1)
+    deq = np.asarray(dequantize(qb, T.Q4_K), dtype=np.float32).reshape(ROWS, COLS)
+    doc = {
+        "type": T.Q4_K.name,
+        "type_id": int(T.Q4_K),
+        "rows": ROWS,
+        "cols": COLS,
+        "input_f32": hexf32(x),
+        "quant": q.hex(),
+        "dequant_f32": hexf32(deq),
+    }
+    path = OUT / "Q4_K_quantize.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{path.name}: {path.stat().st_size} bytes")
+
+
 def write_activations() -> None:
     """Activation quantizations (Q8_0, Q8_1, Q8_K) of 2 x 512 values -> act_q8.json."""
     rng = np.random.default_rng(42)
@@ -169,11 +325,17 @@ def main() -> None:
         (T.Q8_0, 7),
         (T.Q4_K, 8),
         (T.Q6_K, 9),
+        (T.Q5_1, 10),
+        (T.Q2_K, 11),
+        (T.Q3_K, 12),
+        (T.Q5_K, 13),
+        (T.IQ4_NL, 14),
+        (T.IQ4_XS, 15),
     ]
     for qtype, seed in plan:
         rng = np.random.default_rng(seed)
         doc: dict[str, object] = {"type": qtype.name, "type_id": int(qtype), "rows": ROWS, "cols": COLS}
-        if qtype in (T.Q4_K, T.Q6_K):
+        if qtype in RANDOM_BLOCK_TYPES:
             q = k_quant_bytes(rng, qtype)
         else:
             x = float_input(rng, special=qtype in (T.F16, T.BF16, T.F32))
@@ -188,6 +350,7 @@ def main() -> None:
         path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"{path.name}: {path.stat().st_size} bytes")
     write_activations()
+    write_q4_k_quantize()
 
 
 if __name__ == "__main__":

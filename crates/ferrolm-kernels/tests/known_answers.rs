@@ -7,14 +7,17 @@
 //!   same operation order as GGML's C code (`(d·sc)·q - dmin·m`, `q·d + m`, no fused
 //!   multiply-add), so no tolerance is needed — NaN payloads included.
 //! - `quantize_row` (and the per-type row quantizers) reproduce python's bytes exactly, where
-//!   python can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0).
+//!   python can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0). For the K-quants and
+//!   IQ4 types python only dequantizes, so their vectors are random blocks; Q4_K's quantizer is
+//!   checked against `Q4_K_quantize.json`, made by the script's scalar f32 port of GGML's
+//!   `quantize_row_q4_K_ref`.
 //! - `dot_f32` equals the f64 dot product of the dequantized row with `x` to within
 //!   `4e-6 · Σ|aᵢxᵢ|` (f32 summation of ≤ 512 terms over 32 lanes).
 
 use std::path::PathBuf;
 
 use ferrolm_kernels::GgmlType;
-use ferrolm_kernels::quant::{self, q4_0, q4_1, q5_0, q8_0};
+use ferrolm_kernels::quant::{self, q4_0, q4_1, q5_0, q5_1, q8_0};
 
 struct Vectors {
     ty: GgmlType,
@@ -151,6 +154,41 @@ fn q6_k() {
     check_type("Q6_K");
 }
 
+#[test]
+fn q4_k_quantize() {
+    check_type("Q4_K_quantize");
+}
+
+#[test]
+fn q5_1() {
+    check_type("Q5_1");
+}
+
+#[test]
+fn q2_k() {
+    check_type("Q2_K");
+}
+
+#[test]
+fn q3_k() {
+    check_type("Q3_K");
+}
+
+#[test]
+fn q5_k() {
+    check_type("Q5_K");
+}
+
+#[test]
+fn iq4_nl() {
+    check_type("IQ4_NL");
+}
+
+#[test]
+fn iq4_xs() {
+    check_type("IQ4_XS");
+}
+
 /// The typed row quantizers produce the same bytes as python (and as `quantize_row`).
 #[test]
 fn typed_quantizers_match_python() {
@@ -173,6 +211,14 @@ fn typed_quantizers_match_python() {
     let v = load("Q5_0");
     let q = q5_0::quantize_row_q5_0(v.input.as_deref().expect("inputs")).expect("whole blocks");
     assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
+
+    let v = load("Q5_1");
+    let q = q5_1::quantize_row_q5_1(v.input.as_deref().expect("inputs")).expect("whole blocks");
+    assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
+
+    let v = load("Q4_K_quantize");
+    let q = quant::quantize_row_q4_k(v.input.as_deref().expect("inputs")).expect("whole blocks");
+    assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
 }
 
 /// Parsing blocks from the python bytes and dequantizing them one by one gives the same values.
@@ -193,6 +239,27 @@ fn block_structs_match_python() {
         blk.dequantize(&mut out);
         assert_eq!(&out[..], want);
     }
+    // The new formats: parse, re-serialize, dequantize block by block (bit-exact).
+    macro_rules! blocks {
+        ($name:literal, $blk:ty, $bytes:literal, $elems:literal) => {{
+            let v = load($name);
+            for (b, want) in v.quant.chunks_exact($bytes).zip(v.dequant.chunks_exact($elems)) {
+                let blk = <$blk>::from_bytes(b.try_into().expect("whole block"));
+                assert_eq!(&blk.to_bytes()[..], b, "{}", $name);
+                let mut out = [0f32; $elems];
+                blk.dequantize(&mut out);
+                for (g, w) in out.iter().zip(want) {
+                    assert_eq!(g.to_bits(), w.to_bits(), "{}", $name);
+                }
+            }
+        }};
+    }
+    blocks!("Q5_1", quant::BlockQ5_1, 24, 32);
+    blocks!("Q2_K", quant::BlockQ2K, 84, 256);
+    blocks!("Q3_K", quant::BlockQ3K, 110, 256);
+    blocks!("Q5_K", quant::BlockQ5K, 176, 256);
+    blocks!("IQ4_NL", quant::BlockIQ4NL, 18, 32);
+    blocks!("IQ4_XS", quant::BlockIQ4XS, 136, 256);
 }
 
 /// Activation quantization (the vec_dot types) reproduces `act_q8.json` byte for byte: the
@@ -225,15 +292,18 @@ fn activation_quantization_matches_python() {
 }
 
 /// `vec_dot_q` of the python weight rows with the python-quantized activations equals the f64 dot
-/// product of the dequantized weights with the dequantized activations (for Q4_1, GGML's minimum
-/// term uses the stored f16 `s = d·Σq`, so the reference does too), within `2e-6 · Σ|terms|`.
+/// product of the dequantized weights with the dequantized activations (for Q4_1 and Q5_1, GGML's
+/// minimum term uses the stored f16 `s = d·Σq`, so the reference does too), within
+/// `2e-6 · Σ|terms|`.
 #[test]
 fn vec_dot_matches_dequantized_reference() {
     fn f16(b: &[u8]) -> f64 {
         f64::from(half::f16::from_le_bytes([b[0], b[1]]).to_f32())
     }
     let (cols, _, doc) = act_vectors();
-    for name in ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K"] {
+    for name in
+        ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
+    {
         let v = load(name);
         assert_eq!(v.cols, cols);
         let ty = v.ty;
@@ -259,8 +329,8 @@ fn vec_dot_matches_dequantized_reference() {
                         let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
                         xd.extend(b[off..].iter().map(|&q| f64::from(d * f32::from(q as i8))));
                         if key == "Q8_1" {
-                            // Q4_1 weights: x = d·q + m; GGML adds m·s instead of m·Σ(d_x·q_x).
-                            let wblk = &w[i * 20..i * 20 + 20];
+                            // Q4_1/Q5_1 weights: x = d·q + m; GGML adds m·s, not m·Σ(d_x·q_x).
+                            let wblk = &w[i * ty.type_size()..(i + 1) * ty.type_size()];
                             let t = f16(&wblk[2..]) * f16(&b[2..]);
                             min_term = (min_term.0 + t, min_term.1 + t.abs());
                         }
@@ -271,7 +341,7 @@ fn vec_dot_matches_dequantized_reference() {
             for (j, (&a, &b)) in wd.iter().zip(&xd).enumerate() {
                 let a = if key == "Q8_1" {
                     // Drop the minimum from the dequantized weight (it is in `min_term`).
-                    f64::from(a) - f16(&w[(j / 32) * 20 + 2..])
+                    f64::from(a) - f16(&w[(j / 32) * ty.type_size() + 2..])
                 } else {
                     f64::from(a)
                 };

@@ -4,10 +4,11 @@
 //! (little-endian), a scalar dequantizer and a dot product. The engine uses only the dispatch
 //! functions here, which validate lengths and never panic:
 //!
-//! - [`supports`] / [`dequantize_row`] / [`dot_f32`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0,
-//!   Q4_K and Q6_K;
-//! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0 and Q8_0,
-//!   bit-exact with GGML's reference (non-imatrix) quantizers;
+//! - [`supports`] / [`dequantize_row`] / [`dot_f32`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
+//!   Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS;
+//! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+//!   and Q4_K, following GGML's reference (non-imatrix) quantizers (bit-exact with the `gguf`
+//!   Python package for the 32-value formats);
 //! - [`vec_dot_type`] / [`act_row_bytes`] / [`quantize_activations`] / [`vec_dot_q`]: GGML-style
 //!   integer dot products of quantized weight rows with activations quantized once to 8 bits
 //!   (Q8_0, Q8_1 or Q8_K), see [`vec_dot`].
@@ -22,19 +23,31 @@
 pub mod bf16;
 pub mod fp16;
 pub mod fp32;
+pub mod iq4_nl;
+pub mod iq4_xs;
+pub mod q2_k;
+pub mod q3_k;
 pub mod q4_0;
 pub mod q4_1;
 pub mod q4_k;
 pub mod q5_0;
+pub mod q5_1;
+pub mod q5_k;
 pub mod q6_k;
 pub mod q8_0;
 pub mod q8_act;
 pub mod vec_dot;
 
+pub use iq4_nl::BlockIQ4NL;
+pub use iq4_xs::BlockIQ4XS;
+pub use q2_k::BlockQ2K;
+pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
 pub use q4_1::BlockQ4_1;
-pub use q4_k::BlockQ4K;
+pub use q4_k::{BlockQ4K, quantize_row_q4_k};
 pub use q5_0::BlockQ5_0;
+pub use q5_1::BlockQ5_1;
+pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
 pub use q8_0::{BlockQ8_0, quantize_row_q8_0};
 pub use vec_dot::{VecDot, act_row_bytes, quantize_activations, vec_dot_q, vec_dot_q_rows, vec_dot_type};
@@ -78,13 +91,29 @@ pub enum QuantError {
 /// Whether `ty` has a dequantizer and dot product here.
 pub fn supports(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q8_0 | Q4_K | Q6_K)
+    matches!(
+        ty,
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_NL
+            | IQ4_XS
+    )
 }
 
 /// Whether `ty` has a reference quantizer ([`quantize_row`]) here.
 pub fn supports_quantize(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q8_0)
+    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K)
 }
 
 /// Dequantizes one row: `dst.len()` elements of type `ty` stored in `src`.
@@ -112,9 +141,15 @@ fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         Q4_0 => dequantize_blocks::<BlockQ4_0>(src, dst),
         Q4_1 => dequantize_blocks::<BlockQ4_1>(src, dst),
         Q5_0 => dequantize_blocks::<BlockQ5_0>(src, dst),
+        Q5_1 => dequantize_blocks::<BlockQ5_1>(src, dst),
         Q8_0 => dequantize_blocks::<BlockQ8_0>(src, dst),
+        Q2_K => dequantize_blocks::<BlockQ2K>(src, dst),
+        Q3_K => dequantize_blocks::<BlockQ3K>(src, dst),
         Q4_K => dequantize_blocks::<BlockQ4K>(src, dst),
+        Q5_K => dequantize_blocks::<BlockQ5K>(src, dst),
         Q6_K => dequantize_blocks::<BlockQ6K>(src, dst),
+        IQ4_NL => dequantize_blocks::<BlockIQ4NL>(src, dst),
+        IQ4_XS => dequantize_blocks::<BlockIQ4XS>(src, dst),
         _ => return Err(QuantError::UnsupportedType(ty)),
     }
     Ok(())
@@ -148,7 +183,9 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         Q4_0 => quantize_blocks_into::<BlockQ4_0>(src, dst),
         Q4_1 => quantize_blocks_into::<BlockQ4_1>(src, dst),
         Q5_0 => quantize_blocks_into::<BlockQ5_0>(src, dst),
+        Q5_1 => quantize_blocks_into::<BlockQ5_1>(src, dst),
         Q8_0 => quantize_blocks_into::<BlockQ8_0>(src, dst),
+        Q4_K => quantize_blocks_into::<BlockQ4K>(src, dst),
         _ => return Err(QuantError::UnsupportedType(ty)),
     }
     Ok(())
@@ -196,9 +233,15 @@ fn dot_any(ty: GgmlType, src: &[u8], x: &[f32]) -> Result<f32, QuantError> {
         Q4_0 => dot_blocks::<BlockQ4_0>(src, x),
         Q4_1 => dot_blocks::<BlockQ4_1>(src, x),
         Q5_0 => dot_blocks::<BlockQ5_0>(src, x),
+        Q5_1 => dot_blocks::<BlockQ5_1>(src, x),
         Q8_0 => dot_blocks::<BlockQ8_0>(src, x),
+        Q2_K => dot_blocks::<BlockQ2K>(src, x),
+        Q3_K => dot_blocks::<BlockQ3K>(src, x),
         Q4_K => dot_blocks::<BlockQ4K>(src, x),
+        Q5_K => dot_blocks::<BlockQ5K>(src, x),
         Q6_K => dot_blocks::<BlockQ6K>(src, x),
+        IQ4_NL => dot_blocks::<BlockIQ4NL>(src, x),
+        IQ4_XS => dot_blocks::<BlockIQ4XS>(src, x),
         _ => return Err(QuantError::UnsupportedType(ty)),
     })
 }

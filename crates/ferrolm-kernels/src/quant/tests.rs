@@ -5,9 +5,9 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::*;
 
-const SUPPORTED: [GgmlType; 9] = {
+const SUPPORTED: [GgmlType; 15] = {
     use GgmlType::*;
-    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K]
+    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
 };
 
 fn all_types() -> Vec<GgmlType> {
@@ -26,6 +26,12 @@ fn block_geometry_matches_type_table() {
     geo::<BlockQ8_0>(GgmlType::Q8_0);
     geo::<BlockQ4K>(GgmlType::Q4_K);
     geo::<BlockQ6K>(GgmlType::Q6_K);
+    geo::<BlockQ5_1>(GgmlType::Q5_1);
+    geo::<BlockQ2K>(GgmlType::Q2_K);
+    geo::<BlockQ3K>(GgmlType::Q3_K);
+    geo::<BlockQ5K>(GgmlType::Q5_K);
+    geo::<BlockIQ4NL>(GgmlType::IQ4_NL);
+    geo::<BlockIQ4XS>(GgmlType::IQ4_XS);
 }
 
 #[test]
@@ -50,9 +56,9 @@ fn unsupported_types_are_errors_not_panics() {
         let mut out = vec![0u8; ty.type_size() * 2];
         assert_eq!(quantize_row(ty, &dst, &mut out), Err(QuantError::UnsupportedType(ty)));
     }
-    let mut out = vec![0u8; 144];
+    let mut out = vec![0u8; 210];
     let x = vec![0f32; 256];
-    assert_eq!(quantize_row(GgmlType::Q4_K, &x, &mut out), Err(QuantError::UnsupportedType(GgmlType::Q4_K)));
+    assert_eq!(quantize_row(GgmlType::Q6_K, &x, &mut out), Err(QuantError::UnsupportedType(GgmlType::Q6_K)));
 }
 
 #[test]
@@ -109,16 +115,24 @@ fn random_row(ty: GgmlType, blocks: usize, rng: &mut StdRng) -> Vec<u8> {
                 blk.copy_from_slice(&v.to_le_bytes());
             }
             GgmlType::F32 => blk.copy_from_slice(&rng.random_range(-4.0f32..4.0).to_le_bytes()),
-            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => put(&mut blk[0..2], -0.1, 0.1, rng),
-            GgmlType::Q4_1 => {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => {
+                put(&mut blk[0..2], -0.1, 0.1, rng)
+            }
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
                 put(&mut blk[0..2], -0.1, 0.1, rng);
                 put(&mut blk[2..4], -1.0, 1.0, rng);
             }
-            GgmlType::Q4_K => {
+            GgmlType::Q4_K | GgmlType::Q5_K => {
                 put(&mut blk[0..2], 0.0, 0.01, rng);
                 put(&mut blk[2..4], 0.0, 0.01, rng);
             }
             GgmlType::Q6_K => put(&mut blk[208..210], 0.0, 0.01, rng),
+            GgmlType::Q2_K => {
+                put(&mut blk[80..82], 0.0, 0.01, rng);
+                put(&mut blk[82..84], 0.0, 0.01, rng);
+            }
+            GgmlType::Q3_K => put(&mut blk[108..110], 0.0, 0.01, rng),
+            GgmlType::IQ4_XS => put(&mut blk[0..2], -0.01, 0.01, rng),
             _ => unreachable!(),
         }
     }
@@ -187,6 +201,9 @@ fn quantize_row_round_trips_within_half_a_step() {
             GgmlType::Q5_0 => 2.0 / 16.0 + 2e-3,
             GgmlType::Q4_0 => 2.0 / 8.0 + 2e-3,
             GgmlType::Q4_1 => 4.0 / 15.0 * 0.51 + 4e-3,
+            GgmlType::Q5_1 => 4.0 / 31.0 * 0.51 + 4e-3,
+            // The least-squares scale search may trade the extremes' error for the bulk's.
+            GgmlType::Q4_K => 4.0 / 15.0 * 0.75,
             _ => unreachable!(),
         };
         for (a, b) in x.iter().zip(&back) {
@@ -210,4 +227,10 @@ fn block_bytes_round_trip() {
     rt::<BlockQ8_0>(&random(34));
     rt::<BlockQ4K>(&random(144));
     rt::<BlockQ6K>(&random(210));
+    rt::<BlockQ5_1>(&random(24));
+    rt::<BlockQ2K>(&random(84));
+    rt::<BlockQ3K>(&random(110));
+    rt::<BlockQ5K>(&random(176));
+    rt::<BlockIQ4NL>(&random(18));
+    rt::<BlockIQ4XS>(&random(136));
 }

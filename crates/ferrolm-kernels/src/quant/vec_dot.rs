@@ -12,8 +12,15 @@
 //!   block's combined scale `d` (`d_w · d_x`, in f32);
 //! - the eight accumulators are reduced as `hsum_float_8` does:
 //!   `((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))`;
-//! - Q4_1 adds `Σ m_w · s_x` (accumulated separately), Q4_K adds `Σ -(d_x · dmin) · Σ m · bsum`
-//!   (four lanes, reduced as `(a0+a2) + (a1+a3)`).
+//! - Q4_1 and Q5_1 add `Σ m_w · s_x` (accumulated separately), Q4_K adds
+//!   `Σ -(d_x · dmin) · Σ m · bsum` (four lanes, reduced as `(a0+a2) + (a1+a3)`), Q5_K adds the
+//!   same term accumulated in one scalar, Q2_K accumulates it into the eight main lanes;
+//! - IQ4_NL alternates two sets of eight accumulators between consecutive blocks (summed
+//!   lane-wise before the reduction), a last odd block added as a scalar.
+//!
+//! Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS have no hand-written AVX2 kernel: their portable
+//! kernels (Q5_1 here, the others in `vec_dot_kquants.rs`) follow the operation order of GGML's
+//! AVX2 kernels and are compiled for AVX2 like the others.
 //!
 //! With AVX2+FMA (detected at run time) the kernels are compiled for AVX2 and use fused
 //! multiply-adds, reproducing GGML's AVX2 results bit for bit. The portable path uses fused
@@ -29,14 +36,15 @@ use super::{QK_K, QuantError, check_len};
 use crate::GgmlType;
 
 /// The 8-bit type GGML quantizes activations to before dotting them with weights of type `ty`:
-/// Q4_0, Q5_0, Q8_0 → Q8_0; Q4_1 → Q8_1; Q4_K, Q6_K → Q8_K. `None` for float types (which use
-/// the f32 path, [`super::dot_f32`]) and for types without an integer kernel here.
+/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS →
+/// Q8_K. `None` for float types (which use the f32 path, [`super::dot_f32`]) and for types
+/// without an integer kernel here.
 pub fn vec_dot_type(ty: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 => Some(Q8_0),
-        Q4_1 => Some(Q8_1),
-        Q4_K | Q6_K => Some(Q8_K),
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Some(Q8_0),
+        Q4_1 | Q5_1 => Some(Q8_1),
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Some(Q8_K),
         _ => None,
     }
 }
@@ -198,9 +206,15 @@ kernels! {
     Q4_0 => q4_0_portable, q4_0_avx2;
     Q4_1 => q4_1_portable, q4_1_avx2;
     Q5_0 => q5_0_portable, q5_0_avx2;
+    Q5_1 => q5_1_portable, q5_1_avx2;
     Q8_0 => q8_0_portable, q8_0_avx2;
+    Q2_K => q2_k_portable, q2_k_avx2;
+    Q3_K => q3_k_portable, q3_k_avx2;
     Q4_K => q4_k_portable, q4_k_avx2;
+    Q5_K => q5_k_portable, q5_k_avx2;
     Q6_K => q6_k_portable, q6_k_avx2;
+    IQ4_NL => iq4_nl_portable, iq4_nl_avx2;
+    IQ4_XS => iq4_xs_portable, iq4_xs_avx2;
 }
 
 impl VecDot {
@@ -271,7 +285,8 @@ fn vec_dot_rows_any<const FMA: bool, const AVX2: bool>(
         Q4_0 => dot32_rows::<FMA, AVX2>(w, xq, rb, out, 18, |b| nibbles(&b[2..], 8)),
         Q5_0 => dot32_rows::<FMA, AVX2>(w, xq, rb, out, 22, unpack_q5_0),
         Q8_0 => dot32_rows::<FMA, AVX2>(w, xq, rb, out, Q8_0_BYTES, unpack_q8_0),
-        Q4_1 => dot_q4_1_rows::<FMA, AVX2>(w, xq, rb, out),
+        Q4_1 => dot32_q8_1_rows::<FMA, AVX2>(w, xq, rb, out, 20, |b| nibbles(&b[4..], 0)),
+        Q5_1 => dot32_q8_1_rows::<FMA, AVX2>(w, xq, rb, out, 24, unpack_q5_1),
         _ => {
             for (t, o) in out.iter_mut().enumerate() {
                 *o = vec_dot_any::<FMA, AVX2>(ty, w, &xq[t * rb..(t + 1) * rb]);
@@ -307,15 +322,22 @@ fn dot32_rows<const FMA: bool, const AVX2: bool>(
     }
 }
 
-/// [`dot_q4_1`] for a tile of activation rows at a time.
+/// [`dot32_q8_1`] for a tile of activation rows at a time.
 #[inline(always)]
-fn dot_q4_1_rows<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+fn dot32_q8_1_rows<const FMA: bool, const AVX2: bool>(
+    w: &[u8],
+    xq: &[u8],
+    rb: usize,
+    out: &mut [f32],
+    wb: usize,
+    unpack: impl Fn(&[u8]) -> [i8; 32],
+) {
     for (i, tile) in out.chunks_mut(ROW_TILE).enumerate() {
         let t0 = i * ROW_TILE;
         let mut acc = [[0f32; 8]; ROW_TILE];
         let mut summs = [0f32; ROW_TILE];
-        for (b, bw) in w.chunks_exact(20).enumerate() {
-            let (wq, dw, mw) = (nibbles(&bw[4..], 0), f16_at::<AVX2>(bw), f16_at::<AVX2>(&bw[2..]));
+        for (b, bw) in w.chunks_exact(wb).enumerate() {
+            let (wq, dw, mw) = (unpack(bw), f16_at::<AVX2>(bw), f16_at::<AVX2>(&bw[2..]));
             for j in 0..tile.len() {
                 let bx = &xq[(t0 + j) * rb + b * Q8_1_BYTES..][..Q8_1_BYTES];
                 summs[j] = madd::<FMA>(mw, f16_at::<AVX2>(&bx[2..]), summs[j]);
@@ -358,9 +380,15 @@ fn vec_dot_any<const FMA: bool, const AVX2: bool>(ty: GgmlType, w: &[u8], xq: &[
         Q4_0 => dot_q4_0::<FMA, AVX2>(w, xq),
         Q4_1 => dot_q4_1::<FMA, AVX2>(w, xq),
         Q5_0 => dot_q5_0::<FMA, AVX2>(w, xq),
+        Q5_1 => dot32_q8_1::<FMA, AVX2>(w, xq, 24, unpack_q5_1),
         Q8_0 => dot_q8_0::<FMA, AVX2>(w, xq),
+        Q2_K => kq::dot_q2_k::<FMA, AVX2>(w, xq),
+        Q3_K => kq::dot_q3_k::<FMA, AVX2>(w, xq),
         Q4_K => dot_q4_k::<FMA, AVX2>(w, xq),
+        Q5_K => kq::dot_q5_k::<FMA, AVX2>(w, xq),
         Q6_K => dot_q6_k::<FMA, AVX2>(w, xq),
+        IQ4_NL => kq::dot_iq4_nl::<FMA, AVX2>(w, xq),
+        IQ4_XS => kq::dot_iq4_xs::<FMA, AVX2>(w, xq),
         _ => 0.0,
     }
 }
@@ -500,12 +528,23 @@ fn dot_q5_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
 /// The 32 signed values of a Q5_0 block.
 #[inline(always)]
 fn unpack_q5_0(b: &[u8]) -> [i8; 32] {
+    add_high_bits(nibbles(&b[6..], 16), &b[2..6])
+}
+
+/// The 32 unsigned 5-bit values of a Q5_1 block.
+#[inline(always)]
+fn unpack_q5_1(b: &[u8]) -> [i8; 32] {
+    add_high_bits(nibbles(&b[8..], 0), &b[4..8])
+}
+
+/// Adds 16 to `v[j]` where bit `j` of the little-endian `u32` `qh` is set.
+#[inline(always)]
+fn add_high_bits(mut v: [i8; 32], qh: &[u8]) -> [i8; 32] {
     // The fifth bits, eight values at a time through a table (branch-free, vectorisable).
     let mut hi = [0u8; 32];
-    for (k, h) in hi.chunks_exact_mut(8).enumerate() {
-        h.copy_from_slice(&HIGH_BITS[usize::from(b[2 + k])].to_le_bytes());
+    for (h, &byte) in hi.chunks_exact_mut(8).zip(&qh[..4]) {
+        h.copy_from_slice(&HIGH_BITS[usize::from(byte)].to_le_bytes());
     }
-    let mut v = nibbles(&b[6..], 16);
     for (x, h) in v.iter_mut().zip(hi) {
         *x += h as i8;
     }
@@ -546,12 +585,25 @@ fn dot_q8_0<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
 /// Q4_1 · Q8_1: `Σ (d_w d_x) Σ q_w q_x + Σ m_w s_x`, the second sum kept apart and added last.
 #[inline(always)]
 fn dot_q4_1<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
+    dot32_q8_1::<FMA, AVX2>(w, xq, 20, |b| nibbles(&b[4..], 0))
+}
+
+/// Shared loop of the 32-value formats with a minimum dotted with Q8_1 (Q4_1, Q5_1): `wb`-byte
+/// weight blocks with the f16 scale at offset 0, the f16 minimum at offset 2 and the unsigned
+/// values `unpack` returns; `Σ (d_w d_x) Σ q_w q_x + Σ m_w s_x`, the second sum kept apart.
+#[inline(always)]
+fn dot32_q8_1<const FMA: bool, const AVX2: bool>(
+    w: &[u8],
+    xq: &[u8],
+    wb: usize,
+    unpack: impl Fn(&[u8]) -> [i8; 32],
+) -> f32 {
     let mut acc = [0f32; 8];
     let mut summs = 0f32;
-    for (bw, bx) in w.chunks_exact(20).zip(xq.chunks_exact(Q8_1_BYTES)) {
+    for (bw, bx) in w.chunks_exact(wb).zip(xq.chunks_exact(Q8_1_BYTES)) {
         summs = madd::<FMA>(f16_at::<AVX2>(&bw[2..]), f16_at::<AVX2>(&bx[2..]), summs);
         let d = f16_at::<AVX2>(bw) * f16_at::<AVX2>(bx);
-        let lanes = lanes8::<AVX2>(&nibbles(&bw[4..], 0), as_i8(&bx[4..]));
+        let lanes = lanes8::<AVX2>(&unpack(bw), as_i8(&bx[4..]));
         acc8::<FMA>(&mut acc, d, &lanes);
     }
     hsum8(&acc) + summs
@@ -655,6 +707,9 @@ fn dot_q6_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[path = "vec_dot_avx2.rs"]
 mod avx2;
+
+#[path = "vec_dot_kquants.rs"]
+mod kq;
 
 #[cfg(test)]
 #[path = "vec_dot_tests.rs"]

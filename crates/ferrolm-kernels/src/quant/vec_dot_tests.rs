@@ -6,28 +6,39 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use super::*;
 use crate::quant::{dequantize_row, quantize_row};
 
-const WEIGHT_TYPES: [GgmlType; 6] =
-    [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
+const WEIGHT_TYPES: [GgmlType; 12] = {
+    use GgmlType::*;
+    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
+};
 
-/// Random weight bytes of `ty` for `n` values: quantized from normal-ish data where a quantizer
-/// exists, otherwise random bytes with moderate f16 scales patched in.
+/// Byte offsets of the f16 scale fields of the formats tested with random blocks (the types
+/// without a quantizer here, and Q4_K).
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    use GgmlType::*;
+    match ty {
+        Q4_K | Q5_K => &[0, 2],
+        Q6_K => &[208],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        IQ4_NL | IQ4_XS => &[0],
+        _ => &[],
+    }
+}
+
+/// Random weight bytes of `ty` for `n` values: random bytes with moderate f16 scales patched in
+/// for the formats with [`f16_fields`], otherwise quantized from uniform data.
 fn weights(ty: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
     let mut out = vec![0u8; ty.row_bytes(n as u64).expect("whole blocks") as usize];
-    match ty {
-        GgmlType::Q4_K | GgmlType::Q6_K => {
-            rng.fill(&mut out[..]);
-            let (size, d_at) =
-                if ty == GgmlType::Q4_K { (144, [0usize, 2].as_slice()) } else { (210, [208].as_slice()) };
-            for b in out.chunks_exact_mut(size) {
-                for &o in d_at {
-                    let d = half::f16::from_f32(rng.random_range(1e-4f32..0.02));
-                    b[o..o + 2].copy_from_slice(&d.to_le_bytes());
-                }
-            }
-        }
-        _ => {
-            let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-            quantize_row(ty, &x, &mut out).expect("quantizable");
+    if f16_fields(ty).is_empty() {
+        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+        quantize_row(ty, &x, &mut out).expect("quantizable");
+        return out;
+    }
+    rng.fill(&mut out[..]);
+    for b in out.chunks_exact_mut(ty.type_size()) {
+        for &o in f16_fields(ty) {
+            let d = half::f16::from_f32(rng.random_range(1e-4f32..0.02));
+            b[o..o + 2].copy_from_slice(&d.to_le_bytes());
         }
     }
     out
@@ -70,15 +81,16 @@ fn reference(a: &[f32], b: &[f32]) -> (f64, f64) {
     (dot, mag)
 }
 
-/// Q4_1 reference: `Σ_blocks Σ (d_w q_w)(d_x q_x) + m_w s_x` in f64, with `(dot, Σ|terms|)`.
-fn reference_q4_1(w: &[u8], xq: &[u8]) -> (f64, f64) {
+/// Q4_1 / Q5_1 reference: `Σ_blocks Σ (d_w q_w)(d_x q_x) + m_w s_x` in f64, with
+/// `(dot, Σ|terms|)`.
+fn reference_min(ty: GgmlType, w: &[u8], xq: &[u8]) -> (f64, f64) {
     let (mut dot, mut mag) = (0f64, 0f64);
-    for (bw, bx) in w.chunks_exact(20).zip(xq.chunks_exact(Q8_1_BYTES)) {
+    for (bw, bx) in w.chunks_exact(ty.type_size()).zip(xq.chunks_exact(Q8_1_BYTES)) {
         let (dw, m, dx, sx) =
             (f16_at::<false>(bw), f16_at::<false>(&bw[2..]), f16_at::<false>(bx), f16_at::<false>(&bx[2..]));
+        let qw = if ty == GgmlType::Q5_1 { unpack_q5_1(bw) } else { nibbles(&bw[4..], 0) };
         for j in 0..32 {
-            let qw = if j < 16 { bw[4 + j] & 15 } else { bw[4 + j - 16] >> 4 };
-            let t = f64::from(dw * f32::from(qw)) * f64::from(dx * f32::from(bx[4 + j] as i8));
+            let t = f64::from(dw * f32::from(qw[j])) * f64::from(dx * f32::from(bx[4 + j] as i8));
             dot += t;
             mag += t.abs();
         }
@@ -105,10 +117,10 @@ fn matches_f64_of_dequantized() {
             dequantize_row(ty, &w, &mut wd).expect("valid");
             let xd = dequant_acts(ty, &xq, n);
             let (mut want, mut mag) = reference(&wd, &xd);
-            if ty == GgmlType::Q4_1 {
+            if vec_dot_type(ty) == Some(GgmlType::Q8_1) {
                 // GGML uses the stored f16 `s = d·Σq` for the minimum term, not Σ x: replace
                 // Σ m·(d·q) by Σ m·s.
-                (want, mag) = reference_q4_1(&w, &xq);
+                (want, mag) = reference_min(ty, &w, &xq);
             }
             let got = f64::from(vec_dot_q(ty, &w, &xq).expect("valid"));
             let portable = f64::from(vec_dot_any::<PORTABLE_FMA, false>(ty, &w, &xq));
@@ -159,7 +171,7 @@ fn avx2_matches_portable() {
 #[test]
 fn api_validates_lengths() {
     use GgmlType::*;
-    for ty in [F32, F16, BF16, Q5_1, Q2_K] {
+    for ty in [F32, F16, BF16, Q8_K, IQ2_XXS, TQ1_0] {
         assert_eq!(vec_dot_type(ty), None);
         assert_eq!(act_row_bytes(ty, 256), None);
         assert_eq!(
@@ -206,6 +218,82 @@ fn integer_exact_on_unit_scales() {
     }
     let _ = n;
     assert_eq!(vec_dot_q(GgmlType::Q8_0, &w, &xq), Ok(want as f32));
+}
+
+/// Activations of `vec_dot_type(ty)` for `n` values with unit scales and small random quants
+/// (|q| <= 7), and those quants.
+fn unit_activations(ty: GgmlType, n: usize, rng: &mut StdRng) -> (Vec<u8>, Vec<i32>) {
+    let q: Vec<i8> = (0..n).map(|_| rng.random_range(-7i8..=7)).collect();
+    let mut xq = Vec::new();
+    let one = half::f16::from_f32(1.0).to_le_bytes();
+    match vec_dot_type(ty).expect("quantized") {
+        GgmlType::Q8_K => {
+            for b in q.chunks_exact(QK_K) {
+                xq.extend(1f32.to_le_bytes());
+                xq.extend(b.iter().map(|&v| v as u8));
+                for g in b.chunks_exact(16) {
+                    xq.extend((g.iter().map(|&v| i16::from(v)).sum::<i16>()).to_le_bytes());
+                }
+            }
+        }
+        vt => {
+            for b in q.chunks_exact(32) {
+                xq.extend(one);
+                if vt == GgmlType::Q8_1 {
+                    let s: i32 = b.iter().map(|&v| i32::from(v)).sum();
+                    xq.extend(half::f16::from_f32(s as f32).to_le_bytes());
+                }
+                xq.extend(b.iter().map(|&v| v as u8));
+            }
+        }
+    }
+    (xq, q.iter().map(|&v| i32::from(v)).collect())
+}
+
+/// With every f16 scale 1 (minimums `m = -3` for Q5_1) the weights dequantize to integers and all
+/// activation scales are 1, so GGML's formula is exact in integers: every kernel (single row,
+/// several rows, portable and AVX2) must return the exact integer dot product.
+#[test]
+fn new_formats_exact_on_unit_scales() {
+    use GgmlType::*;
+    let mut rng = StdRng::seed_from_u64(14);
+    let one = half::f16::from_f32(1.0).to_le_bytes();
+    for ty in [Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS] {
+        for n in [256, 512, 480] {
+            if n % ty.block_size() != 0 {
+                continue;
+            }
+            let mut w = vec![0u8; ty.row_bytes(n as u64).expect("whole blocks") as usize];
+            rng.fill(&mut w[..]);
+            for b in w.chunks_exact_mut(ty.type_size()) {
+                let fields: &[usize] = if ty == Q5_1 { &[0] } else { f16_fields(ty) };
+                for &o in fields {
+                    b[o..o + 2].copy_from_slice(&one);
+                }
+                if ty == Q5_1 {
+                    b[2..4].copy_from_slice(&half::f16::from_f32(-3.0).to_le_bytes());
+                }
+            }
+            let mut wd = vec![0f32; n];
+            dequantize_row(ty, &w, &mut wd).expect("valid");
+            let (xq, xi) = unit_activations(ty, n, &mut rng);
+            let (mut want, mut mag) = (0i64, 0i64);
+            for (&a, &b) in wd.iter().zip(&xi) {
+                assert_eq!(a, a.round(), "{ty}: weight {a} is not an integer");
+                want += a as i64 * i64::from(b);
+                mag += (a as i64 * i64::from(b)).abs();
+            }
+            assert!(mag < 1 << 24, "{ty}: Σ|w·x| = {mag} is not exact in f32");
+            let want = want as f32;
+            assert_eq!(vec_dot_q(ty, &w, &xq), Ok(want), "{ty} n={n}");
+            assert_eq!(vec_dot_any::<false, false>(ty, &w, &xq), want, "{ty} n={n}");
+            assert_eq!(vec_dot_any::<true, false>(ty, &w, &xq), want, "{ty} n={n}");
+            let mut out = [0f32; 2];
+            let two = [xq.clone(), xq.clone()].concat();
+            vec_dot_q_rows(ty, &w, &two, &mut out).expect("rows");
+            assert_eq!(out, [want, want], "{ty} n={n}");
+        }
+    }
 }
 
 #[test]
