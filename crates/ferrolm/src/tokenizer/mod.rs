@@ -26,6 +26,18 @@
 //! text += &stream.flush();
 //! # Ok(()) }
 //! ```
+//!
+//! A Hugging Face folder works the same way:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use ferrolm::tokenizer::Tokenizer;
+//! let tok = Tokenizer::from_hf_dir("SmolLM2-135M-Instruct".as_ref())?;
+//! let ids = tok.encode("Hello world", true, true)?;
+//! assert_eq!(tok.decode(&ids), "Hello world");
+//! println!("{:?}", tok.chat_template());
+//! # Ok(()) }
+//! ```
 
 mod bpe;
 mod hf;
