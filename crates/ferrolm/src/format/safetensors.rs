@@ -15,7 +15,7 @@
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use ferrolm::format::safetensors::SafetensorsSet;
-//! let set = SafetensorsSet::open_dir("SmolLM2-135M-Instruct".as_ref())?;
+//! let set = SafetensorsSet::open_dir("SmolLM2-135M-Instruct")?;
 //! if let Some((storage, t)) = set.tensor("model.embed_tokens.weight") {
 //!     let bytes = &storage.as_bytes()[t.range.clone()];
 //!     println!("{:?} {:?}: {} bytes", t.dtype, t.shape, bytes.len());

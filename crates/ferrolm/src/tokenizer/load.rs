@@ -272,6 +272,7 @@ impl Tokenizer {
         }
 
         let eog = detect_special_by_text(&mut vocab, &mut special);
+        let chat_template = gguf.opt_str("tokenizer.chat_template").map_err(meta_err)?.map(str::to_string);
         apply_model_attrs(gguf, &mut vocab, pre_name.as_deref())?;
 
         // Tokens split out of the text before tokenizing: longest first.
@@ -296,13 +297,14 @@ impl Tokenizer {
             add_space_prefix,
             remove_extra_whitespaces,
             pre_name,
+            chat_template,
         })
     }
 }
 
 /// Finds EOT/EOM/FIM tokens by text, marks end-of-generation tokens control, and returns the
 /// end-of-generation set.
-fn detect_special_by_text(vocab: &mut Vocab, special: &mut SpecialIds) -> BTreeSet<u32> {
+pub(super) fn detect_special_by_text(vocab: &mut Vocab, special: &mut SpecialIds) -> BTreeSet<u32> {
     let groups: [(&mut Option<u32>, &[&str]); 8] = [
         (&mut special.eot, EOT_TEXTS),
         (&mut special.eom, &["<|eom_id|>"]),

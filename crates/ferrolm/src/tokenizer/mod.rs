@@ -1,6 +1,8 @@
-//! Tokenizers read from GGUF metadata, reproducing llama.cpp's tokenization exactly.
+//! Tokenizers read from GGUF metadata, reproducing llama.cpp's tokenization exactly, or from a
+//! Hugging Face folder's `tokenizer.json` (run by the `tokenizers` crate, see
+//! [`Tokenizer::from_hf_dir`]); both answer through the same [`Tokenizer`] API.
 //!
-//! Two vocabulary kinds are implemented:
+//! Two GGUF vocabulary kinds are implemented:
 //! - [`TokenizerKind::Spm`] (`tokenizer.ggml.model = "llama"`): SentencePiece-style merging by
 //!   score over characters, spaces escaped as `▁`, byte fallback through `<0xXX>` tokens.
 //! - [`TokenizerKind::Bpe`] (`"gpt2"`): a pre-tokenizer chosen by `tokenizer.ggml.pre` splits
@@ -24,8 +26,21 @@
 //! text += &stream.flush();
 //! # Ok(()) }
 //! ```
+//!
+//! A Hugging Face folder works the same way:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use ferrolm::tokenizer::Tokenizer;
+//! let tok = Tokenizer::from_hf_dir("SmolLM2-135M-Instruct".as_ref())?;
+//! let ids = tok.encode("Hello world", true, true)?;
+//! assert_eq!(tok.decode(&ids), "Hello world");
+//! println!("{:?}", tok.chat_template());
+//! # Ok(()) }
+//! ```
 
 mod bpe;
+mod hf;
 mod load;
 mod pretok;
 mod spm;
@@ -39,6 +54,7 @@ use std::collections::BTreeSet;
 
 use crate::format::gguf::GgufError;
 
+pub use hf::HfVocabExport;
 pub use pretok::PreType;
 pub use stream::StreamDecoder;
 pub use vocab::TokenType;
@@ -63,15 +79,45 @@ pub enum TokenizerError {
     /// The text needs a byte-fallback token the vocabulary lacks.
     #[error("the vocabulary has no token for byte 0x{0:02X}")]
     NoByteToken(u8),
+    /// A tokenizer file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A Hugging Face tokenizer or configuration file is malformed.
+    #[error("{}: {reason}", path.display())]
+    Config {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The Hugging Face `tokenizers` library failed.
+    #[error("Hugging Face tokenizer: {0}")]
+    Hf(String),
 }
 
-/// Which algorithm a tokenizer runs.
+/// Which algorithm a tokenizer runs. For a Hugging Face tokenizer, which of the two its token
+/// texts follow: `Bpe` for byte-level vocabularies (GPT-2's byte → character mapping), `Spm` for
+/// SentencePiece-style ones (`▁` for spaces, `<0xXX>` byte fallback).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenizerKind {
     /// SentencePiece-style (`tokenizer.ggml.model = "llama"`).
     Spm,
     /// Byte-level BPE (`tokenizer.ggml.model = "gpt2"`).
     Bpe,
+}
+
+/// Where a tokenizer comes from and what runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenizerBackend {
+    /// A GGUF vocabulary, tokenized by ferrolm's llama.cpp-compatible code.
+    Gguf,
+    /// A Hugging Face `tokenizer.json`, tokenized by the `tokenizers` crate.
+    HuggingFace,
 }
 
 /// Ids of the special tokens (each optional).
@@ -110,10 +156,17 @@ pub struct SpecialIds {
 /// Algorithm-specific state.
 enum Engine {
     Spm,
-    Bpe { pre: PreType, pretok: pretok::PreTokenizer, merges: bpe::MergeRanks, ignore_merges: bool },
+    Bpe {
+        pre: PreType,
+        pretok: pretok::PreTokenizer,
+        merges: bpe::MergeRanks,
+        ignore_merges: bool,
+    },
+    /// A Hugging Face tokenizer; the vocabulary table mirrors its tokens for the shared accessors.
+    Hf(Box<hf::HfEngine>),
 }
 
-/// A tokenizer built from a GGUF vocabulary.
+/// A tokenizer built from a GGUF vocabulary or a Hugging Face `tokenizer.json`.
 pub struct Tokenizer {
     kind: TokenizerKind,
     engine: Engine,
@@ -127,11 +180,13 @@ pub struct Tokenizer {
     add_space_prefix: bool,
     remove_extra_whitespaces: bool,
     pre_name: Option<String>,
+    chat_template: Option<String>,
 }
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tokenizer")
+            .field("backend", &self.backend())
             .field("kind", &self.kind)
             .field("pre", &self.pre_name)
             .field("n_vocab", &self.n_vocab())
@@ -159,15 +214,31 @@ impl Tokenizer {
         self.kind
     }
 
-    /// The BPE pre-tokenizer (`None` for SentencePiece vocabularies).
+    /// Whether this is a GGUF or a Hugging Face tokenizer.
+    pub fn backend(&self) -> TokenizerBackend {
+        match &self.engine {
+            Engine::Hf(_) => TokenizerBackend::HuggingFace,
+            Engine::Spm | Engine::Bpe { .. } => TokenizerBackend::Gguf,
+        }
+    }
+
+    /// The BPE pre-tokenizer (`None` for SentencePiece and Hugging Face vocabularies).
     pub fn pre_type(&self) -> Option<PreType> {
         match &self.engine {
-            Engine::Spm => None,
+            Engine::Spm | Engine::Hf(_) => None,
             Engine::Bpe { pre, .. } => Some(*pre),
         }
     }
 
-    /// Number of tokens in the vocabulary.
+    /// The chat template (Jinja source): GGUF `tokenizer.chat_template`, or for a Hugging Face
+    /// folder `chat_template.jinja`, `chat_template.json` or `tokenizer_config.json`'s
+    /// `chat_template`.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// Number of tokens in the vocabulary (for a Hugging Face tokenizer: its highest id + 1, added
+    /// tokens included; ids no token uses read as unused `[PAD<id>]` tokens).
     pub fn n_vocab(&self) -> usize {
         self.vocab.len()
     }
@@ -177,6 +248,7 @@ impl Tokenizer {
         match &self.engine {
             Engine::Spm => 0,
             Engine::Bpe { merges, .. } => merges.len(),
+            Engine::Hf(h) => h.n_merges(),
         }
     }
 
@@ -301,18 +373,26 @@ impl Tokenizer {
     /// `add_special` adds BOS/EOS as the model asks ([`Tokenizer::add_bos`], [`Tokenizer::add_eos`]);
     /// `parse_special` lets control tokens written in the text (e.g. `<|im_start|>`) become those
     /// tokens instead of being tokenized as plain text.
+    ///
+    /// A Hugging Face tokenizer runs with its post-processor off (BOS/EOS are added here, once) and
+    /// treats its `special` added tokens as control tokens, its other added tokens as user-defined
+    /// ones (always matched).
     pub fn encode(
         &self,
         text: &str,
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let frags = self.partition(text, parse_special);
+        let frags = match &self.engine {
+            Engine::Hf(_) => Vec::new(),
+            Engine::Spm | Engine::Bpe { .. } => self.partition(text, parse_special),
+        };
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             out.extend(self.special.bos);
         }
         match &self.engine {
+            Engine::Hf(h) => h.encode_into(text, parse_special, &mut out)?,
             Engine::Spm => {
                 let mut prev_special = true;
                 let mut buf = String::new();

@@ -222,3 +222,14 @@ fn tokenizer_is_send_and_sync() {
     check::<Tokenizer>();
     check::<StreamDecoder>();
 }
+
+#[test]
+fn gguf_chat_template_and_backend() {
+    let tok = Tokenizer::from_gguf(&spm_file(vec![("tokenizer.chat_template", V::Str("{{ x }}"))]))
+        .expect("tokenizer");
+    assert_eq!(tok.chat_template(), Some("{{ x }}"));
+    assert_eq!(tok.backend(), TokenizerBackend::Gguf);
+    assert!(matches!(tok.hf_vocab_export(), Err(TokenizerError::Unsupported(_))));
+    let tok = Tokenizer::from_gguf(&spm_file(vec![])).expect("tokenizer");
+    assert_eq!(tok.chat_template(), None);
+}
