@@ -1,33 +1,95 @@
 //! One [`ModelConfig`] describes every supported architecture's variations.
 
+use super::tensors::TensorMap;
 use crate::format::gguf::GgufFile;
 use crate::{Error, Result};
+
+/// RoPE of the global layers from `{arch}.rope.*` keys, as llama.cpp reads them.
+fn rope_from_gguf(f: &GgufFile, arch: &str, n_ctx_train: usize) -> Result<RopeParams> {
+    let key = |k: &str| format!("{arch}.rope.{k}");
+    let mut p = RopeParams::plain(f.opt_f32(&key("freq_base"))?.unwrap_or(10_000.0));
+    p.n_ctx_orig = match f.opt_u64(&key("scaling.original_context_length"))? {
+        Some(v) => usize::try_from(v).map_err(|_| Error::Config(format!("{v} is not a context length")))?,
+        None => n_ctx_train,
+    };
+    let factor = match f.opt_f32(&key("scaling.factor"))? {
+        Some(v) => Some(v),
+        None => f.opt_f32(&key("scale_linear"))?,
+    }
+    .filter(|&v| v > 0.0);
+    let attn_factor = f.opt_f32(&key("scaling.attn_factor"))?.filter(|&v| v > 0.0).unwrap_or(1.0);
+    p.attn_factor = attn_factor;
+    match f.opt_str(&key("scaling.type"))? {
+        Some("none") => {}
+        // llama.cpp's default when the type is absent is linear with the given factor (if any).
+        None | Some("linear") | Some("longrope") => p.freq_scale = factor.map_or(1.0, |v| 1.0 / v),
+        Some("yarn") => {
+            let factor = factor.unwrap_or(1.0);
+            p.freq_scale = 1.0 / factor;
+            p.ext_factor = f.opt_f32(&key("scaling.yarn_ext_factor"))?.filter(|&v| v >= 0.0).unwrap_or(1.0);
+            p.beta_fast = f.opt_f32(&key("scaling.yarn_beta_fast"))?.unwrap_or(32.0);
+            p.beta_slow = f.opt_f32(&key("scaling.yarn_beta_slow"))?.unwrap_or(1.0);
+            // YaRN's magnitude correction: 0.1·ln(factor) + 1 (transformers' default mscale).
+            if factor > 1.0 {
+                p.attn_factor *= 0.1 * factor.ln() + 1.0;
+            }
+        }
+        Some(other) => return Err(Error::Config(format!("RoPE scaling '{other}' is not supported"))),
+    }
+    Ok(p)
+}
 
 /// The architecture families ferrolm implements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
-    /// Llama 2/3, SmolLM, and other llama-compatible models.
+    /// Llama 1/2/3.x, Mistral, SmolLM and other llama-compatible models.
     Llama,
-    /// Gemma 3.
+    /// Qwen 2 / 2.5: biases on the query, key and value projections.
+    Qwen2,
+    /// Qwen 3: per-head RMSNorm of queries and keys.
+    Qwen3,
+    /// Phi-3 / Phi-4-mini: fused QKV and gate-up projections, partial RoPE, LongRoPE.
+    Phi3,
+    /// Gemma 1.
+    Gemma,
+    /// Gemma 2: soft-capped attention and logits, alternating sliding-window layers.
+    Gemma2,
+    /// Gemma 3 (text).
     Gemma3,
 }
 
 impl Arch {
+    /// Every architecture, for listings and errors.
+    pub const ALL: [Arch; 7] =
+        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Phi3, Arch::Gemma, Arch::Gemma2, Arch::Gemma3];
+
     /// The `general.architecture` name.
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
+            Arch::Gemma => "gemma",
+            Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
         }
     }
 
-    /// Parses a `general.architecture` value.
+    /// Parses a `general.architecture` value (`mistral` is an alias of `llama`).
     pub fn from_name(name: &str) -> Result<Self> {
         match name {
-            "llama" => Ok(Arch::Llama),
-            "gemma3" => Ok(Arch::Gemma3),
-            other => Err(Error::UnsupportedArchitecture(other.to_string())),
+            "mistral" => Ok(Arch::Llama),
+            other => Arch::ALL
+                .into_iter()
+                .find(|a| a.name() == other)
+                .ok_or_else(|| Error::UnsupportedArchitecture(other.to_string())),
         }
+    }
+
+    /// Whether this is one of the Gemma family (GeGLU, embeddings scaled by √n_embd).
+    pub fn is_gemma(self) -> bool {
+        matches!(self, Arch::Gemma | Arch::Gemma2 | Arch::Gemma3)
     }
 }
 
@@ -45,17 +107,47 @@ pub enum Activation {
 pub enum RopeStyle {
     /// Adjacent pairs `(2i, 2i+1)` — GGUF llama models (the converter permutes Q/K for this).
     Interleaved,
-    /// Halves `(i, i + d/2)` — GPT-NeoX style, used by Gemma.
+    /// Halves `(i, i + d/2)` — GPT-NeoX style: Hugging Face checkpoints, Qwen, Phi-3, Gemma.
     Neox,
 }
 
-/// RoPE parameters for one kind of layer.
+/// RoPE parameters for one kind of layer, with ggml's YaRN conventions.
+///
+/// For rotated pair `i` of `n` rotated dimensions at position `p`, the angle is
+/// `θ = p · base^(-2i/n) / f_i` (`f_i` the optional per-pair frequency factors: Llama 3 scaling,
+/// LongRoPE), scaled by `freq_scale` and, with YaRN, blended between scaled and unscaled per
+/// pair; `cos θ` and `sin θ` are multiplied by `attn_factor`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RopeParams {
     /// Frequency base θ.
     pub base: f32,
     /// Linear position scale (1 / scaling factor).
     pub freq_scale: f32,
+    /// YaRN extrapolation mix (1 with YaRN scaling, else 0).
+    pub ext_factor: f32,
+    /// Magnitude scale of the rotation (YaRN and LongRoPE attention factors), usually 1.
+    pub attn_factor: f32,
+    /// YaRN: rotations per context above which a pair is extrapolated.
+    pub beta_fast: f32,
+    /// YaRN: rotations per context below which a pair is interpolated.
+    pub beta_slow: f32,
+    /// Context length the model was trained with before scaling.
+    pub n_ctx_orig: usize,
+}
+
+impl RopeParams {
+    /// Plain RoPE with base `base`.
+    pub fn plain(base: f32) -> Self {
+        Self {
+            base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 0,
+        }
+    }
 }
 
 /// Everything the forward pass needs to know about a model's shape and variant.
@@ -93,12 +185,16 @@ pub struct ModelConfig {
     pub rope_local: RopeParams,
     /// Multiply token embeddings by this (Gemma: √n_embd).
     pub embed_scale: Option<f32>,
+    /// Biases on the query, key and value projections (Qwen 2).
+    pub qkv_bias: bool,
     /// Per-head RMSNorm of queries and keys before RoPE.
     pub qk_norm: bool,
     /// Extra RMSNorms after attention and after the FFN, before the residual add.
     pub post_norms: bool,
     /// Scale applied to attention scores.
     pub attn_scale: f32,
+    /// Soft-capping of attention scores (`cap * tanh(s / cap)`, Gemma 2).
+    pub attn_softcap: Option<f32>,
     /// Sliding-window size of the local layers.
     pub sliding_window: Option<usize>,
     /// Which layers use sliding-window attention.
@@ -124,51 +220,54 @@ fn swa_pattern(f: &GgufFile, key: &str, n_layer: usize, default_period: u64) -> 
 }
 
 impl ModelConfig {
-    /// Reads the configuration from GGUF metadata.
-    pub fn from_gguf(f: &GgufFile) -> Result<Self> {
+    /// Reads the configuration from GGUF metadata (the vocabulary size from the embedding table).
+    pub fn from_gguf(f: &GgufFile, tensors: &TensorMap) -> Result<Self> {
         let arch_name = f.architecture()?;
         let arch = Arch::from_name(arch_name)?;
         let key = |k: &str| format!("{arch_name}.{k}");
-        let req = |k: &str| -> Result<usize> {
-            let v = f.get_u64(&key(k))?;
+        let to_usize = |k: &str, v: u64| {
             usize::try_from(v).map_err(|_| Error::Config(format!("{} = {v} is too large", key(k))))
         };
+        let req = |k: &str| -> Result<usize> { to_usize(k, f.get_u64(&key(k))?) };
+        let opt =
+            |k: &str| -> Result<Option<usize>> { f.opt_u64(&key(k))?.map(|v| to_usize(k, v)).transpose() };
         let n_embd = req("embedding_length")?;
         let n_layer = req("block_count")?;
         let n_head = req("attention.head_count")?;
-        let n_head_kv = match f.opt_u64(&key("attention.head_count_kv"))? {
-            Some(v) => v as usize,
-            None => n_head,
-        };
+        let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
         let n_ff = req("feed_forward_length")?;
-        let head_dim = match f.opt_u64(&key("attention.key_length"))? {
-            Some(v) => v as usize,
+        let head_dim = match opt("attention.key_length")? {
+            Some(v) => v,
             None if n_head > 0 => n_embd / n_head,
             None => 0,
         };
-        if let Some(vl) = f.opt_u64(&key("attention.value_length"))? {
-            if vl as usize != head_dim {
+        if let Some(vl) = opt("attention.value_length")? {
+            if vl != head_dim {
                 return Err(Error::Config(format!(
                     "value_length {vl} != key_length {head_dim} is not supported"
                 )));
             }
         }
         let norm_eps = f.opt_f32(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5);
-        let n_ctx_train = f.opt_u64(&key("context_length"))?.unwrap_or(2048) as usize;
-        let rope_dims = f.opt_u64(&key("rope.dimension_count"))?.map(|v| v as usize).unwrap_or(head_dim);
-        let rope_base = f.opt_f32(&key("rope.freq_base"))?.unwrap_or(10_000.0);
-        let freq_scale = match f.opt_str(&key("rope.scaling.type"))? {
-            None | Some("none") => 1.0,
-            Some("linear") => {
-                let factor = f.opt_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0);
-                if factor > 0.0 { 1.0 / factor } else { 1.0 }
-            }
-            Some(other) => return Err(Error::Config(format!("RoPE scaling '{other}' is not supported yet"))),
-        };
-        let rope_global = RopeParams { base: rope_base, freq_scale };
-        let n_vocab = match f.tensor("token_embd.weight") {
-            Some(t) if t.dims.len() == 2 => t.dims[1] as usize,
+        let n_ctx_train = opt("context_length")?.unwrap_or(2048);
+        let rope_dims = opt("rope.dimension_count")?.unwrap_or(head_dim);
+        let rope_global = rope_from_gguf(f, arch_name, n_ctx_train)?;
+        let n_vocab = match tensors.get("token_embd.weight") {
+            Some(t) if t.dims.len() == 2 => to_usize("vocab_size", t.dims[1])?,
             _ => return Err(Error::MissingTensor("token_embd.weight".into())),
+        };
+        if let Some(v) = opt("vocab_size")? {
+            if v != n_vocab {
+                return Err(Error::Config(format!(
+                    "{} = {v} contradicts the embedding table's {n_vocab} rows",
+                    key("vocab_size")
+                )));
+            }
+        }
+        let sliding_window = opt("attention.sliding_window")?.filter(|&w| w > 0);
+        let attn_scale = match f.opt_f32(&key("attention.scale"))? {
+            Some(s) if s > 0.0 => s,
+            _ => 1.0 / (head_dim.max(1) as f32).sqrt(),
         };
 
         let mut cfg = ModelConfig {
@@ -183,37 +282,46 @@ impl ModelConfig {
             norm_eps,
             n_ctx_train,
             activation: Activation::Silu,
-            rope_style: RopeStyle::Interleaved,
+            rope_style: RopeStyle::Neox,
             rope_dims,
             rope_global,
             rope_local: rope_global,
             embed_scale: None,
+            qkv_bias: false,
             qk_norm: false,
             post_norms: false,
-            attn_scale: 1.0 / (head_dim.max(1) as f32).sqrt(),
-            sliding_window: None,
-            swa_layers: vec![false; n_layer],
-            final_logit_softcap: None,
+            attn_scale,
+            attn_softcap: None,
+            sliding_window,
+            // Unless the architecture says otherwise, a window applies to every layer (Mistral).
+            swa_layers: vec![sliding_window.is_some(); n_layer],
+            final_logit_softcap: f.opt_f32(&key("final_logit_softcapping"))?.filter(|&c| c > 0.0),
         };
-
+        if arch.is_gemma() {
+            cfg.activation = Activation::GeluTanh;
+            cfg.embed_scale = Some((n_embd as f32).sqrt());
+        }
         match arch {
-            Arch::Llama => {}
+            Arch::Llama => cfg.rope_style = RopeStyle::Interleaved,
+            Arch::Qwen2 => cfg.qkv_bias = true,
+            Arch::Qwen3 => cfg.qk_norm = true,
+            Arch::Phi3 | Arch::Gemma => {}
+            Arch::Gemma2 => {
+                cfg.post_norms = true;
+                cfg.attn_softcap = f.opt_f32(&key("attn_logit_softcapping"))?.filter(|&c| c > 0.0);
+                cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
+            }
             Arch::Gemma3 => {
-                cfg.activation = Activation::GeluTanh;
-                cfg.rope_style = RopeStyle::Neox;
-                cfg.embed_scale = Some((n_embd as f32).sqrt());
                 cfg.qk_norm = true;
                 cfg.post_norms = true;
                 // Local layers use their own base (10k unless the file says otherwise) and no scaling.
                 let local_base = f.opt_f32(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
-                cfg.rope_local = RopeParams { base: local_base, freq_scale: 1.0 };
-                cfg.sliding_window = f.opt_u64(&key("attention.sliding_window"))?.map(|v| v as usize);
+                cfg.rope_local = RopeParams::plain(local_base);
                 cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 6)?;
-                if cfg.sliding_window.is_none() {
-                    cfg.swa_layers = vec![false; n_layer];
-                }
-                cfg.final_logit_softcap = f.opt_f32(&key("final_logit_softcapping"))?.filter(|&c| c > 0.0);
             }
+        }
+        if cfg.sliding_window.is_none() {
+            cfg.swa_layers = vec![false; n_layer];
         }
         cfg.validate()?;
         Ok(cfg)

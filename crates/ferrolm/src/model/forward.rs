@@ -59,6 +59,8 @@ impl Model {
         let mut y = vec![0.0f32; n * d]; // [n, d]
         let mut gate = vec![0.0f32; n * ff]; // [n, n_ff]
         let mut up = vec![0.0f32; n * ff]; // [n, n_ff]
+        let mut cos_sin = vec![(0.0f32, 0.0f32); cfg.rope_dims / 2]; // [rope_dims / 2]
+        let rope_factors = w.rope_factors.for_context(kv.capacity(), cfg.rope_global.n_ctx_orig);
 
         for (il, lw) in w.layers.iter().enumerate() {
             // Attention.
@@ -66,28 +68,20 @@ impl Model {
             cpu::matmul(&lw.wq, &xn, n, &mut q);
             cpu::matmul(&lw.wk, &xn, n, &mut k);
             cpu::matmul(&lw.wv, &xn, n, &mut v);
+            if let Some([bq, bk, bv]) = &lw.qkv_bias {
+                cpu::add_bias_rows(&mut q, bq);
+                cpu::add_bias_rows(&mut k, bk);
+                cpu::add_bias_rows(&mut v, bv);
+            }
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
                 cpu::rms_norm_inplace(&mut q, qn, cfg.norm_eps);
                 cpu::rms_norm_inplace(&mut k, kn, cfg.norm_eps);
             }
             let rope = cfg.rope_for_layer(il);
             for (t, e) in entries.iter().enumerate() {
-                cpu::rope_inplace(
-                    &mut q[t * qd..(t + 1) * qd],
-                    hd,
-                    cfg.rope_dims,
-                    e.pos,
-                    rope,
-                    cfg.rope_style,
-                );
-                cpu::rope_inplace(
-                    &mut k[t * kvd..(t + 1) * kvd],
-                    hd,
-                    cfg.rope_dims,
-                    e.pos,
-                    rope,
-                    cfg.rope_style,
-                );
+                cpu::rope_cos_sin(e.pos, cfg.rope_dims, &rope, rope_factors, &mut cos_sin);
+                cpu::rope_apply(&mut q[t * qd..(t + 1) * qd], hd, &cos_sin, cfg.rope_style);
+                cpu::rope_apply(&mut k[t * kvd..(t + 1) * kvd], hd, &cos_sin, cfg.rope_style);
                 let r = t * kvd..(t + 1) * kvd;
                 kv.seq_mut(e.seq).write(il, slots[t], &k[r.clone()], &v[r]);
             }
@@ -97,7 +91,7 @@ impl Model {
                 head_dim: hd,
                 scale: cfg.attn_scale,
                 window: cfg.window_for_layer(il),
-                softcap: None,
+                softcap: cfg.attn_softcap,
             };
             cpu::attention(shape, entries, kv, il, &q, &mut att);
             cpu::matmul(&lw.wo, &att, n, &mut y);
@@ -110,7 +104,7 @@ impl Model {
             cpu::rms_norm_rows(&x, &lw.ffn_norm, cfg.norm_eps, &mut xn);
             cpu::matmul(&lw.w_gate, &xn, n, &mut gate);
             cpu::matmul(&lw.w_up, &xn, n, &mut up);
-            cpu::gated_activation(&mut gate, &up, cfg.activation);
+            cpu::gated_activation(&mut gate, &up, cfg.activation, self.exact_f32);
             cpu::matmul(&lw.w_down, &gate, n, &mut y);
             if let Some(pn) = &lw.post_ffn_norm {
                 cpu::rms_norm_inplace(&mut y, pn, cfg.norm_eps);

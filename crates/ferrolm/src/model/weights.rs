@@ -9,8 +9,8 @@ use std::sync::Arc;
 use ferrolm_kernels::{GgmlType, quant};
 
 use super::config::ModelConfig;
+use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
-use crate::format::gguf::GgufFile;
 use crate::{Error, Result};
 
 /// A 2-D weight matrix `[rows, cols]` (GGUF dims `[cols, rows]`), rows stored contiguously in
@@ -52,6 +52,19 @@ impl Weight {
         self.row_bytes
     }
 
+    /// Rows `start..start + rows` as a weight of their own, sharing the bytes.
+    pub fn row_block(&self, start: usize, rows: usize) -> Weight {
+        let begin = self.range.start + start * self.row_bytes;
+        Weight {
+            storage: self.storage.clone(),
+            range: begin..begin + rows * self.row_bytes,
+            ty: self.ty,
+            rows,
+            cols: self.cols,
+            row_bytes: self.row_bytes,
+        }
+    }
+
     /// Dequantizes row `r` into `out` (`cols` elements).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         // Lengths were validated at load time, so this cannot fail.
@@ -71,13 +84,15 @@ pub struct LayerWeights {
     pub wk: Weight,
     /// Value projection. `[kv_dim, n_embd]`
     pub wv: Weight,
+    /// Query, key and value biases (Qwen 2). `[q_dim]`, `[kv_dim]`, `[kv_dim]`
+    pub qkv_bias: Option<[Vec<f32>; 3]>,
     /// Attention output projection. `[n_embd, q_dim]`
     pub wo: Weight,
-    /// Per-head query norm (Gemma 3). `[head_dim]`
+    /// Per-head query norm (Qwen 3, Gemma 3). `[head_dim]`
     pub q_norm: Option<Vec<f32>>,
-    /// Per-head key norm (Gemma 3). `[head_dim]`
+    /// Per-head key norm (Qwen 3, Gemma 3). `[head_dim]`
     pub k_norm: Option<Vec<f32>>,
-    /// Norm of the attention output before the residual add (Gemma). `[n_embd]`
+    /// Norm of the attention output before the residual add (Gemma 2/3). `[n_embd]`
     pub post_attn_norm: Option<Vec<f32>>,
     /// RMSNorm before the FFN. `[n_embd]`
     pub ffn_norm: Vec<f32>,
@@ -87,8 +102,29 @@ pub struct LayerWeights {
     pub w_up: Weight,
     /// FFN down projection. `[n_embd, n_ff]`
     pub w_down: Weight,
-    /// Norm of the FFN output before the residual add (Gemma). `[n_embd]`
+    /// Norm of the FFN output before the residual add (Gemma 2/3). `[n_embd]`
     pub post_ffn_norm: Option<Vec<f32>>,
+}
+
+/// Per-pair RoPE frequency factors (`θ / f_i`), `[rope_dims / 2]` each.
+#[derive(Debug, Default)]
+pub struct RopeFactors {
+    /// Used at every context length (Llama 3 scaling: `rope_freqs.weight`).
+    pub always: Option<Vec<f32>>,
+    /// LongRoPE factors for contexts beyond the original length (`rope_factors_long.weight`).
+    pub long: Option<Vec<f32>>,
+    /// LongRoPE factors within the original length (`rope_factors_short.weight`).
+    pub short: Option<Vec<f32>>,
+}
+
+impl RopeFactors {
+    /// The factors to use for a context of `n_ctx` tokens per sequence (llama.cpp's choice).
+    pub fn for_context(&self, n_ctx: usize, n_ctx_orig: usize) -> Option<&[f32]> {
+        if let Some(f) = &self.always {
+            return Some(f);
+        }
+        if n_ctx > n_ctx_orig { self.long.as_deref() } else { self.short.as_deref() }
+    }
 }
 
 /// All weights of a model.
@@ -102,87 +138,80 @@ pub struct ModelWeights {
     pub output_norm: Vec<f32>,
     /// LM head (the embedding table itself when tied). `[n_vocab, n_embd]`
     pub output: Weight,
+    /// RoPE frequency factors, when the model has them.
+    pub rope_factors: RopeFactors,
 }
 
 struct Loader<'a> {
-    file: &'a GgufFile,
+    tensors: &'a TensorMap,
 }
 
 impl Loader<'_> {
+    fn get(&self, name: &str) -> Result<&TensorRef> {
+        let t = self.tensors.get(name).ok_or_else(|| Error::MissingTensor(name.to_string()))?;
+        if !quant::supports(t.ty) {
+            return Err(Error::UnsupportedTensorType { name: name.to_string(), ty: t.ty.name().to_string() });
+        }
+        Ok(t)
+    }
+
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
-        let info = self.file.tensor(name).ok_or_else(|| Error::MissingTensor(name.to_string()))?;
-        if info.dims != [cols as u64, rows as u64] {
-            return Err(Error::TensorShape {
-                name: name.to_string(),
-                actual: info.dims.clone(),
-                expected: vec![cols as u64, rows as u64],
-            });
-        }
-        if !quant::supports(info.ty) {
-            return Err(Error::UnsupportedTensorType {
-                name: name.to_string(),
-                ty: info.ty.name().to_string(),
-            });
-        }
-        let row_bytes = info.ty.row_bytes(cols as u64).ok_or_else(|| Error::TensorShape {
+        let t = self.get(name)?;
+        let shape_err = || Error::TensorShape {
             name: name.to_string(),
-            actual: info.dims.clone(),
+            actual: t.dims.clone(),
             expected: vec![cols as u64, rows as u64],
-        })? as usize;
-        Ok(Weight {
-            storage: self.file.storage().clone(),
-            range: self.file.tensor_range(info),
-            ty: info.ty,
-            rows,
-            cols,
-            row_bytes,
-        })
+        };
+        if t.dims != [cols as u64, rows as u64] {
+            return Err(shape_err());
+        }
+        let row_bytes = t.ty.row_bytes(cols as u64).ok_or_else(shape_err)? as usize;
+        if row_bytes.checked_mul(rows) != Some(t.range.len()) {
+            return Err(shape_err());
+        }
+        Ok(Weight { storage: t.storage.clone(), range: t.range.clone(), ty: t.ty, rows, cols, row_bytes })
+    }
+
+    /// Consecutive row blocks of a fused matrix (`[sum(parts), cols]`), zero-copy.
+    fn split_rows<const N: usize>(&self, name: &str, parts: [usize; N], cols: usize) -> Result<[Weight; N]> {
+        let fused = self.matrix(name, parts.iter().sum(), cols)?;
+        let mut start = 0;
+        Ok(parts.map(|rows| {
+            let w = fused.row_block(start, rows);
+            start += rows;
+            w
+        }))
     }
 
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
-        let w = self.matrix_1d(name, n)?;
+        let t = self.get(name)?;
+        if t.dims != [n as u64] {
+            return Err(Error::TensorShape {
+                name: name.to_string(),
+                actual: t.dims.clone(),
+                expected: vec![n as u64],
+            });
+        }
         let mut out = vec![0.0; n];
-        quant::dequantize_row(w.ty, w.data(), &mut out).map_err(|e| Error::Config(format!("{name}: {e}")))?;
+        quant::dequantize_row(t.ty, t.data(), &mut out).map_err(|e| Error::Config(format!("{name}: {e}")))?;
         Ok(out)
     }
 
     fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
-        if self.file.tensor(name).is_none() { Ok(None) } else { self.vector(name, n).map(Some) }
-    }
-
-    fn matrix_1d(&self, name: &str, n: usize) -> Result<Weight> {
-        let info = self.file.tensor(name).ok_or_else(|| Error::MissingTensor(name.to_string()))?;
-        if info.dims != [n as u64] {
-            return Err(Error::TensorShape {
-                name: name.to_string(),
-                actual: info.dims.clone(),
-                expected: vec![n as u64],
-            });
-        }
-        if !quant::supports(info.ty) {
-            return Err(Error::UnsupportedTensorType {
-                name: name.to_string(),
-                ty: info.ty.name().to_string(),
-            });
-        }
-        Ok(Weight {
-            storage: self.file.storage().clone(),
-            range: self.file.tensor_range(info),
-            ty: info.ty,
-            rows: 1,
-            cols: n,
-            row_bytes: info.size as usize,
-        })
+        if self.tensors.contains(name) { self.vector(name, n).map(Some) } else { Ok(None) }
     }
 }
 
 impl ModelWeights {
     /// Binds every tensor the configuration needs, checking names, shapes and types.
-    pub fn from_gguf(file: &GgufFile, cfg: &ModelConfig) -> Result<Self> {
-        let l = Loader { file };
+    ///
+    /// Fused projections (`attn_qkv`, and Phi-3's `ffn_up` holding gate and up) are split into
+    /// row blocks without copying.
+    pub fn from_tensors(tensors: &TensorMap, cfg: &ModelConfig) -> Result<Self> {
+        let l = Loader { tensors };
         let (d, q, kv, ff, hd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff, cfg.head_dim);
         let token_embd = l.matrix("token_embd.weight", cfg.n_vocab, d)?;
-        let output = if file.tensor("output.weight").is_some() {
+        let output = if tensors.contains("output.weight") {
             l.matrix("output.weight", cfg.n_vocab, d)?
         } else {
             token_embd.clone()
@@ -200,22 +229,50 @@ impl ModelWeights {
             } else {
                 (l.opt_vector(&n("post_attention_norm"), d)?, l.opt_vector(&n("post_ffw_norm"), d)?)
             };
+            let [wq, wk, wv] = if tensors.contains(&n("attn_qkv")) {
+                l.split_rows(&n("attn_qkv"), [q, kv, kv], d)?
+            } else {
+                [
+                    l.matrix(&n("attn_q"), q, d)?,
+                    l.matrix(&n("attn_k"), kv, d)?,
+                    l.matrix(&n("attn_v"), kv, d)?,
+                ]
+            };
+            let [w_gate, w_up] = if tensors.contains(&n("ffn_gate")) {
+                [l.matrix(&n("ffn_gate"), ff, d)?, l.matrix(&n("ffn_up"), ff, d)?]
+            } else {
+                // Phi-3: one `[2 * n_ff, n_embd]` matrix, gate rows first.
+                l.split_rows(&n("ffn_up"), [ff, ff], d)?
+            };
+            let qkv_bias = if cfg.qkv_bias {
+                let b = |s: &str| format!("blk.{i}.{s}.bias");
+                Some([l.vector(&b("attn_q"), q)?, l.vector(&b("attn_k"), kv)?, l.vector(&b("attn_v"), kv)?])
+            } else {
+                None
+            };
             layers.push(LayerWeights {
                 attn_norm: l.vector(&n("attn_norm"), d)?,
-                wq: l.matrix(&n("attn_q"), q, d)?,
-                wk: l.matrix(&n("attn_k"), kv, d)?,
-                wv: l.matrix(&n("attn_v"), kv, d)?,
+                wq,
+                wk,
+                wv,
+                qkv_bias,
                 wo: l.matrix(&n("attn_output"), d, q)?,
                 q_norm,
                 k_norm,
                 post_attn_norm,
                 ffn_norm: l.vector(&n("ffn_norm"), d)?,
-                w_gate: l.matrix(&n("ffn_gate"), ff, d)?,
-                w_up: l.matrix(&n("ffn_up"), ff, d)?,
+                w_gate,
+                w_up,
                 w_down: l.matrix(&n("ffn_down"), d, ff)?,
                 post_ffn_norm,
             });
         }
-        Ok(Self { token_embd, layers, output_norm: l.vector("output_norm.weight", d)?, output })
+        let half = cfg.rope_dims / 2;
+        let rope_factors = RopeFactors {
+            always: l.opt_vector("rope_freqs.weight", half)?,
+            long: l.opt_vector("rope_factors_long.weight", half)?,
+            short: l.opt_vector("rope_factors_short.weight", half)?,
+        };
+        Ok(Self { token_embd, layers, output_norm: l.vector("output_norm.weight", d)?, output, rope_factors })
     }
 }

@@ -8,5 +8,6 @@ mod ops;
 pub use attention::{AttentionShape, attention};
 pub use matmul::matmul;
 pub use ops::{
-    add_inplace, gated_activation, gelu_tanh, rms_norm_inplace, rms_norm_rows, rope_inplace, silu, softcap,
+    add_bias_rows, add_inplace, gated_activation, gelu_tanh, rms_norm_inplace, rms_norm_rows, rope_apply,
+    rope_cos_sin, silu, softcap,
 };

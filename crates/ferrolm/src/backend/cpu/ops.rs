@@ -36,26 +36,55 @@ fn inv_rms(x: &[f32], eps: f32) -> f32 {
     1.0 / (mean + eps).sqrt()
 }
 
-/// Rotates the first `rope_dims` dimensions of each `head_dim`-wide head in `x` (`[n_heads,
-/// head_dim]`) for logical position `pos`.
-pub fn rope_inplace(
-    x: &mut [f32],
-    head_dim: usize,
-    rope_dims: usize,
+/// The `(cos, sin)` of every rotated pair (`rope_dims / 2` of them) at logical position `pos`,
+/// following ggml's `rope_yarn`: per-pair frequency factors divide the angle, `freq_scale`
+/// interpolates it, YaRN blends interpolated and extrapolated angles by a ramp over the pairs,
+/// and `attn_factor` scales the magnitude.
+pub fn rope_cos_sin(
     pos: u32,
-    p: RopeParams,
-    style: RopeStyle,
+    rope_dims: usize,
+    p: &RopeParams,
+    factors: Option<&[f32]>,
+    out: &mut [(f32, f32)],
 ) {
-    let half = rope_dims / 2;
-    let theta_pos = pos as f32 * p.freq_scale;
-    // One (cos, sin) per rotated pair, shared by every head.
-    let mut cs = [(0.0f32, 0.0f32); 512];
-    let cs = &mut cs[..half.min(512)];
-    for (i, c) in cs.iter_mut().enumerate() {
-        let inv_freq = p.base.powf(-((2 * i) as f32) / rope_dims as f32);
-        let (s, co) = (theta_pos * inv_freq).sin_cos();
-        *c = (co, s);
+    let n_dims = rope_dims as f32;
+    let [lo, hi] = yarn_corr_dims(rope_dims, p);
+    for (i, c) in out.iter_mut().enumerate().take(rope_dims / 2) {
+        let inv_freq = p.base.powf(-((2 * i) as f32) / n_dims);
+        let ff = factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0);
+        let theta_extrap = pos as f32 * inv_freq / ff;
+        let theta_interp = p.freq_scale * theta_extrap;
+        let theta = if p.ext_factor != 0.0 {
+            let y = (i as f32 - lo) / (hi - lo).max(0.001);
+            let mix = (1.0 - y.clamp(0.0, 1.0)) * p.ext_factor;
+            theta_interp * (1.0 - mix) + theta_extrap * mix
+        } else {
+            theta_interp
+        };
+        let (s, co) = theta.sin_cos();
+        *c = (co * p.attn_factor, s * p.attn_factor);
     }
+}
+
+/// YaRN's correction range: the pairs between which rotation switches from extrapolation to
+/// interpolation (ggml's `ggml_rope_yarn_corr_dims`).
+fn yarn_corr_dims(rope_dims: usize, p: &RopeParams) -> [f32; 2] {
+    if p.ext_factor == 0.0 {
+        return [0.0, 0.0];
+    }
+    let n_dims = rope_dims as f32;
+    let corr = |n_rot: f32| {
+        n_dims * (p.n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * p.base.ln())
+    };
+    let start = corr(p.beta_fast).floor().max(0.0);
+    let end = corr(p.beta_slow).ceil().min(n_dims - 1.0);
+    [start, end]
+}
+
+/// Rotates the first `2 * cs.len()` dimensions of each `head_dim`-wide head in `x`
+/// (`[n_heads, head_dim]`) by the angles of [`rope_cos_sin`].
+pub fn rope_apply(x: &mut [f32], head_dim: usize, cs: &[(f32, f32)], style: RopeStyle) {
+    let half = cs.len();
     for head in x.chunks_exact_mut(head_dim) {
         for (i, &(c, s)) in cs.iter().enumerate() {
             let (a, b) = match style {
@@ -100,11 +129,22 @@ pub fn gelu_tanh_f16(x: f32) -> f32 {
     table[usize::from(f16::from_f32(x).to_bits())].to_f32()
 }
 
-/// `gate = act(gate) * up`, element-wise.
-pub fn gated_activation(gate: &mut [f32], up: &[f32], act: Activation) {
-    match act {
-        Activation::Silu => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = silu(*g) * u),
-        Activation::GeluTanh => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = gelu_tanh_f16(*g) * u),
+/// `gate = act(gate) * up`, element-wise. With `exact`, GELU is computed in f32 instead of
+/// through llama.cpp's f16 table.
+pub fn gated_activation(gate: &mut [f32], up: &[f32], act: Activation, exact: bool) {
+    match (act, exact) {
+        (Activation::Silu, _) => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = silu(*g) * u),
+        (Activation::GeluTanh, false) => {
+            gate.iter_mut().zip(up).for_each(|(g, &u)| *g = gelu_tanh_f16(*g) * u)
+        }
+        (Activation::GeluTanh, true) => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = gelu_tanh(*g) * u),
+    }
+}
+
+/// Adds `bias` to each `bias.len()`-wide row of `x`.
+pub fn add_bias_rows(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        add_inplace(row, bias);
     }
 }
 
@@ -132,9 +172,15 @@ mod tests {
         assert_eq!(&out[2..], &[0.0, 0.0]);
     }
 
+    fn rope_inplace(x: &mut [f32], hd: usize, dims: usize, pos: u32, p: RopeParams, style: RopeStyle) {
+        let mut cs = vec![(0.0, 0.0); dims / 2];
+        rope_cos_sin(pos, dims, &p, None, &mut cs);
+        rope_apply(x, hd, &cs, style);
+    }
+
     #[test]
     fn rope_preserves_norm_and_is_identity_at_zero() {
-        let p = RopeParams { base: 10000.0, freq_scale: 1.0 };
+        let p = RopeParams::plain(10000.0);
         for style in [RopeStyle::Interleaved, RopeStyle::Neox] {
             let orig: Vec<f32> = (0..16).map(|i| i as f32 * 0.3 - 2.0).collect();
             let mut x = orig.clone();
@@ -150,7 +196,7 @@ mod tests {
     #[test]
     fn rope_relative_property() {
         // <rope(q, m), rope(k, n)> depends only on m - n.
-        let p = RopeParams { base: 10000.0, freq_scale: 1.0 };
+        let p = RopeParams::plain(10000.0);
         let q: Vec<f32> = (0..8).map(|i| (i as f32).sin()).collect();
         let k: Vec<f32> = (0..8).map(|i| (i as f32 * 0.7).cos()).collect();
         let dot_at = |m: u32, n: u32| {
@@ -160,6 +206,34 @@ mod tests {
             a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>()
         };
         assert!((dot_at(5, 2) - dot_at(13, 10)).abs() < 1e-4);
+    }
+
+    #[test]
+    fn rope_scaling_variants() {
+        let dims = 16;
+        let mut plain = vec![(0.0, 0.0); dims / 2];
+        let mut other = plain.clone();
+        let p = RopeParams::plain(10000.0);
+        rope_cos_sin(7, dims, &p, None, &mut plain);
+        // Frequency factors of 2 equal a linear scale of 1/2.
+        let linear = RopeParams { freq_scale: 0.5, ..p };
+        rope_cos_sin(7, dims, &p, Some(&[2.0; 8]), &mut other);
+        let mut lin = plain.clone();
+        rope_cos_sin(7, dims, &linear, None, &mut lin);
+        for (a, b) in other.iter().zip(&lin) {
+            assert!((a.0 - b.0).abs() < 1e-6 && (a.1 - b.1).abs() < 1e-6);
+        }
+        // YaRN: the fastest pairs are extrapolated (unscaled angle), the slowest interpolated, and
+        // the magnitude follows attn_factor.
+        let yarn = RopeParams { freq_scale: 0.25, ext_factor: 1.0, attn_factor: 1.2, n_ctx_orig: 64, ..p };
+        let mut y = plain.clone();
+        rope_cos_sin(7, dims, &yarn, None, &mut y);
+        let angle = |c: (f32, f32)| c.1.atan2(c.0);
+        assert!((angle(y[0]) - angle(plain[0])).abs() < 1e-5);
+        assert!((angle(y[7]) - angle(lin[7]) * 0.5).abs() < 1e-5);
+        for c in &y {
+            assert!(((c.0 * c.0 + c.1 * c.1).sqrt() - 1.2).abs() < 1e-5);
+        }
     }
 
     #[test]

@@ -1,0 +1,124 @@
+//! A format-independent table of named tensors.
+//!
+//! GGUF files and Hugging Face folders both end up here, under the canonical GGUF tensor names
+//! (`token_embd.weight`, `blk.N.attn_q.weight`, …). A tensor borrows its bytes from a shared
+//! [`Storage`] — a file's memory map when the bytes are used as stored, or an owned buffer when
+//! loading had to transform them (quantized at load, a norm shifted by one, RoPE factors computed
+//! from a config).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use ferrolm_kernels::GgmlType;
+
+use crate::format::Storage;
+use crate::format::gguf::GgufFile;
+
+/// One tensor: its type, its GGUF-order dimensions (innermost first) and where its bytes are.
+#[derive(Clone)]
+pub struct TensorRef {
+    /// The bytes the tensor lives in.
+    pub storage: Arc<Storage>,
+    /// Byte range within `storage`.
+    pub range: Range<usize>,
+    /// Element/block format.
+    pub ty: GgmlType,
+    /// Dimensions, innermost first (GGUF order): a `[rows, cols]` matrix is `[cols, rows]`.
+    pub dims: Vec<u64>,
+}
+
+impl std::fmt::Debug for TensorRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TensorRef({} {:?}, {} bytes)", self.ty, self.dims, self.range.len())
+    }
+}
+
+impl TensorRef {
+    /// A tensor owning `bytes`.
+    pub fn owned(ty: GgmlType, dims: Vec<u64>, bytes: Vec<u8>) -> Self {
+        let len = bytes.len();
+        Self { storage: Arc::new(Storage::Owned(bytes)), range: 0..len, ty, dims }
+    }
+
+    /// An F32 tensor owning `values`.
+    pub fn from_f32(dims: Vec<u64>, values: &[f32]) -> Self {
+        let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self::owned(GgmlType::F32, dims, bytes)
+    }
+
+    /// The tensor's bytes.
+    pub fn data(&self) -> &[u8] {
+        &self.storage.as_bytes()[self.range.clone()]
+    }
+
+    /// Number of elements.
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+}
+
+/// Named tensors, in name order.
+#[derive(Clone, Debug, Default)]
+pub struct TensorMap {
+    tensors: BTreeMap<String, TensorRef>,
+}
+
+impl TensorMap {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every tensor of a GGUF file, borrowed from its memory map.
+    pub fn from_gguf(file: &GgufFile) -> Self {
+        let mut map = Self::new();
+        for info in file.tensors() {
+            map.insert(
+                info.name.clone(),
+                TensorRef {
+                    storage: file.storage().clone(),
+                    range: file.tensor_range(info),
+                    ty: info.ty,
+                    dims: info.dims.clone(),
+                },
+            );
+        }
+        map
+    }
+
+    /// Adds or replaces a tensor.
+    pub fn insert(&mut self, name: impl Into<String>, t: TensorRef) {
+        self.tensors.insert(name.into(), t);
+    }
+
+    /// Removes a tensor.
+    pub fn remove(&mut self, name: &str) -> Option<TensorRef> {
+        self.tensors.remove(name)
+    }
+
+    /// The tensor called `name`.
+    pub fn get(&self, name: &str) -> Option<&TensorRef> {
+        self.tensors.get(name)
+    }
+
+    /// Whether a tensor called `name` exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    /// All tensors in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &TensorRef)> {
+        self.tensors.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+}
