@@ -7,17 +7,20 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use ferrolm::engine::{FinishReason, GenerateOptions, generate};
 use ferrolm::kv::KvType;
-use ferrolm::model::Model;
+use ferrolm::model::{GgmlType, LoadOptions, Model};
 use ferrolm::sampling::SamplerParams;
 use ferrolm::tokenizer::StreamDecoder;
 
 /// Arguments of `ferrolm generate`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model file or catalog name; without it the default model is used (downloaded on
-    /// first use).
+    /// GGUF model file, Hugging Face model folder, or catalog name; without it the default model
+    /// is used (downloaded on first use).
     #[arg(short = 'm', long)]
     model: Option<String>,
+    /// Quantize float weights at load (for Hugging Face folders): q8_0, q4_0, q4_k or f16.
+    #[arg(long, value_parser = crate::convert::parse_load_quant)]
+    quantize: Option<GgmlType>,
     /// Prompt text.
     #[arg(short = 'p', long, conflicts_with = "file")]
     prompt: Option<String>,
@@ -83,7 +86,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ferrolm::threads::init(args.threads)?;
     let path = crate::pull::resolve_model(args.model.as_deref())?;
     let t_load = std::time::Instant::now();
-    let model = Model::load(&path).with_context(|| format!("loading {}", path.display()))?;
+    let load_opts = LoadOptions { quantize: args.quantize, ..LoadOptions::default() };
+    let model = Model::load_with(&path, &load_opts).with_context(|| format!("loading {}", path.display()))?;
     let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
 
     let tok = model.tokenizer();

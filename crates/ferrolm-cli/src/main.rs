@@ -1,5 +1,6 @@
 //! The `ferrolm` command-line tool.
 
+mod convert;
 mod generate;
 mod inspect;
 mod pull;
@@ -26,6 +27,8 @@ enum Command {
     Inspect(inspect::Args),
     /// Tokenize text with a model's tokenizer.
     Tokenize(tokenize::Args),
+    /// Convert a Hugging Face model folder to GGUF (F16, BF16, F32 or quantized).
+    Convert(convert::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -39,6 +42,7 @@ fn main() -> std::process::ExitCode {
         Command::Pull(a) => pull::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Tokenize(a) => tokenize::run(a),
+        Command::Convert(a) => convert::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

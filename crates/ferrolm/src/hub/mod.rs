@@ -198,7 +198,8 @@ pub fn resolve(
     progress: &mut dyn FnMut(PullEvent<'_>),
 ) -> Result<PathBuf, HubError> {
     let name = name_or_path.unwrap_or(DEFAULT_MODEL);
-    if name_or_path.is_some() && Path::new(name).is_file() {
+    if name_or_path.is_some() && (Path::new(name).is_file() || Path::new(name).join("config.json").is_file())
+    {
         return Ok(PathBuf::from(name));
     }
     match find(name) {

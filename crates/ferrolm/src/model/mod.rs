@@ -1,19 +1,37 @@
 //! Models: configuration, weights and the forward pass.
 
 pub mod config;
+pub mod convert;
 mod forward;
+pub mod hf;
+pub mod quantize;
+pub mod tensors;
 pub mod weights;
 
 use std::path::Path;
 use std::sync::Arc;
 
-pub use config::{Activation, Arch, ModelConfig, RopeStyle};
+pub use config::{Activation, Arch, ModelConfig, RopeParams, RopeStyle};
+pub use ferrolm_kernels::GgmlType;
+pub use tensors::{TensorMap, TensorRef};
 
-use crate::Result;
 use crate::format::gguf::GgufFile;
 use crate::kv::{KvCache, KvType};
 use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
 use weights::ModelWeights;
+
+/// How to load a model.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Quantize float weight matrices (F32/F16/BF16, e.g. from a Hugging Face folder) to this
+    /// block format at load: Q8_0, Q4_0, Q4_K or F16. Rows that do not fit the format's blocks
+    /// fall back to a nearby one (see [`quantize::effective_type`]).
+    pub quantize: Option<GgmlType>,
+    /// Compute in exact f32 where llama.cpp rounds for speed (GELU through an f16 table). Use it
+    /// with an F32 KV cache to compare against PyTorch's float32 reference.
+    pub exact_f32: bool,
+}
 
 /// A loaded model: immutable and shareable across threads (wrap it in an [`Arc`]).
 pub struct Model {
@@ -21,6 +39,8 @@ pub struct Model {
     weights: ModelWeights,
     tokenizer: Tokenizer,
     gguf: Arc<GgufFile>,
+    tensors: TensorMap,
+    exact_f32: bool,
 }
 
 impl std::fmt::Debug for Model {
@@ -30,14 +50,47 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Loads a GGUF model file (memory-mapped; weights are not copied).
+    /// Loads a GGUF model file or a Hugging Face model folder (memory-mapped; weights used as
+    /// stored are not copied).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        Self::load_with(path, &LoadOptions::default())
+    }
+
+    /// Loads a model with options (quantize at load, exact f32 numerics).
+    pub fn load_with(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self> {
         let path = path.as_ref();
         let t0 = std::time::Instant::now();
-        let gguf = GgufFile::open(path)?;
-        let config = ModelConfig::from_gguf(&gguf)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let weights = ModelWeights::from_gguf(&gguf, &config)?;
+        let (gguf, tensors, tokenizer, rope_override) = if path.is_dir() {
+            let hf = hf::HfModel::open(path)?;
+            (hf.metadata, hf.tensors, hf.tokenizer, Some(RopeStyle::Neox))
+        } else {
+            let gguf = GgufFile::open(path)?;
+            let tensors = TensorMap::from_gguf(&gguf);
+            let tokenizer = Tokenizer::from_gguf(&gguf)?;
+            (gguf, tensors, tokenizer, None)
+        };
+        let tensors = match opts.quantize {
+            Some(ty) => {
+                if !quantize::LOAD_QUANT_TYPES.contains(&ty) {
+                    return Err(Error::Config(format!(
+                        "cannot quantize to {} at load (choose q8_0, q4_0, q4_k or f16)",
+                        ty.name()
+                    )));
+                }
+                let t1 = std::time::Instant::now();
+                let q = quantize::quantize_tensors(&tensors, ty)?;
+                tracing::info!(to = ty.name(), ms = t1.elapsed().as_millis() as u64, "weights quantized");
+                q
+            }
+            None => tensors,
+        };
+        let mut config = ModelConfig::from_gguf(&gguf, &tensors)?;
+        if let Some(style) = rope_override {
+            // Hugging Face checkpoints keep Q/K rows in the order that pairs dimension i with
+            // i + d/2; GGUF llama files are permuted for adjacent pairs instead.
+            config.rope_style = style;
+        }
+        let weights = ModelWeights::from_tensors(&tensors, &config)?;
         tracing::info!(
             path = %path.display(),
             arch = config.arch.name(),
@@ -45,7 +98,7 @@ impl Model {
             ms = t0.elapsed().as_millis() as u64,
             "model loaded"
         );
-        Ok(Self { config, weights, tokenizer, gguf: Arc::new(gguf) })
+        Ok(Self { config, weights, tokenizer, gguf: Arc::new(gguf), tensors, exact_f32: opts.exact_f32 })
     }
 
     /// The model's configuration.
@@ -63,9 +116,16 @@ impl Model {
         &self.tokenizer
     }
 
-    /// The GGUF file the model was loaded from (metadata, chat template, …).
+    /// The model's GGUF metadata (chat template, …). For a Hugging Face folder, the metadata a
+    /// conversion to GGUF writes.
     pub fn gguf(&self) -> &GgufFile {
         &self.gguf
+    }
+
+    /// The model's tensors under their GGUF names, as used for compute (after any quantization
+    /// at load).
+    pub fn tensors(&self) -> &TensorMap {
+        &self.tensors
     }
 
     /// An empty KV cache shaped for this model, holding up to `n_ctx` tokens per sequence, with

@@ -1,0 +1,148 @@
+//! `ferrolm convert`: a Hugging Face folder to a GGUF file that llama.cpp can read.
+//!
+//! The metadata is the one the model runs with here (translated from `config.json`, see
+//! [`hf::config`](super::hf::config)), plus the tokenizer exported from `tokenizer.json`. Weight
+//! matrices are written in the requested type (with llama.cpp's fallbacks for rows that do not
+//! fit its blocks); vectors (norms, biases, RoPE factors) as F32. For the llama architecture the
+//! Q and K rows are permuted to GGUF's RoPE layout, as llama.cpp's converter does.
+
+use std::path::Path;
+
+use ferrolm_kernels::{GgmlType, quant};
+
+use super::config::Arch;
+use super::hf::{HfModel, permute_qk_rows};
+use super::quantize::{convert_matrix, effective_type};
+use super::tensors::TensorRef;
+use crate::format::gguf::{MetaArray, MetaValue};
+use crate::format::gguf_write::GgufWriter;
+use crate::{Error, Result};
+
+/// Output types `ferrolm convert` writes.
+pub const CONVERT_TYPES: [GgmlType; 6] =
+    [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K];
+
+/// What a conversion wrote.
+#[derive(Clone, Debug)]
+pub struct ConvertReport {
+    /// Tensors written.
+    pub n_tensors: usize,
+    /// Size of the GGUF file in bytes.
+    pub bytes: u64,
+    /// How many tensors were written in each type.
+    pub types: Vec<(GgmlType, usize)>,
+}
+
+/// llama.cpp's `general.file_type` for an output type (`LLAMA_FTYPE_*`).
+fn file_type(ty: GgmlType) -> u32 {
+    match ty {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q8_0 => 7,
+        GgmlType::Q4_K => 15, // Q4_K_M
+        GgmlType::BF16 => 32,
+        _ => 0,
+    }
+}
+
+fn tokenizer_metadata(w: &mut GgufWriter, hf: &HfModel) -> Result<()> {
+    let meta = |e: crate::format::gguf_write::GgufWriteError| Error::Config(format!("tokenizer: {e}"));
+    let export = hf.tokenizer.hf_vocab_export()?;
+    let is_bpe = export.model == "gpt2";
+    w.add("tokenizer.ggml.model", MetaValue::String(export.model.into())).map_err(meta)?;
+    let pre = export.pre.unwrap_or_else(|| {
+        tracing::warn!("unrecognised BPE pre-tokenizer: writing 'default'");
+        "default"
+    });
+    w.add("tokenizer.ggml.pre", MetaValue::String(pre.into())).map_err(meta)?;
+    w.add("tokenizer.ggml.tokens", MetaValue::Array(MetaArray::String(export.tokens.clone())))
+        .map_err(meta)?;
+    if !is_bpe {
+        w.add("tokenizer.ggml.scores", MetaValue::Array(MetaArray::F32(export.scores.clone())))
+            .map_err(meta)?;
+    }
+    w.add("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::I32(export.token_types.clone())))
+        .map_err(meta)?;
+    if !export.merges.is_empty() {
+        w.add("tokenizer.ggml.merges", MetaValue::Array(MetaArray::String(export.merges.clone())))
+            .map_err(meta)?;
+    }
+    let tok = &hf.tokenizer;
+    if let Some(id) = tok.bos() {
+        w.add("tokenizer.ggml.bos_token_id", MetaValue::U32(id)).map_err(meta)?;
+    }
+    if let Some(id) = tok.eos() {
+        w.add("tokenizer.ggml.eos_token_id", MetaValue::U32(id)).map_err(meta)?;
+    }
+    w.add("tokenizer.ggml.add_bos_token", MetaValue::Bool(tok.add_bos())).map_err(meta)?;
+    w.add("tokenizer.ggml.add_eos_token", MetaValue::Bool(tok.add_eos())).map_err(meta)?;
+    if !is_bpe {
+        w.add("tokenizer.ggml.add_space_prefix", MetaValue::Bool(export.add_space_prefix)).map_err(meta)?;
+    }
+    Ok(())
+}
+
+/// Converts the Hugging Face folder `dir` into the GGUF file `out`, with weight matrices in
+/// `outtype` (one of [`CONVERT_TYPES`]). `progress(done, total)` is called per tensor.
+pub fn convert_hf_to_gguf(
+    dir: &Path,
+    out: &Path,
+    outtype: GgmlType,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ConvertReport> {
+    if !CONVERT_TYPES.contains(&outtype) {
+        return Err(Error::Config(format!("cannot convert to {}", outtype.name())));
+    }
+    if outtype != GgmlType::F32 && !quant::supports_quantize(outtype) {
+        return Err(Error::Config(format!("no quantizer for {}", outtype.name())));
+    }
+    let hf = HfModel::open(dir)?;
+    let layout = &hf.layout;
+    let mut w = GgufWriter::new();
+    let meta = |e: crate::format::gguf_write::GgufWriteError| Error::Config(format!("metadata: {e}"));
+    for (k, v) in hf.metadata.metadata() {
+        w.add(k.clone(), v.clone()).map_err(meta)?;
+    }
+    w.add("general.file_type", MetaValue::U32(file_type(outtype))).map_err(meta)?;
+    if !matches!(outtype, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        w.add("general.quantization_version", MetaValue::U32(2)).map_err(meta)?;
+    }
+    tokenizer_metadata(&mut w, &hf)?;
+
+    let total = hf.tensors.len();
+    let mut types: Vec<(GgmlType, usize)> = Vec::new();
+    for (i, (name, t)) in hf.tensors.iter().enumerate() {
+        let t = if layout.arch == Arch::Llama
+            && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"))
+        {
+            let heads = if name.ends_with("attn_q.weight") { layout.n_head } else { layout.n_head_kv };
+            let rows = t.dims.get(1).copied().unwrap_or(1) as usize;
+            let rb = t.data().len() / rows.max(1);
+            TensorRef::owned(t.ty, t.dims.clone(), permute_qk_rows(t.data(), rows, rb, heads))
+        } else {
+            t.clone()
+        };
+        let target = if t.dims.len() == 1 { GgmlType::F32 } else { effective_type(outtype, t.dims[0]) };
+        let t = if t.ty == target {
+            t
+        } else if t.dims.len() == 1 {
+            let mut v = vec![0.0f32; t.n_elements() as usize];
+            quant::dequantize_row(t.ty, t.data(), &mut v)
+                .map_err(|e| Error::Config(format!("{name}: {e}")))?;
+            TensorRef::from_f32(t.dims.clone(), &v)
+        } else {
+            convert_matrix(name, &t, target)?
+        };
+        match types.iter_mut().find(|(ty, _)| *ty == t.ty) {
+            Some((_, n)) => *n += 1,
+            None => types.push((t.ty, 1)),
+        }
+        w.add_tensor(name, &t.dims, t.ty, t.data().to_vec())
+            .map_err(|e| Error::Config(format!("{name}: {e}")))?;
+        progress(i + 1, total);
+    }
+    w.write(out).map_err(|e| Error::Config(format!("writing {}: {e}", out.display())))?;
+    let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
+    Ok(ConvertReport { n_tensors: total, bytes, types })
+}

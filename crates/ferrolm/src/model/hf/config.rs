@@ -1,0 +1,366 @@
+//! `config.json` → GGUF metadata, the way llama.cpp's converter writes it.
+//!
+//! A Hugging Face folder's configuration is translated once into the GGUF keys ferrolm reads
+//! from any GGUF file, so one parser ([`ModelConfig::from_gguf`](crate::model::ModelConfig))
+//! serves both formats and `ferrolm convert` writes exactly the metadata the model ran with.
+
+use serde_json::{Map, Value};
+
+use crate::format::gguf::{MetaArray, MetaValue};
+use crate::model::config::Arch;
+use crate::{Error, Result};
+
+/// What the tensor mapping needs to know besides the metadata.
+#[derive(Clone, Debug)]
+pub struct HfLayout {
+    /// Architecture family.
+    pub arch: Arch,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Head size.
+    pub head_dim: usize,
+    /// Whether the LM head is the embedding table.
+    pub tied: bool,
+    /// Per-pair RoPE frequency factors computed from the config (Llama 3 scaling).
+    pub rope_freqs: Option<Vec<f32>>,
+    /// LongRoPE long and short factors.
+    pub longrope: Option<(Vec<f32>, Vec<f32>)>,
+}
+
+/// Reads `config.json` fields with errors that name the key.
+struct Cfg<'a> {
+    map: &'a Map<String, Value>,
+}
+
+impl Cfg<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn opt_usize(&self, key: &str) -> Result<Option<usize>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => {
+                v.as_u64().and_then(|n| usize::try_from(n).ok()).map(Some).ok_or_else(|| {
+                    Error::Config(format!("config.json: '{key}' must be a non-negative integer"))
+                })
+            }
+        }
+    }
+
+    fn usize(&self, key: &str) -> Result<usize> {
+        self.opt_usize(key)?.ok_or_else(|| Error::Config(format!("config.json: missing '{key}'")))
+    }
+
+    fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| Error::Config(format!("config.json: '{key}' must be a number"))),
+        }
+    }
+
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| Error::Config(format!("config.json: '{key}' must be a boolean"))),
+        }
+    }
+}
+
+/// The RoPE settings of a config: `rope_parameters` (transformers 5) or `rope_theta` +
+/// `rope_scaling` (earlier versions); for Gemma 3, the global layers' entry.
+fn rope_section(c: &Cfg<'_>, kind: &str) -> Map<String, Value> {
+    let mut out = Map::new();
+    if let Some(theta) = c.get("rope_theta") {
+        out.insert("rope_theta".into(), theta.clone());
+    }
+    for key in ["rope_scaling", "rope_parameters"] {
+        if let Some(Value::Object(m)) = c.get(key) {
+            let m = match m.get(kind) {
+                Some(Value::Object(inner)) => inner,
+                _ => m,
+            };
+            for (k, v) in m {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(t) = out.get("type").cloned() {
+        out.entry("rope_type").or_insert(t);
+    }
+    out
+}
+
+fn f32_list(v: Option<&Value>, what: &str) -> Result<Vec<f32>> {
+    let arr = v
+        .and_then(Value::as_array)
+        .ok_or_else(|| Error::Config(format!("config.json: '{what}' must be a list of numbers")))?;
+    arr.iter()
+        .map(|x| x.as_f64().map(|f| f as f32))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Error::Config(format!("config.json: '{what}' must be a list of numbers")))
+}
+
+/// Llama 3 RoPE scaling as per-pair frequency factors (the converter's `rope_freqs.weight`).
+fn llama3_factors(rope: &Map<String, Value>, base: f64, head_dim: usize) -> Vec<f32> {
+    let num = |k: &str, d: f64| rope.get(k).and_then(Value::as_f64).unwrap_or(d);
+    let factor = num("factor", 8.0);
+    let low = num("low_freq_factor", 1.0);
+    let high = num("high_freq_factor", 4.0);
+    let old_ctx = num("original_max_position_embeddings", 8192.0);
+    let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf((2 * i) as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect()
+}
+
+/// Translates a parsed `config.json` into GGUF metadata entries and the tensor layout.
+pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, HfLayout)> {
+    let map = json.as_object().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
+    let c = Cfg { map };
+    let model_type = c
+        .get("model_type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Error::Config("config.json: missing 'model_type'".into()))?;
+    let arch = match model_type {
+        "llama" | "mistral" => Arch::Llama,
+        "qwen2" => Arch::Qwen2,
+        "qwen3" => Arch::Qwen3,
+        "phi3" => Arch::Phi3,
+        "gemma" => Arch::Gemma,
+        "gemma2" => Arch::Gemma2,
+        "gemma3_text" => Arch::Gemma3,
+        other => return Err(Error::UnsupportedArchitecture(format!("{other} (config.json model_type)"))),
+    };
+    let a = arch.name();
+    let mut kv: Vec<(String, MetaValue)> = Vec::new();
+    let mut put = |k: &str, v: MetaValue| {
+        kv.push((if k.starts_with("general.") { k.into() } else { format!("{a}.{k}") }, v))
+    };
+    let u32v = |n: usize, key: &str| -> Result<MetaValue> {
+        u32::try_from(n)
+            .map(MetaValue::U32)
+            .map_err(|_| Error::Config(format!("config.json: '{key}' is too large")))
+    };
+
+    put("general.architecture", MetaValue::String(a.into()));
+    put("general.name", MetaValue::String(name.into()));
+    let n_embd = c.usize("hidden_size")?;
+    let n_layer = c.usize("num_hidden_layers")?;
+    let n_head = c.usize("num_attention_heads")?;
+    let n_head_kv = c.opt_usize("num_key_value_heads")?.unwrap_or(n_head);
+    let n_ff = c.usize("intermediate_size")?;
+    let n_vocab = c.usize("vocab_size")?;
+    if n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 {
+        return Err(Error::Config(format!(
+            "config.json: num_attention_heads {n_head} is not a positive multiple of num_key_value_heads {n_head_kv}"
+        )));
+    }
+    let head_dim = match c.opt_usize("head_dim")? {
+        Some(d) => d,
+        None if n_embd % n_head == 0 => n_embd / n_head,
+        None => {
+            return Err(Error::Config(format!(
+                "config.json: hidden_size {n_embd} is not divisible by num_attention_heads {n_head} and no head_dim is given"
+            )));
+        }
+    };
+    let ctx = c.opt_usize("max_position_embeddings")?.unwrap_or(2048);
+    let eps = c.opt_f64("rms_norm_eps")?.unwrap_or(1e-6);
+    put("vocab_size", u32v(n_vocab, "vocab_size")?);
+    put("context_length", u32v(ctx, "max_position_embeddings")?);
+    put("embedding_length", u32v(n_embd, "hidden_size")?);
+    put("block_count", u32v(n_layer, "num_hidden_layers")?);
+    put("feed_forward_length", u32v(n_ff, "intermediate_size")?);
+    put("attention.head_count", u32v(n_head, "num_attention_heads")?);
+    put("attention.head_count_kv", u32v(n_head_kv, "num_key_value_heads")?);
+    put("attention.key_length", u32v(head_dim, "head_dim")?);
+    put("attention.value_length", u32v(head_dim, "head_dim")?);
+    put("attention.layer_norm_rms_epsilon", MetaValue::F32(eps as f32));
+
+    // RoPE.
+    let rope = rope_section(&c, "full_attention");
+    let base = rope.get("rope_theta").and_then(Value::as_f64).unwrap_or(10_000.0);
+    put("rope.freq_base", MetaValue::F32(base as f32));
+    let partial = match rope.get("partial_rotary_factor").and_then(Value::as_f64) {
+        Some(p) => Some(p),
+        None => c.opt_f64("partial_rotary_factor")?,
+    };
+    let rope_dims = partial.map_or(head_dim, |p| (head_dim as f64 * p) as usize);
+    if rope_dims == 0 || rope_dims > head_dim || rope_dims % 2 != 0 {
+        return Err(Error::Config(format!(
+            "config.json: partial_rotary_factor gives {rope_dims} rotary dimensions"
+        )));
+    }
+    put("rope.dimension_count", u32v(rope_dims, "partial_rotary_factor")?);
+    let rope_type = rope.get("rope_type").and_then(Value::as_str).unwrap_or("default");
+    let factor = rope.get("factor").and_then(Value::as_f64);
+    let orig_ctx = match rope.get("original_max_position_embeddings").and_then(Value::as_u64) {
+        Some(v) => Some(v as usize),
+        None => c.opt_usize("original_max_position_embeddings")?,
+    };
+    let mut rope_freqs = None;
+    let mut longrope = None;
+    match rope_type {
+        "default" => {}
+        "linear" => {
+            put("rope.scaling.type", MetaValue::String("linear".into()));
+            put("rope.scaling.factor", MetaValue::F32(factor.unwrap_or(1.0) as f32));
+        }
+        "llama3" => rope_freqs = Some(llama3_factors(&rope, base, rope_dims)),
+        "yarn" => {
+            let factor =
+                factor.ok_or_else(|| Error::Config("config.json: yarn scaling without 'factor'".into()))?;
+            put("rope.scaling.type", MetaValue::String("yarn".into()));
+            put("rope.scaling.factor", MetaValue::F32(factor as f32));
+            put(
+                "rope.scaling.original_context_length",
+                u32v(orig_ctx.unwrap_or(ctx), "original_max_position_embeddings")?,
+            );
+            for (src, dst) in
+                [("beta_fast", "rope.scaling.yarn_beta_fast"), ("beta_slow", "rope.scaling.yarn_beta_slow")]
+            {
+                if let Some(v) = rope.get(src).and_then(Value::as_f64) {
+                    put(dst, MetaValue::F32(v as f32));
+                }
+            }
+            if let Some(af) = rope.get("attention_factor").and_then(Value::as_f64) {
+                // An explicit attention factor replaces YaRN's default 0.1·ln(factor) + 1.
+                let default = if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 };
+                put("rope.scaling.attn_factor", MetaValue::F32((af / default) as f32));
+            }
+        }
+        "longrope" | "su" => {
+            let orig = orig_ctx.ok_or_else(|| {
+                Error::Config("config.json: longrope without original_max_position_embeddings".into())
+            })?;
+            let long = f32_list(rope.get("long_factor"), "long_factor")?;
+            let short = f32_list(rope.get("short_factor"), "short_factor")?;
+            if long.len() != rope_dims / 2 || short.len() != rope_dims / 2 {
+                return Err(Error::Config(format!(
+                    "config.json: longrope factors must have {} entries (long {}, short {})",
+                    rope_dims / 2,
+                    long.len(),
+                    short.len()
+                )));
+            }
+            let scale = ctx as f64 / orig as f64;
+            let af = match rope.get("attention_factor").and_then(Value::as_f64) {
+                Some(v) => v,
+                None if scale > 1.0 => (1.0 + scale.ln() / (orig as f64).ln()).sqrt(),
+                None => 1.0,
+            };
+            put("rope.scaling.original_context_length", u32v(orig, "original_max_position_embeddings")?);
+            put("rope.scaling.attn_factor", MetaValue::F32(af as f32));
+            longrope = Some((long, short));
+        }
+        other => return Err(Error::Config(format!("config.json: RoPE scaling '{other}' is not supported"))),
+    }
+
+    // Sliding windows, soft-capping, attention scale.
+    let window = c.opt_usize("sliding_window")?.filter(|&w| w > 0);
+    let layer_types: Option<Vec<bool>> = match c.get("layer_types") {
+        Some(Value::Array(v)) => Some(
+            v.iter()
+                .map(|t| match t.as_str() {
+                    Some("sliding_attention") => Ok(true),
+                    Some("full_attention") => Ok(false),
+                    _ => Err(Error::Config(format!("config.json: unknown layer type {t}"))),
+                })
+                .collect::<Result<_>>()?,
+        ),
+        _ => None,
+    };
+    if let Some(lt) = &layer_types {
+        if lt.len() != n_layer {
+            return Err(Error::Config(format!(
+                "config.json: layer_types has {} entries for {n_layer} layers",
+                lt.len()
+            )));
+        }
+    }
+    let mut swa_pattern =
+        |flags: Vec<bool>| put("attention.sliding_window_pattern", MetaValue::Array(MetaArray::Bool(flags)));
+    match arch {
+        Arch::Llama | Arch::Phi3 => {
+            if let Some(w) = window {
+                swa_pattern(layer_types.clone().unwrap_or_else(|| vec![true; n_layer]));
+                put("attention.sliding_window", u32v(w, "sliding_window")?);
+            }
+        }
+        Arch::Qwen2 | Arch::Qwen3 => {
+            if c.opt_bool("use_sliding_window")?.unwrap_or(false) {
+                return Err(Error::Config(
+                    "config.json: use_sliding_window is not supported for Qwen".into(),
+                ));
+            }
+        }
+        Arch::Gemma => {}
+        Arch::Gemma2 | Arch::Gemma3 => {
+            if let Some(w) = window {
+                let period = if arch == Arch::Gemma2 {
+                    2
+                } else {
+                    c.opt_usize("sliding_window_pattern")?.unwrap_or(6)
+                };
+                let flags = layer_types
+                    .clone()
+                    .unwrap_or_else(|| (0..n_layer).map(|i| period == 0 || (i + 1) % period != 0).collect());
+                swa_pattern(flags);
+                put("attention.sliding_window", u32v(w, "sliding_window")?);
+            }
+            for (src, dst) in [
+                ("attn_logit_softcapping", "attn_logit_softcapping"),
+                ("final_logit_softcapping", "final_logit_softcapping"),
+            ] {
+                if let Some(v) = c.opt_f64(src)? {
+                    put(dst, MetaValue::F32(v as f32));
+                }
+            }
+            if let Some(s) = c.opt_f64("query_pre_attn_scalar")? {
+                if s > 0.0 && (s - head_dim as f64).abs() > 1e-9 {
+                    put("attention.scale", MetaValue::F32((1.0 / s.sqrt()) as f32));
+                }
+            }
+            if arch == Arch::Gemma3 {
+                let local = rope_section(&c, "sliding_attention");
+                let local_base = match local.get("rope_theta").and_then(Value::as_f64) {
+                    Some(b)
+                        if c.get("rope_local_base_freq").is_none()
+                            && matches!(c.get("rope_parameters"), Some(Value::Object(m)) if m.contains_key("sliding_attention")) =>
+                    {
+                        b
+                    }
+                    _ => c.opt_f64("rope_local_base_freq")?.unwrap_or(10_000.0),
+                };
+                put("rope.freq_base_swa", MetaValue::F32(local_base as f32));
+            }
+        }
+    }
+
+    let tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(arch.is_gemma());
+    let layout = HfLayout { arch, n_layer, n_head, n_head_kv, head_dim, tied, rope_freqs, longrope };
+    Ok((kv, layout))
+}

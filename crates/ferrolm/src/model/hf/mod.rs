@@ -1,0 +1,184 @@
+//! Hugging Face model folders: `config.json`, `tokenizer.json` and single or sharded
+//! safetensors, memory-mapped.
+//!
+//! The folder is presented the way a GGUF file is: GGUF metadata translated from `config.json`
+//! ([`config::translate`]) and a [`TensorMap`] under canonical GGUF names. Weights used as
+//! stored (F32/F16/BF16 matrices) borrow the safetensors maps; the few tensors that need a
+//! transformation get owned buffers: Gemma's norms (stored as `w`, used as `1 + w`) and RoPE
+//! factors computed from the config. Q/K rows stay in Hugging Face order; the model runs them
+//! with NeoX-style RoPE instead of permuting them as llama.cpp's converter does.
+
+pub mod config;
+
+use std::path::Path;
+
+use ferrolm_kernels::{GgmlType, quant};
+
+use crate::format::gguf::{GgufFile, MetaValue};
+use crate::format::gguf_write::GgufWriter;
+use crate::format::safetensors::SafetensorsSet;
+use crate::model::config::Arch;
+use crate::model::tensors::{TensorMap, TensorRef};
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+pub use config::HfLayout;
+
+/// A Hugging Face folder opened for inference or conversion.
+pub struct HfModel {
+    /// GGUF metadata equivalent to the folder's `config.json` (plus the chat template).
+    pub metadata: GgufFile,
+    /// Tensors under GGUF names.
+    pub tensors: TensorMap,
+    /// The tokenizer from `tokenizer.json`.
+    pub tokenizer: Tokenizer,
+    /// Layout facts from the config.
+    pub layout: HfLayout,
+}
+
+impl std::fmt::Debug for HfModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HfModel").field("layout", &self.layout).field("tensors", &self.tensors.len()).finish()
+    }
+}
+
+/// The GGUF name of a Hugging Face tensor name, or `None` for tensors inference does not use.
+fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
+    let hf = hf
+        .strip_prefix("model.language_model.")
+        .map(|r| format!("model.{r}"))
+        .unwrap_or_else(|| hf.to_string());
+    let fixed = match hf.as_str() {
+        "model.embed_tokens.weight" => Some("token_embd.weight"),
+        "model.norm.weight" => Some("output_norm.weight"),
+        "lm_head.weight" => Some("output.weight"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (layer, name) = rest.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (stem, suffix) = name.rsplit_once('.')?;
+    let gemma_sandwich = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
+    let g = match stem {
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" if gemma_sandwich => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.qkv_proj" => "attn_qkv",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        "mlp.gate_up_proj" => "ffn_up",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
+/// Adds one to a norm weight (Gemma stores `w` and computes `x̂ · (1 + w)`), as an F32 tensor.
+fn shifted_norm(name: &str, t: &TensorRef) -> Result<TensorRef> {
+    let n = t.n_elements() as usize;
+    let mut v = vec![0.0f32; n];
+    quant::dequantize_row(t.ty, t.data(), &mut v).map_err(|e| Error::Config(format!("{name}: {e}")))?;
+    v.iter_mut().for_each(|x| *x += 1.0);
+    Ok(TensorRef::from_f32(t.dims.clone(), &v))
+}
+
+impl HfModel {
+    /// Opens a Hugging Face model folder.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let io = |path: &Path, source| Error::Io { path: path.to_path_buf(), source };
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| io(&cfg_path, e))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::Config(format!("config.json: {e}")))?;
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let (mut kv, layout) = config::translate(&json, &name)?;
+
+        let tokenizer = Tokenizer::from_hf_dir(dir)?;
+        if let Some(t) = tokenizer.chat_template() {
+            kv.push(("tokenizer.chat_template".into(), MetaValue::String(t.to_string())));
+        }
+        let tensors = Self::map_tensors(dir, &layout)?;
+        let mut w = GgufWriter::new();
+        for (k, v) in kv {
+            w.add(k, v).map_err(|e| Error::Config(format!("config.json: {e}")))?;
+        }
+        let metadata = GgufFile::from_bytes(w.to_bytes())?;
+        Ok(Self { metadata, tensors, tokenizer, layout })
+    }
+
+    fn map_tensors(dir: &Path, layout: &HfLayout) -> Result<TensorMap> {
+        let set = SafetensorsSet::open_dir(dir)?;
+        let mut map = TensorMap::new();
+        for hf_name in set.names() {
+            let Some(name) = gguf_name(layout.arch, hf_name) else {
+                tracing::debug!(tensor = hf_name, "ignoring tensor inference does not use");
+                continue;
+            };
+            if name == "output.weight" && layout.tied {
+                continue;
+            }
+            let Some((storage, st)) = set.tensor(hf_name) else { continue };
+            let ty = st.dtype.to_ggml().ok_or_else(|| Error::UnsupportedTensorType {
+                name: hf_name.to_string(),
+                ty: format!("{:?} (safetensors)", st.dtype),
+            })?;
+            let dims: Vec<u64> = st.shape.iter().rev().map(|&d| d as u64).collect();
+            let t = TensorRef { storage: storage.clone(), range: st.range.clone(), ty, dims };
+            let t = if layout.arch.is_gemma() && name.ends_with("norm.weight") {
+                shifted_norm(&name, &t)?
+            } else {
+                t
+            };
+            map.insert(name, t);
+        }
+        if !layout.tied && !map.contains("output.weight") {
+            return Err(Error::MissingTensor(
+                "lm_head.weight (config.json says tie_word_embeddings is false)".into(),
+            ));
+        }
+        let half = |v: &[f32]| vec![v.len() as u64];
+        if let Some(f) = &layout.rope_freqs {
+            map.insert("rope_freqs.weight", TensorRef::from_f32(half(f), f));
+        }
+        if let Some((long, short)) = &layout.longrope {
+            map.insert("rope_factors_long.weight", TensorRef::from_f32(half(long), long));
+            map.insert("rope_factors_short.weight", TensorRef::from_f32(half(short), short));
+        }
+        Ok(map)
+    }
+}
+
+/// Rows of a Q or K projection reordered from Hugging Face's RoPE layout (dimension `i` paired
+/// with `i + d/2`) to GGUF llama's (adjacent pairs), as llama.cpp's converter permutes them.
+/// `data` holds `rows` rows of `row_bytes` bytes; `n_head` heads of `rows / n_head` rows each.
+pub fn permute_qk_rows(data: &[u8], rows: usize, row_bytes: usize, n_head: usize) -> Vec<u8> {
+    let hd = rows / n_head.max(1);
+    let half = hd / 2;
+    let mut out = vec![0u8; data.len()];
+    for h in 0..n_head {
+        for j in 0..half {
+            for s in 0..2 {
+                let src = h * hd + s * half + j;
+                let dst = h * hd + 2 * j + s;
+                out[dst * row_bytes..(dst + 1) * row_bytes]
+                    .copy_from_slice(&data[src * row_bytes..(src + 1) * row_bytes]);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `ty` can be used straight from a safetensors file.
+pub fn is_hf_float(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
