@@ -1,0 +1,1037 @@
+#!/usr/bin/env python3
+"""Generate ferrolm's conformance fixtures: tiny random models whose expected outputs come from
+the reference implementation itself (transformers on PyTorch, CPU, float32, eager attention).
+
+For each model in MODELS this script
+
+1. builds a tiny tokenizer (a SentencePiece BPE model for the Llama/Mistral/Phi-3/Gemma style
+   models, a byte-level BPE `tokenizers` model for the Llama-3/Qwen style ones) whose size is the
+   model's vocabulary size;
+2. creates the model with a fixed seed, re-initialises every weight with a wide spread (so that
+   logits are spread out and greedy decoding is robust) and norm weights randomly around their
+   identity value, and saves it as an HF folder with bfloat16 safetensors;
+3. loads that folder back in float32 with eager attention, so that the reference is computed from
+   exactly the stored bf16 values, and records for each prompt the last-position logits and 8
+   greedy tokens (`generate(do_sample=False)`), checking that every greedy step has a top-1/top-2
+   logit margin of at least MIN_MARGIN (a prompt that fails is replaced by another one);
+4. converts the folder to GGUF with llama.cpp's own `convert_hf_to_gguf.py --outtype bf16`, run
+   with llama.cpp's own `gguf-py` first on the path;
+5. where llama.cpp reads the GGUF with different semantics than transformers reads config.json
+   (a window the converter does not write, an attention scale the GGUF cannot express), it also
+   records a second reference, `gguf_reference`, computed by transformers from the same weights
+   with the config overridden to what the GGUF means to llama.cpp.
+
+Output: crates/ferrolm/tests/fixtures/conformance/<name>/{hf/,model.gguf,expected.json}, plus
+manifest.json and README.md there, and a human-readable summary of every config.json and every
+GGUF's metadata/tensors in /tmp/conformance-summary.txt.
+
+Usage: python3 scripts/gen_conformance.py [--llamacpp /tmp/llamacpp/src] [--only NAME ...]
+
+Compatibility workarounds (all inside this script, nothing is patched on disk):
+- The converter recognises BPE pre-tokenizers by hashing the token ids of a fixed text
+  (`TextModel.get_vocab_base_pre`); our tiny byte-level BPE vocabularies have unknown hashes, so
+  the converter is run through a small wrapper that, only when the original function raises
+  NotImplementedError ("BPE pre-tokenizer was not recognized"), returns the name of the llama.cpp
+  pre-tokenizer with the same regex ("llama-bpe" for the Llama 3 split regex, "qwen2" for the
+  Qwen2 one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "crates" / "ferrolm" / "tests" / "fixtures" / "conformance"
+SUMMARY = Path("/tmp/conformance-summary.txt")
+
+MIN_MARGIN = 1e-2  # minimal top-1/top-2 logit gap at every greedy step
+N_NEW = 8  # greedy tokens per prompt
+PROMPT_LENS = (5, 12, 20)
+SIG_DIGITS = 7
+
+# ---------------------------------------------------------------------------------------------
+# Tokenizers
+# ---------------------------------------------------------------------------------------------
+
+CORPUS = """The river ran quietly past the old mill, where the wheel had not turned for forty years.
+Children from the village came in summer to fish from the stone bridge, and in winter the water froze
+so thick that the baker's cart could cross it. Nobody remembered who had built the mill, only that it
+had once ground flour for three valleys and that the miller's family had moved to the city long ago.
+A small engine reads numbers, multiplies matrices and writes the next word: 1, 2, 3, 42, 3.14159, 2048.
+Tokens are pieces of text; a tokenizer splits "Hello, world!" into pieces, and a model predicts the next one.
+In the morning the market opened early. Farmers brought apples, pears, cabbages and eggs; the fishmonger
+shouted prices, and a dog slept under the fountain. By noon the square was full of people talking about
+the weather, the harvest, the price of bread, and the new road that would connect the town to the coast.
+Quick brown foxes jump over lazy dogs. Pack my box with five dozen liquor jugs! How vexingly quick daft zebras jump.
+def main():
+    print("hello")
+    return 0
+Über den Wolken muss die Freiheit wohl grenzenlos sein. Café, naïve, résumé. 東京 and 北京 are cities.
+"""
+
+LLAMA3_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def corpus_lines() -> list[str]:
+    return [l for l in CORPUS.split("\n") if l.strip()] * 20
+
+
+@dataclass
+class Tok:
+    """A tokenizer saved in `dir` (tokenizer.json, tokenizer_config.json, maybe tokenizer.model)."""
+
+    kind: str
+    dir: Path
+    vocab_size: int
+    bos: int | None
+    eos: int
+    pad: int | None
+    add_bos: bool
+    bpe_pre: str | None  # llama.cpp pre-tokenizer name to report for an unknown BPE hash
+    normal: tuple[int, int]  # [lo, hi) ids of ordinary tokens, for random prompts
+    special_ids: list[int]
+
+
+def _clean_tokenizer_config(d: Path, extra: dict[str, Any]) -> None:
+    p = d / "tokenizer_config.json"
+    cfg = json.loads(p.read_text())
+    for k in ("vocab_file", "is_local", "local_files_only", "name_or_path"):
+        cfg.pop(k, None)
+    cfg.update(extra)
+    p.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+
+
+def build_spm(kind: str, work: Path) -> Tok:
+    """SentencePiece BPE with byte fallback, vocab 512, trained on CORPUS.
+
+    kind "spm-llama": Llama 2 layout (<unk>=0, <s>=1, </s>=2, dummy prefix, adds BOS);
+    kind "spm-phi3": as spm-llama with 508 pieces plus Phi-3's added special tokens
+    <|endoftext|>=508 (the EOS), <|assistant|>, <|end|>, <|user|> (llama.cpp requires
+    <|endoftext|> in any vocab whose general.name contains "phi3");
+    kind "spm-gemma": Gemma layout (<pad>=0, <eos>=1, <bos>=2, <unk>=3, <mask>=4, no dummy
+    prefix, adds BOS)."""
+    import sentencepiece as spm
+    from tokenizers import AddedToken
+    from transformers import AutoTokenizer, GemmaTokenizer, LlamaTokenizer
+
+    d = work / kind
+    d.mkdir(parents=True, exist_ok=True)
+    common = dict(
+        vocab_size=512, model_type="bpe", byte_fallback=True, character_coverage=1.0,
+        split_digits=True, remove_extra_whitespaces=False, normalization_rule_name="identity",
+        minloglevel=2, num_threads=1, seed_sentencepiece_size=100000,
+    )
+    phi3_added = ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>"]
+    if kind in ("spm-llama", "spm-phi3"):
+        n_sp = 512 if kind == "spm-llama" else 512 - len(phi3_added)
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(corpus_lines()), model_writer=(w := io.BytesIO()),
+            add_dummy_prefix=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+            **dict(common, vocab_size=n_sp))
+        (d / "tokenizer.model").write_bytes(w.getvalue())
+        tok = LlamaTokenizer.from_pretrained(d, add_bos_token=True, add_eos_token=False)
+        bos, eos, pad, lo = 1, 2, None, [0, 1, 2]
+        specials = list(lo)
+        if kind == "spm-phi3":
+            tok.add_tokens([AddedToken(t, special=True, normalized=False) for t in phi3_added],
+                           special_tokens=True)
+            eos = pad = n_sp
+            specials += list(range(n_sp, 512))
+            tok.eos_token = "<|endoftext|>"
+            tok.pad_token = "<|endoftext|>"
+        tok.save_pretrained(d)
+        _clean_tokenizer_config(d, {"add_bos_token": True, "add_eos_token": False})
+    elif kind == "spm-gemma":
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(corpus_lines()), model_writer=(w := io.BytesIO()),
+            add_dummy_prefix=False, pad_id=0, eos_id=1, bos_id=2, unk_id=3, pad_piece="<pad>",
+            eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>",
+            user_defined_symbols=["<mask>"],
+            **common)
+        (d / "tokenizer.model").write_bytes(w.getvalue())
+        tok = GemmaTokenizer.from_pretrained(d, add_bos_token=True, add_eos_token=False)
+        tok.save_pretrained(d)
+        _clean_tokenizer_config(d, {"add_bos_token": True, "add_eos_token": False})
+        bos, eos, pad, lo, n_sp = 2, 1, 0, [0, 1, 2, 3, 4], 512
+        specials = list(lo)
+    else:
+        raise ValueError(kind)
+    t = AutoTokenizer.from_pretrained(d)
+    assert len(t) == 512, len(t)
+    ids = t("Hello world").input_ids
+    assert ids[0] == bos, ids
+    return Tok(kind, d, 512, bos, eos, pad, True, None, (max(lo) + 1, n_sp), specials)
+
+
+def build_bpe(kind: str, work: Path) -> Tok:
+    """Byte-level BPE (GPT-2 byte alphabet) trained on CORPUS, vocab 384 with the special tokens
+    at the end.
+
+    kind "bpe-llama3": Llama 3 split regex, ignore_merges, <|begin_of_text|> added as BOS;
+    kind "bpe-qwen2": Qwen2 split regex, no BOS."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    d = work / kind
+    d.mkdir(parents=True, exist_ok=True)
+    n = 384
+    if kind == "bpe-llama3":
+        specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"]
+        regex, pre = LLAMA3_REGEX, "llama-bpe"
+    elif kind == "bpe-qwen2":
+        specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        regex, pre = QWEN2_REGEX, "qwen2"
+    else:
+        raise ValueError(kind)
+    tk = Tokenizer(models.BPE(ignore_merges=(kind == "bpe-llama3")))
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(
+        vocab_size=n - len(specials), initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False, min_frequency=1)
+    tk.train_from_iterator(corpus_lines(), trainer)
+    assert tk.get_vocab_size() == n - len(specials), tk.get_vocab_size()
+    tk.add_special_tokens(specials)
+    ids = {s: tk.token_to_id(s) for s in specials}
+    tk.decoder = decoders.ByteLevel()
+    if kind == "bpe-llama3":
+        bos_s, eos_s = "<|begin_of_text|>", "<|end_of_text|>"
+        tk.post_processor = processors.Sequence([
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{bos_s}:0 $A:0", pair=f"{bos_s}:0 $A:0 {bos_s}:1 $B:1",
+                special_tokens=[(bos_s, ids[bos_s])]),
+        ])
+        ft = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token=bos_s, eos_token=eos_s)
+        bos, eos, pad, add_bos = ids[bos_s], ids[eos_s], None, True
+        extra = {"add_bos_token": True, "add_eos_token": False}
+    else:
+        tk.post_processor = processors.ByteLevel(trim_offsets=False)
+        eos_s = "<|endoftext|>"
+        ft = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token=eos_s, pad_token=eos_s)
+        bos, eos, pad, add_bos = None, ids[eos_s], ids[eos_s], False
+        extra = {"add_bos_token": False, "add_eos_token": False}
+    ft.save_pretrained(d)
+    _clean_tokenizer_config(d, {**extra, "tokenizer_class": "PreTrainedTokenizerFast"})
+    t = AutoTokenizer.from_pretrained(d)
+    assert len(t) == n, len(t)
+    enc = t("Hello world").input_ids
+    assert (enc[0] == bos) == add_bos, enc
+    return Tok(kind, d, n, bos, eos, pad, add_bos, pre, (0, n - len(specials)),
+               sorted(ids.values()))
+
+
+_TOK_CACHE: dict[str, Tok] = {}
+
+
+def get_tok(kind: str, work: Path) -> Tok:
+    if kind not in _TOK_CACHE:
+        _TOK_CACHE[kind] = (build_spm if kind.startswith("spm") else build_bpe)(kind, work)
+    return _TOK_CACHE[kind]
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Spec:
+    name: str
+    config_cls: str  # transformers config class
+    model_cls: str  # transformers model class
+    tok: str
+    cfg: dict[str, Any]
+    seed: int
+    notes: list[str] = field(default_factory=list)
+    # config overrides that give what llama.cpp makes of the converted GGUF, when it differs
+    gguf_overrides: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    gguf_reason: str | None = None
+    # further references: (key, reason, overrides) -> expected["extra_references"][key]
+    extra_refs: list[tuple[str, str, Callable[[dict[str, Any]], dict[str, Any]]]] = field(
+        default_factory=list)
+    emb_std: float = 0.5  # std of embed_tokens / lm_head
+    avoid_tokens: list[int] = field(default_factory=list)  # kept out of prompts and greedy output
+    final_norm_gain: float = 1.0  # mean effective multiplier of the final norm
+
+
+BASE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, rms_norm_eps=1e-5,
+            max_position_embeddings=256, initializer_range=0.02)
+
+
+def rnd_factors(seed: int, n: int, lo: float, hi: float) -> list[float]:
+    g = np.random.default_rng(seed)
+    return [round(float(x), 3) for x in g.uniform(lo, hi, n)]
+
+
+MODELS: list[Spec] = [
+    Spec("llama", "LlamaConfig", "LlamaForCausalLM", "spm-llama",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+         seed=101,
+         notes=["Llama 2 style: GQA 4 query heads / 2 kv heads, head_dim 16, separate lm_head "
+                "(untied), SentencePiece vocab with byte fallback."]),
+    Spec("llama3-rope", "LlamaConfig", "LlamaForCausalLM", "bpe-llama3",
+         dict(BASE, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+              tie_word_embeddings=True,
+              rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                               "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                               "original_max_position_embeddings": 64}),
+         seed=202,
+         emb_std=0.15, final_norm_gain=3.0,
+         notes=["Llama 3.1 RoPE scaling: head_dim 32, theta 5e5, original context 64 -> frequency "
+                "pairs 0-1 unscaled (wavelength < 16), pair 2 smoothly interpolated, pairs 3-15 "
+                "divided by factor 8. GGUF carries this as the `rope_freqs.weight` tensor "
+                "(per-pair divisors), not as rope-scaling keys.",
+                "MQA-like GQA: 2 query heads / 1 kv head; tied embeddings (no output.weight in the "
+                "GGUF); byte-level BPE with the Llama 3 regex (tokenizer.ggml.pre = llama-bpe)."]),
+    Spec("llama-linear", "LlamaConfig", "LlamaForCausalLM", "spm-llama",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True,
+              rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}),
+         seed=303,
+         emb_std=0.15, final_norm_gain=3.0,
+         notes=["Linear RoPE scaling (positions divided by 2); MHA 4/4 heads, head_dim 16; "
+                "tied embeddings with a SentencePiece vocab."]),
+    Spec("llama-yarn", "LlamaConfig", "LlamaForCausalLM", "spm-llama",
+         dict(BASE, num_attention_heads=2, num_key_value_heads=2, head_dim=32,
+              tie_word_embeddings=False,
+              rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                               "original_max_position_embeddings": 64}),
+         seed=404,
+         notes=["YaRN RoPE scaling, factor 4, original context 64, default beta_fast 32 / "
+                "beta_slow 1 (correction range: pairs 0..5 of 16 ramped), transformers' default "
+                "attention factor 0.1*ln(4)+1 applied to cos/sin (so to both q and k). MHA 2/2 "
+                "heads, head_dim 32."]),
+    Spec("mistral", "MistralConfig", "MistralForCausalLM", "spm-llama",
+         dict(BASE, num_attention_heads=8, num_key_value_heads=2, head_dim=8, sliding_window=8,
+              tie_word_embeddings=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+         seed=505,
+         notes=["Sliding-window attention, window 8 (transformers: query i sees keys j with "
+                "i - 8 < j <= i, i.e. the last 8 positions including itself). GQA 8 query heads "
+                "/ 2 kv heads, head_dim 8."],
+         gguf_overrides=lambda c: {"sliding_window": None},
+         gguf_reason="convert_hf_to_gguf.py does not write a sliding window for "
+                     "MistralForCausalLM (it is converted as arch `llama`), so llama.cpp "
+                     "attends to the full context when running the GGUF."),
+    Spec("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "bpe-qwen2",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+         seed=606,
+         emb_std=0.15, final_norm_gain=3.0,
+         notes=["q/k/v projections with (random, nonzero) biases; o_proj without; tied "
+                "embeddings; GQA 4/2, head_dim 16; byte-level BPE with the Qwen2 regex "
+                "(tokenizer.ggml.pre = qwen2), no BOS."]),
+    Spec("qwen3", "Qwen3Config", "Qwen3ForCausalLM", "bpe-qwen2",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+              tie_word_embeddings=True,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+         seed=707,
+         emb_std=0.15, final_norm_gain=3.0,
+         notes=["Per-head RMSNorm on q and k (q_norm/k_norm, over head_dim) before RoPE; MQA "
+                "4 query heads / 1 kv head; head_dim 32 != hidden/heads (16), so q is 128 wide "
+                "and o_proj maps 128 -> 64; tied embeddings."]),
+    Spec("phi3", "Phi3Config", "Phi3ForCausalLM", "spm-phi3",
+         dict(BASE, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False,
+              max_position_embeddings=4096, original_max_position_embeddings=1024,
+              rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                               "partial_rotary_factor": 0.75,
+                               "original_max_position_embeddings": 1024,
+                               "short_factor": rnd_factors(1, 12, 1.0, 3.0),
+                               "long_factor": rnd_factors(2, 12, 1.0, 20.0)}),
+         seed=808,
+         extra_refs=[("long_factors",
+                      "LongRoPE with long_factor: transformers once the sequence is longer than "
+                      "original_max_position_embeddings, llama.cpp whenever n_ctx > "
+                      "rope.scaling.original_context_length (llamacpp_n_ctx gives one)",
+                      lambda c: {"rope_parameters": dict(
+                          c["rope_parameters"], short_factor=c["rope_parameters"]["long_factor"])})],
+         notes=["Fused qkv_proj and gate_up_proj (kept fused in GGUF: blk.N.attn_qkv.weight, "
+                "blk.N.ffn_up.weight of 2*intermediate rows = [gate; up]). MHA 2/2 heads, head_dim "
+                "32, partial rotary factor 0.75 -> 24 rotary dims (NeoX/half-split rotation of "
+                "the first 24 dims, last 8 pass through).",
+                "LongRoPE: max_position_embeddings 4096, original 1024. transformers uses "
+                "short_factor while the sequence length is <= 1024 (all fixture sequences are "
+                "<= 27 tokens) and long_factor beyond; llama.cpp picks rope_factors_long when its "
+                "context size n_ctx (at least 256 there) is > 1024 instead, whatever the sequence "
+                "length. `prompts` use the short factors; extra_references.long_factors has the "
+                "same prompts with the long factors (what llama.cpp computes with n_ctx > 1024). "
+                "Attention factor sqrt(1 + ln(4096/1024)/ln(1024)) multiplies cos and sin in "
+                "both cases (GGUF key phi3.rope.scaling.attn_factor).",
+                "Tokenizer: SentencePiece (508 pieces) plus added special tokens "
+                "<|endoftext|> (508, EOS and PAD), <|assistant|>, <|end|>, <|user|>, as in Phi-3; "
+                "the converter's Phi-3 vocab code marks HF-special added tokens (also <unk>, <s>, "
+                "</s>) as CONTROL."]),
+    Spec("gemma", "GemmaConfig", "GemmaForCausalLM", "spm-gemma",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+              tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, pad_token_id=0),
+         seed=909,
+         avoid_tokens=[107],
+         emb_std=0.03, final_norm_gain=6.0,
+         notes=["Gemma 1: GeGLU (gelu tanh approximation), embeddings scaled by sqrt(64)=8 (in "
+                "the activation dtype), RMSNorm computes x*(1+w) in HF (the safetensors store w, "
+                "the GGUF stores 1+w in f32); MQA 4/1 heads, head_dim 32 (q width 128 != 64); "
+                "tied embeddings.",
+                "The converter's Gemma 1 vocab code hard-codes CodeGemma's special ids: it writes "
+                "tokenizer.ggml.eot_token_id = 107 (an ordinary piece here, which llama.cpp will "
+                "treat as end-of-generation); prompts and greedy outputs avoid token 107."]),
+    Spec("gemma2", "Gemma2Config", "Gemma2ForCausalLM", "spm-gemma",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+              tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+              attn_logit_softcapping=5.0, final_logit_softcapping=8.0, sliding_window=8,
+              query_pre_attn_scalar=24, rms_norm_eps=1e-6,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, pad_token_id=0),
+         seed=1010,
+         emb_std=0.03, final_norm_gain=10.0,
+         notes=["Gemma 2: attention-logit softcap 5 (tanh(s/5)*5 before the mask), final-logit "
+                "softcap 8, sliding window 8 on even layers (layer_types: layer 0 sliding, layer "
+                "1 full), query_pre_attn_scalar 24 (scores scaled by 24^-0.5, not "
+                "head_dim^-0.5), pre/post attention and pre/post feed-forward norms, GQA 4/2, "
+                "head_dim 32."],
+         gguf_overrides=lambda c: {"query_pre_attn_scalar": c["head_dim"]},
+         gguf_reason="the GGUF has no key for query_pre_attn_scalar; llama.cpp's gemma2 uses "
+                     "1/sqrt(head_dim) (1/sqrt(n_embd/n_head) only for the 46-layer 27B)."),
+    Spec("gemma3", "Gemma3TextConfig", "Gemma3ForCausalLM", "spm-gemma",
+         dict(BASE, num_hidden_layers=6, intermediate_size=64, num_attention_heads=4,
+              num_key_value_heads=1, head_dim=16, tie_word_embeddings=True,
+              hidden_activation="gelu_pytorch_tanh", sliding_window=8,
+              query_pre_attn_scalar=24, rms_norm_eps=1e-6,
+              rope_parameters={
+                  "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                  "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+              pad_token_id=0),
+         seed=1111,
+         emb_std=0.03, final_norm_gain=6.0,
+         notes=["Gemma 3 text-only (model_type gemma3_text): 6 layers so that the default "
+                "pattern applies (layers 0-4 sliding with window 8 and RoPE base 1e4, layer 5 "
+                "global with RoPE base 1e6) -- llama.cpp hard-codes that 5:1 pattern since the "
+                "converter writes no gemma3.attention.sliding_window_pattern; q_norm/k_norm "
+                "(Gemma (1+w) RMSNorm over head_dim), pre/post norms, query_pre_attn_scalar 24, "
+                "MQA 4/1, head_dim 16, intermediate 64 (kept small: 6 layers), tied embeddings, "
+                "embeddings scaled by sqrt(64)."],
+         gguf_overrides=lambda c: {"query_pre_attn_scalar": c["head_dim"]},
+         gguf_reason="the GGUF has no key for query_pre_attn_scalar; llama.cpp's gemma3 uses "
+                     "1/sqrt(head_dim) (1/sqrt(n_embd/n_head) only for the 62-layer 27B)."),
+]
+
+
+def randomize(model: torch.nn.Module, seed: int, emb_std: float,
+              final_norm_gain: float = 1.0) -> None:
+    """Wide random init: linear weights N(0, (1.5/sqrt(fan_in))^2), biases N(0, 0.2^2),
+    embeddings / lm_head N(0, emb_std^2), norm weights with an effective multiplier (w, or 1+w
+    for Gemma's norms) of 1 + N(0, 0.15^2) -- times final_norm_gain for the final norm.
+
+    Tied-embedding models get a small emb_std (the token's own embedding would otherwise dominate
+    the residual stream, and e_t . norm(e_t) makes a random tied model repeat its last token)
+    and a larger final-norm gain to spread the logits again; Gemma's sqrt(hidden) embedding
+    scale makes that even more necessary."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if p.ndim == 1 and "norm" in name:
+                base = float(p.detach().float().mean())  # 1.0 (x*w) or 0.0 (x*(1+w))
+                assert base in (0.0, 1.0), (name, base)
+                gain = final_norm_gain if name == "model.norm.weight" else 1.0
+                # effective multiplier (base 0 means the model computes x * (1 + w))
+                p.copy_(gain * (1.0 + 0.15 * r) - (1.0 - base))
+            elif name.endswith(".bias"):
+                p.copy_(0.2 * r)
+            elif "embed_tokens" in name or "lm_head" in name:
+                p.copy_(emb_std * r)
+            elif p.ndim == 2:
+                p.copy_(1.5 / math.sqrt(p.shape[1]) * r)
+            else:
+                raise ValueError(f"unexpected parameter {name} {tuple(p.shape)}")
+
+
+def sig(x: float) -> float:
+    return float(f"{x:.{SIG_DIGITS}g}")
+
+
+def load_f32(hf_dir: Path, overrides: dict[str, Any] | None = None):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.from_pretrained(hf_dir)
+    for k, v in (overrides or {}).items():
+        setattr(cfg, k, v)
+    m = AutoModelForCausalLM.from_pretrained(
+        hf_dir, config=cfg, dtype=torch.float32, attn_implementation="eager")
+    m.eval()
+    return m
+
+
+def run_prompt(model, tokens: list[int]) -> dict[str, Any]:
+    from transformers import GenerationConfig
+
+    ids = torch.tensor([tokens], dtype=torch.long)
+    # never stop at EOS (eos_token_id=None in the GenerationConfig alone means "the model's
+    # default"); prompts whose greedy tokens include a special token are rejected instead
+    model.generation_config.eos_token_id = None
+    with torch.no_grad():
+        last = model(ids).logits[0, -1].float()
+        gc = GenerationConfig(do_sample=False, max_new_tokens=N_NEW, min_new_tokens=0,
+                              eos_token_id=None, pad_token_id=0, bos_token_id=None)
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gc,
+                             output_logits=True, return_dict_in_generate=True)
+        greedy = out.sequences[0, len(tokens):].tolist()
+        margins = []
+        for step in out.logits:
+            top = torch.topk(step[0].float(), 2).values
+            margins.append(float(top[0] - top[1]))
+        # independent check: a full (uncached) forward over the whole sequence agrees
+        full = model(out.sequences).logits[0].float()
+        argmax = full[len(tokens) - 1: -1].argmax(-1).tolist()
+    assert len(greedy) == N_NEW
+    assert torch.allclose(out.logits[0][0].float(), last, atol=1e-4, rtol=1e-4)
+    return {
+        "tokens": tokens,
+        "last_logits": [sig(x) for x in last.tolist()],
+        "greedy": greedy,
+        "greedy_margins": [round(m, 5) for m in margins],
+        "_uncached_argmax_agrees": argmax == greedy,
+    }
+
+
+def make_prompts(spec: Spec, tok: Tok, models: list[Any]) -> list[list[dict[str, Any]]]:
+    """For each prompt length, draw random prompts until every greedy step of every reference
+    model (HF, and the GGUF-semantics variant if any) has margin >= MIN_MARGIN and no greedy
+    token is a special token."""
+    results: list[list[dict[str, Any]]] = [[] for _ in models]
+    g = np.random.default_rng(spec.seed)
+    for n in PROMPT_LENS:
+        for attempt in range(50):
+            body = g.integers(*tok.normal, size=n - (1 if tok.add_bos else 0))
+            tokens = ([tok.bos] if tok.add_bos else []) + [int(x) for x in body]
+            recs = [run_prompt(m, tokens) for m in models]
+            avoid = set(tok.special_ids) | set(spec.avoid_tokens)
+            ok = not set(tokens[1 if tok.add_bos else 0:]) & avoid and all(
+                min(r["greedy_margins"]) >= MIN_MARGIN
+                and r["_uncached_argmax_agrees"]
+                and not set(r["greedy"]) & avoid
+                for r in recs)
+            if ok:
+                for i, r in enumerate(recs):
+                    del r["_uncached_argmax_agrees"]
+                    results[i].append(r)
+                if attempt:
+                    print(f"  prompt len {n}: accepted after {attempt} rejected draw(s)")
+                break
+        else:
+            raise RuntimeError(f"{spec.name}: no robust prompt of length {n}")
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Conversion
+# ---------------------------------------------------------------------------------------------
+
+CONVERT_WRAPPER = r"""
+import os, runpy, sys
+llama = os.environ["LLAMACPP_DIR"]
+sys.path.insert(0, os.path.join(llama, "gguf-py"))
+sys.path.insert(1, llama)
+import conversion.base as base
+pre = os.environ.get("FERROLM_BPE_PRE")
+if pre:
+    _orig = base.TextModel.get_vocab_base_pre
+    def _patched(self, tokenizer):
+        try:
+            return _orig(self, tokenizer)
+        except NotImplementedError:
+            print(f"[gen_conformance] unknown BPE pre-tokenizer hash -> using {pre!r}",
+                  file=sys.stderr)
+            return pre
+    base.TextModel.get_vocab_base_pre = _patched
+sys.argv = [os.path.join(llama, "convert_hf_to_gguf.py")] + sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def convert(llamacpp: Path, hf_dir: Path, out: Path, name: str, bpe_pre: str | None,
+            log: Path) -> list[str]:
+    env = dict(os.environ)
+    env["LLAMACPP_DIR"] = str(llamacpp)
+    env["PYTHONPATH"] = os.pathsep.join([str(llamacpp / "gguf-py"), str(llamacpp)])
+    if bpe_pre:
+        env["FERROLM_BPE_PRE"] = bpe_pre
+    cmd = [sys.executable, "-c", CONVERT_WRAPPER, str(hf_dir), "--outfile", str(out),
+           "--outtype", "bf16", "--model-name", f"ferrolm-conformance-{name}"]
+    with open(log, "w") as f:
+        r = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    text = log.read_text()
+    if r.returncode != 0:
+        print(text[-5000:])
+        raise RuntimeError(f"conversion of {hf_dir} failed (log: {log})")
+    return [l for l in text.splitlines() if "WARNING" in l or "gen_conformance" in l]
+
+
+def gguf_summary(path: Path) -> tuple[dict[str, Any], list[str]]:
+    import gguf  # llama.cpp's gguf-py (put first on sys.path in main)
+
+    r = gguf.GGUFReader(path)
+    kv: dict[str, Any] = {}
+    for f in r.fields.values():
+        if f.name.startswith("GGUF."):
+            continue
+        v = f.contents()
+        if isinstance(v, list) and len(v) > 16:
+            v = f"<array of {len(v)}: {v[:4]!r} ...>"
+        kv[f.name] = v
+    tensors = [f"{t.name:<28} {t.tensor_type.name:<5} {list(int(x) for x in t.shape)}"
+               for t in r.tensors]
+    return kv, tensors
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def dump_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=1, ensure_ascii=False) + "\n")
+
+
+def compact_json(path: Path, obj: Any) -> None:
+    """expected.json: compact (a single line) to keep the file small."""
+    s = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    path.write_text(s + "\n")
+
+
+def gen_model(spec: Spec, llamacpp: Path, work: Path, summary: list[str]) -> dict[str, Any]:
+    import transformers
+
+    print(f"== {spec.name}")
+    tok = get_tok(spec.tok, work)
+    mdir = OUT / spec.name
+    hf = mdir / "hf"
+    if mdir.exists():
+        shutil.rmtree(mdir)
+    hf.mkdir(parents=True)
+
+    cfg_kwargs = dict(spec.cfg)
+    cfg_kwargs.update(vocab_size=tok.vocab_size, bos_token_id=tok.bos, eos_token_id=tok.eos)
+    if "pad_token_id" not in cfg_kwargs:
+        cfg_kwargs["pad_token_id"] = tok.pad
+    config = getattr(transformers, spec.config_cls)(**cfg_kwargs)
+    config.architectures = [spec.model_cls]
+    torch.manual_seed(spec.seed)
+    model = getattr(transformers, spec.model_cls)(config)
+    randomize(model, spec.seed, spec.emb_std, spec.final_norm_gain)
+    model = model.to(torch.bfloat16)
+    model.generation_config.do_sample = False
+    model.save_pretrained(hf, safe_serialization=True)
+    for f in tok.dir.iterdir():
+        shutil.copy(f, hf / f.name)
+
+    # reference(s) from exactly the stored bf16 values
+    hf_cfg0 = json.loads((hf / "config.json").read_text())
+    models = [load_f32(hf)]
+    overrides = None
+    if spec.gguf_overrides is not None:
+        overrides = spec.gguf_overrides(hf_cfg0)
+        models.append(load_f32(hf, overrides))
+    extra = [(key, reason, fn(hf_cfg0)) for key, reason, fn in spec.extra_refs]
+    models += [load_f32(hf, ov) for _, _, ov in extra]
+    runs = make_prompts(spec, tok, models)
+    extra_runs = runs[len(runs) - len(extra):]
+
+    gguf_path = mdir / "model.gguf"
+    log = work / f"convert-{spec.name}.log"
+    conv_msgs = convert(llamacpp, hf, gguf_path, spec.name, tok.bpe_pre, log)
+    kv, tensors = gguf_summary(gguf_path)
+    arch = kv["general.architecture"]
+    window_key = f"{arch}.attention.sliding_window"
+    hf_cfg = json.loads((hf / "config.json").read_text())
+    hf_window = hf_cfg.get("sliding_window")
+
+    notes = list(spec.notes)
+    entry: dict[str, Any] = {
+        "name": spec.name,
+        "arch": arch,
+        "hf_architecture": spec.model_cls,
+        "model_type": hf_cfg["model_type"],
+        "vocab_size": tok.vocab_size,
+        "tokenizer": spec.tok,
+        "bos_token_id": tok.bos,
+        "eos_token_id": tok.eos,
+        "add_bos": tok.add_bos,
+        "sliding_window": hf_window,
+        "gguf_has_window": (window_key in kv) if hf_window else None,
+        "gguf_sliding_window": kv.get(window_key),
+        "gguf_reference": overrides is not None,
+        "notes": notes,
+    }
+    if spec.tok.startswith("bpe"):
+        notes.append(f"tokenizer.ggml.pre = {kv.get('tokenizer.ggml.pre')!r}: set by the "
+                     f"conformance script because the converter does not know the hash of this "
+                     f"tiny vocabulary (same split regex as {tok.bpe_pre!r}).")
+    if hf_window and window_key not in kv:
+        notes.append(f"GGUF has no {window_key}: compare GGUF-path outputs with gguf_reference "
+                     f"(or only prompts whose whole sequence fits in the window).")
+    expected: dict[str, Any] = {
+        "name": spec.name,
+        "arch": arch,
+        "hf_architecture": spec.model_cls,
+        "model_type": hf_cfg["model_type"],
+        "vocab_size": tok.vocab_size,
+        "n_new": N_NEW,
+        "notes": notes,
+        "prompts": runs[0],
+    }
+    for p in expected["prompts"]:
+        # does the window cut anything? (last_logits: the prompt; greedy: the model sees at most
+        # len(tokens) + N_NEW - 1 positions)
+        p["prompt_fits_in_window"] = len(p["tokens"]) <= hf_window if hf_window else True
+        p["greedy_fits_in_window"] = (
+            len(p["tokens"]) + N_NEW - 1 <= hf_window if hf_window else True)
+    if overrides is not None:
+        expected["gguf_reference"] = {
+            "reason": spec.gguf_reason,
+            "config_overrides": overrides,
+            "prompts": [{k: v for k, v in r.items() if k != "tokens"} for r in runs[1]],
+        }
+        entry["gguf_reference_reason"] = spec.gguf_reason
+        same = [a["greedy"] == b["greedy"] for a, b in zip(runs[0], runs[1])]
+        notes.append(f"gguf_reference present ({spec.gguf_reason}); greedy equal to the HF "
+                     f"reference per prompt: {same}.")
+    if extra:
+        expected["extra_references"] = {
+            key: {"reason": reason, "config_overrides": ov,
+                  **({"llamacpp_n_ctx": 2048} if key == "long_factors" else {}),
+                  "prompts": [{k: v for k, v in r.items() if k != "tokens"} for r in rr]}
+            for (key, reason, ov), rr in zip(extra, extra_runs)}
+        entry["extra_references"] = [key for key, _, _ in extra]
+    compact_json(mdir / "expected.json", expected)
+
+    summary.append("=" * 100)
+    summary.append(f"MODEL {spec.name}  ({spec.model_cls}, GGUF arch {arch})")
+    summary.append("-" * 100)
+    summary.append("config.json:")
+    summary.append((hf / "config.json").read_text())
+    summary.append("generation_config.json:")
+    summary.append((hf / "generation_config.json").read_text())
+    summary.append("tokenizer_config.json:")
+    summary.append((hf / "tokenizer_config.json").read_text())
+    summary.append("HF safetensors tensors:")
+    from safetensors import safe_open
+    with safe_open(hf / "model.safetensors", "pt") as f:
+        for k in f.keys():
+            t = f.get_slice(k)
+            summary.append(f"  {k:<50} {t.get_dtype():<5} {t.get_shape()}")
+    summary.append("GGUF metadata:")
+    for k, v in kv.items():
+        summary.append(f"  {k} = {v!r}")
+    summary.append("GGUF tensors (name, type, shape as GGML ne):")
+    summary.extend("  " + t for t in tensors)
+    if conv_msgs:
+        summary.append("converter warnings/notes:")
+        summary.extend("  " + m for m in conv_msgs)
+    summary.append("greedy margins (HF): " + str([min(p["greedy_margins"]) for p in runs[0]]))
+    OVERVIEW.append(overview(spec.name, hf_cfg, kv, tensors))
+    print(f"  arch={arch} greedy={[p['greedy'] for p in runs[0]]}")
+    print(f"  min margins={[min(p['greedy_margins']) for p in runs[0]]}")
+    return entry
+
+
+OVERVIEW: list[str] = []
+STD_CFG = {"architectures", "attention_dropout", "dtype", "transformers_version", "use_cache",
+           "initializer_range", "pretraining_tp", "mlp_bias", "attention_bias", "embd_pdrop",
+           "resid_pdrop", "model_type", "bos_token_id", "eos_token_id", "pad_token_id",
+           "num_hidden_layers", "hidden_size", "intermediate_size", "max_position_embeddings",
+           "vocab_size", "rms_norm_eps", "num_attention_heads", "num_key_value_heads",
+           "hidden_act", "hidden_activation", "use_bidirectional_attention", "max_window_layers",
+           "use_sliding_window", "_sliding_window_pattern"}
+
+
+def overview(name: str, cfg: dict[str, Any], kv: dict[str, Any], tensors: list[str]) -> str:
+    """A few lines per model: the config.json keys that matter beyond the usual ones, the GGUF
+    architecture keys, and the GGUF tensor names with block numbers folded."""
+    arch = kv["general.architecture"]
+    lines = [f"--- {name} ({cfg['architectures'][0]}, model_type {cfg['model_type']}, GGUF arch "
+             f"{arch})"]
+    c = {k: v for k, v in cfg.items() if k not in STD_CFG}
+    if cfg.get("attention_bias"):
+        c["attention_bias"] = True
+    if "layer_types" in c:
+        c["layer_types"] = [t.split("_")[0] for t in c["layer_types"]]
+    lines.append("  config.json: " + json.dumps(c))
+    akv = {k[len(arch) + 1:]: v for k, v in kv.items() if k.startswith(arch + ".")}
+    lines.append("  GGUF " + arch + ".*: " + ", ".join(f"{k}={v}" for k, v in akv.items()))
+    tok = {k[len("tokenizer.ggml."):]: v for k, v in kv.items()
+           if k.startswith("tokenizer.ggml.") and not str(v).startswith("<array")}
+    lines.append("  GGUF tokenizer.ggml.*: " + ", ".join(f"{k}={v}" for k, v in tok.items()))
+    seen: dict[str, str] = {}
+    for t in tensors:
+        n, typ, shape = t.split(maxsplit=2)
+        parts = n.split(".")
+        if parts[0] == "blk":
+            n = "blk.N." + ".".join(parts[2:])
+        seen.setdefault(n, f"{n} {typ} {shape}")
+    lines.append("  GGUF tensors: " + "; ".join(seen.values()))
+    return "\n".join(lines)
+
+
+def file_sha256(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--llamacpp", type=Path, default=Path("/tmp/llamacpp/src"),
+                    help="llama.cpp source tree (with convert_hf_to_gguf.py and gguf-py/)")
+    ap.add_argument("--only", nargs="*", help="generate only these models (manifest is merged)")
+    args = ap.parse_args()
+    llamacpp: Path = args.llamacpp.resolve()
+    sys.path.insert(0, str(llamacpp / "gguf-py"))
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.use_deterministic_algorithms(True)
+    import gguf
+    import sentencepiece
+    import tokenizers
+    import transformers
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="ferrolm-conformance-"))
+    summary: list[str] = []
+    entries = []
+    specs = [s for s in MODELS if not args.only or s.name in args.only]
+    for spec in specs:
+        entries.append(gen_model(spec, llamacpp, work, summary))
+
+    manifest_path = OUT / "manifest.json"
+    old = {}
+    if args.only and manifest_path.exists():
+        old = {m["name"]: m for m in json.loads(manifest_path.read_text())["models"]}
+    for e in entries:
+        old[e["name"]] = e
+    order = [s.name for s in MODELS]
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+        "sentencepiece": sentencepiece.__version__,
+        "gguf_py": getattr(gguf, "__version__", None) or _gguf_py_version(llamacpp),
+        "llama_cpp": "vendored llama.cpp of llama-cpp-python 0.3.36 "
+                     f"(ggml {_ggml_version(llamacpp)})",
+        "convert_hf_to_gguf_sha256": file_sha256(llamacpp / "convert_hf_to_gguf.py"),
+    }
+    manifest = {
+        "description": "Tiny random models with reference outputs from transformers (CPU, "
+                       "float32 from bf16 weights, eager attention); see README.md.",
+        "generator": "scripts/gen_conformance.py",
+        "versions": versions,
+        "min_greedy_margin": MIN_MARGIN,
+        "n_new": N_NEW,
+        "models": [old[n] for n in order if n in old],
+    }
+    dump_json(manifest_path, manifest)
+    (OUT / "README.md").write_text(readme(versions, manifest["models"]))
+    text = "\n".join(
+        [f"versions: {json.dumps(versions, indent=1)}", "",
+         "OVERVIEW (config.json keys beyond the usual ones; GGUF keys; GGUF tensors, blk.N = "
+         "every block; shapes in GGML order ne0, ne1)"] + OVERVIEW + ["", "DETAILS"] + summary)
+    SUMMARY.write_text(text + "\n")
+    print(text)
+    print(f"summary: {SUMMARY}")
+    print(f"work dir (tokenizers, converter logs): {work}")
+
+
+def readme(versions: dict[str, Any], models: list[dict[str, Any]]) -> str:
+    rows = "\n".join(
+        f"| `{m['name']}` | {m['hf_architecture']} | `{m['arch']}` | {m['vocab_size']} "
+        f"({m['tokenizer']}) | {m['sliding_window'] or '-'} | "
+        f"{'-' if m['gguf_has_window'] is None else str(m['gguf_has_window']).lower()} | "
+        f"{'yes' if m['gguf_reference'] else '-'} | "
+        f"{', '.join(m.get('extra_references') or []) or '-'} |"
+        for m in models)
+    vers = "\n".join(f"- {k}: `{v}`" for k, v in versions.items())
+    return f"""# Conformance fixtures
+
+Tiny random models whose expected outputs come from the reference implementation itself:
+transformers on PyTorch (CPU, float32, eager attention). Generated by
+`scripts/gen_conformance.py` -- do not edit by hand; re-run the script instead:
+
+```
+python3 scripts/gen_conformance.py --llamacpp /path/to/llama.cpp   # all models, ~2 min on 2 cores
+python3 scripts/gen_conformance.py --only qwen3 gemma2             # some models (manifest merged)
+```
+
+It also writes `/tmp/conformance-summary.txt`: every model's config.json, tokenizer_config.json,
+safetensors tensor list, and every GGUF's metadata keys and tensor names/types/shapes.
+
+## Versions
+
+{vers}
+
+The GGUF files were made by that tree's `convert_hf_to_gguf.py`, run with the tree's own
+`gguf-py` first on `PYTHONPATH`:
+
+```
+python3 convert_hf_to_gguf.py <name>/hf --outfile <name>/model.gguf --outtype bf16 \\
+    --model-name ferrolm-conformance-<name>
+```
+
+(through a small wrapper, see "Workarounds").
+
+## Models
+
+| name | HF class | GGUF arch | vocab (tokenizer) | window | GGUF has window | gguf_reference | extra_references |
+|---|---|---|---|---|---|---|---|
+{rows}
+
+Per-model details (head layout, RoPE variant, what is being exercised) are in `manifest.json`
+(`notes`) and in each `expected.json`.
+
+## Files
+
+- `<name>/hf/`: `config.json`, `generation_config.json`, `model.safetensors` (bfloat16),
+  `tokenizer.json`, `tokenizer_config.json`, and `tokenizer.model` for the SentencePiece ones.
+- `<name>/model.gguf`: the converter's output with `--outtype bf16`: every matrix is the same
+  bf16 value as in the safetensors; 1-D tensors (norms, biases) and the extra RoPE tensors are
+  f32 (exact widenings of the bf16 values, except Gemma's norms, stored as `1 + w`).
+- `<name>/expected.json`:
+  - `prompts[i].tokens`: prompt token ids (begins with BOS when the tokenizer adds one);
+  - `prompts[i].last_logits`: float32 logits of the last prompt position, the whole vocabulary,
+    rounded to 7 significant digits;
+  - `prompts[i].greedy`: the {N_NEW} tokens of `model.generate(do_sample=False,
+    max_new_tokens={N_NEW})` (KV cache on; EOS does not stop it, and the script rejects prompts
+    whose greedy tokens hit a special token), checked against the argmax of an uncached forward
+    over the whole sequence;
+  - `prompts[i].greedy_margins`: top-1 minus top-2 logit at each greedy step; prompts are
+    redrawn until all are >= {MIN_MARGIN};
+  - `prompts[i].prompt_fits_in_window` / `greedy_fits_in_window`: whether the sliding window
+    (if any) cuts the prompt / the longest sequence that greedy decoding looks at
+    (`len(tokens) + {N_NEW} - 1` positions);
+  - `gguf_reference` (some models): what llama.cpp computes from the GGUF when that differs from
+    what transformers computes from config.json -- same weights, config overridden by
+    `config_overrides` (reason in `reason`), same prompts, `last_logits`, `greedy`,
+    `greedy_margins`.
+  - `extra_references` (phi3): further references with the same shape, e.g. `long_factors`.
+- `manifest.json`: versions, the model list and per-model notes (`gguf_has_window`,
+  `gguf_sliding_window`, `gguf_reference`, ...).
+
+## How the models are made
+
+- Fixed seeds; every weight re-initialised with a wide spread: linear weights
+  N(0, (1.5/sqrt(fan_in))^2), biases N(0, 0.2^2), embeddings N(0, 0.5^2) for untied models and
+  smaller for tied ones (0.15, Gemma 0.03), norm weights with an effective multiplier
+  (`w`, or `1 + w` for Gemma) of 1 + N(0, 0.15^2), the final norm's multiplier scaled by 3-10 in
+  tied models to spread the logits again (see `randomize` in the script for why).
+- Saved with `save_pretrained` in bfloat16; the reference is computed after loading that folder
+  back with `dtype=torch.float32, attn_implementation="eager"`, so from exactly the stored values.
+- Tokenizers are tiny and trained on a few paragraphs of text: SentencePiece BPE with byte
+  fallback, vocab 512 (`spm-llama`: `<unk>`=0, `<s>`=1, `</s>`=2, dummy prefix; `spm-phi3`: the
+  same with 508 pieces plus `<|endoftext|>` (EOS), `<|assistant|>`, `<|end|>`, `<|user|>` --
+  llama.cpp insists on `<|endoftext|>` when general.name contains "phi3"; `spm-gemma`:
+  `<pad>`=0, `<eos>`=1, `<bos>`=2, `<unk>`=3, `<mask>`=4, no dummy prefix), converted to
+  tokenizer.json by transformers; or byte-level BPE built with `tokenizers`, vocab 384 with the
+  special tokens last (`bpe-llama3`: Llama 3 split regex, `ignore_merges`, BOS
+  `<|begin_of_text|>` added; `bpe-qwen2`: Qwen2 split regex, no BOS). The model vocabulary size
+  equals the tokenizer's.
+
+## Things to know when reading these files
+
+- transformers 5 writes `rope_parameters` (with `rope_theta` and `rope_type` inside) instead of
+  `rope_theta` / `rope_scaling`; for Gemma 3 it is keyed by layer type (`full_attention`,
+  `sliding_attention`), and `layer_types` lists each layer's kind (also for Gemma 2). Phi-3 has
+  `original_max_position_embeddings` both at the top level and inside `rope_parameters`.
+- The converter permutes the rows of `attn_q`/`attn_k` for arch `llama` (HF's half-split
+  "rotate_half" RoPE becomes GGML's adjacent-pair RoPE); qwen2/qwen3/phi3/gemma* keep HF's row
+  order and llama.cpp applies NeoX-style (half-split) RoPE to them.
+- Llama 3 RoPE scaling is not a metadata key: it is the f32 tensor `rope_freqs.weight`
+  (head_dim/2 divisors of the base frequencies). Phi-3 LongRoPE is `rope_factors_short.weight`
+  / `rope_factors_long.weight` plus `phi3.rope.scaling.attn_factor`; transformers uses the short
+  factors while the sequence is <= `original_max_position_embeddings` (1024; all fixture
+  sequences are shorter), llama.cpp chooses by context size (long when n_ctx > 1024; note that
+  llama.cpp rounds n_ctx up to at least 256). `prompts` are computed with the short factors,
+  `extra_references.long_factors` with the long ones.
+- Tied models have no `output.weight` in the GGUF (and no `lm_head.weight` in the safetensors).
+- `mistral`: the converter writes no sliding window for MistralForCausalLM (arch `llama`); see
+  `gguf_reference`, or compare only prompts that fit in the window.
+- `gemma2`, `gemma3`: `query_pre_attn_scalar` != head_dim in config.json, but a GGUF cannot say
+  so (llama.cpp uses 1/sqrt(head_dim) except for the 27B models); see `gguf_reference`.
+- `gemma3`: the converter writes `gemma3.attention.sliding_window` but no pattern; llama.cpp
+  assumes 5 sliding layers then 1 global, which is why this model has 6 layers (transformers'
+  default `layer_types` agree). Sliding layers use `rope.freq_base_swa` (1e4), the global one
+  `rope.freq_base` (1e6).
+- Sliding window semantics (transformers and llama.cpp agree): query position i attends to key
+  positions j with i - window < j <= i.
+
+## Cross-check with llama.cpp
+
+`scripts/check_conformance_llamacpp.py` runs every `model.gguf` with llama-cpp-python (same
+llama.cpp version, CPU) against `gguf_reference` (else `prompts`) and the `extra_references` that
+name a `llamacpp_n_ctx`, and compares the tokenizers (GGUF vocab vs tokenizer.json) on a sample
+text. At generation time all models matched: last-position logits within 0.02-0.16 absolute
+(1.3-7.4 % of the logits' standard deviation -- llama.cpp's CPU backend rounds activations to
+bf16 before bf16 dot products, and tabulates GELU in f16), the same argmax, the same greedy
+tokens except two late steps whose reference margin (0.04, 0.013) is below that noise, and
+identical tokenizations. An engine that multiplies the bf16 weights with f32 activations should
+be within ~1e-4 of the reference (a float64 recomputation of the references differs from them by
+at most 2e-5), where the {MIN_MARGIN} minimum greedy margin is ample.
+
+## Workarounds
+
+- The converter identifies BPE pre-tokenizers by hashing the token ids of a fixed text
+  (`TextModel.get_vocab_base_pre`) and refuses unknown hashes. The tiny byte-level BPE
+  vocabularies are unknown, so the script runs the converter through a wrapper that, only when
+  the original raises NotImplementedError, returns the llama.cpp pre-tokenizer with the same
+  split regex (`llama-bpe` for `llama3-rope`, `qwen2` for `qwen2`/`qwen3`). Nothing else in the
+  converter is changed; it otherwise works with transformers {versions['transformers']} as is.
+- transformers 5 needs `protobuf` to turn a SentencePiece model into a tokenizer.json.
+- Benign converter warnings: "Unknown RoPE type: default", "Unknown separator token ... in
+  TemplateProcessing<pair>", Gemma's "No handler for special token type prefix/suffix/...",
+  Gemma 3's "Duplicated key name ..., overwriting" (the Gemma 3 class sets some keys twice with
+  the same values). transformers warns that Phi-3's `rope_parameters` holds
+  `original_max_position_embeddings` instead of `factor`; the scaling factor it derives
+  (4096/1024 = 4) is the one intended and the one the converter uses.
+"""
+
+
+def _gguf_py_version(llamacpp: Path) -> str:
+    for line in (llamacpp / "gguf-py" / "pyproject.toml").read_text().splitlines():
+        if line.startswith("version"):
+            return line.split("=")[1].strip().strip('"')
+    return "?"
+
+
+def _ggml_version(llamacpp: Path) -> str:
+    parts = {}
+    for line in (llamacpp / "ggml" / "CMakeLists.txt").read_text().splitlines():
+        for k in ("MAJOR", "MINOR", "PATCH"):
+            if line.startswith(f"set(GGML_VERSION_{k} "):
+                parts[k] = line.split()[1].rstrip(")")
+    return ".".join(parts.get(k, "?") for k in ("MAJOR", "MINOR", "PATCH"))
+
+
+if __name__ == "__main__":
+    main()
