@@ -17,3 +17,26 @@ for model in "${models[@]}"; do
     echo "==> ferrolm pull ${model}" >&2
     "${bin}" pull "${model}"
 done
+
+# A real Hugging Face folder for the HF-path tests: SmolLM2 turned into safetensors by
+# transformers itself, with transformers' greedy output recorded beside it
+# (scripts/make_hf_smollm2.py). Needs PyTorch + transformers: when python3 lacks them they are
+# installed with pip into a virtual environment in the cache (reusing any system packages).
+cache="${FERROLM_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/ferrolm}"
+models_dir="${FERROLM_MODEL_DIR:-${cache}/models}"
+hf_dir="${models_dir}/SmolLM2-135M-Instruct-hf"
+gguf="${cache}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [[ ! -f "${hf_dir}/ferrolm_expected.json" ]]; then
+    py=python3
+    pymods="import torch, transformers, accelerate, gguf, safetensors"
+    if ! "${py}" -c "${pymods}" 2>/dev/null; then
+        venv="${cache}/pyenv"
+        echo "==> installing torch, transformers, accelerate, gguf into ${venv}" >&2
+        [[ -x "${venv}/bin/python" ]] || python3 -m venv --system-site-packages "${venv}"
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check \
+            torch transformers accelerate gguf safetensors sentencepiece
+        py="${venv}/bin/python"
+    fi
+    echo "==> making ${hf_dir} with transformers" >&2
+    "${py}" scripts/make_hf_smollm2.py "${hf_dir}" "${gguf}"
+fi

@@ -26,10 +26,26 @@ pub fn require_model(file_name: &str) -> Option<PathBuf> {
     if let Some(p) = model_path(file_name) {
         return Some(p);
     }
-    let msg = format!(
+    missing(format!(
         "model file {file_name} not found in {} (set FERROLM_MODEL_DIR to the folder holding it)",
         model_dir().display()
-    );
+    ))
+}
+
+/// A Hugging Face model folder in [`model_dir`] (made by `scripts/fetch-test-models.sh`), with
+/// the same CI rule as [`require_model`].
+pub fn require_hf_folder(name: &str) -> Option<PathBuf> {
+    let dir = model_dir().join(name);
+    if dir.join("config.json").is_file() {
+        return Some(dir);
+    }
+    missing(format!(
+        "Hugging Face folder {name} not found in {} (scripts/fetch-test-models.sh makes it)",
+        model_dir().display()
+    ))
+}
+
+fn missing(msg: String) -> Option<PathBuf> {
     if std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1") {
         panic!("{msg}; CI=true requires it");
     }
