@@ -47,7 +47,7 @@ def main() -> int:
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(root, "target"))
     ferrolm = os.path.join(target, "release", "ferrolm")
     res = subprocess.run(
-        [ferrolm, "generate", "-m", path, "-p", prompt, "-n", str(n), "--temp", "0", "--no-display-prompt", "-t", "2"],
+        [ferrolm, "generate", "-m", path, "-p", prompt, "-n", str(n), "--temp", "0", "--no-display-prompt", "-t", "2", "-c", "512"],
         capture_output=True, text=True, check=True,
     )
     ours = res.stdout[:-1] if res.stdout.endswith("\n") else res.stdout  # the CLI ends with a newline

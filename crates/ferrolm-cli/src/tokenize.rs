@@ -7,7 +7,8 @@ use ferrolm::tokenizer::Tokenizer;
 /// Arguments of `ferrolm tokenize`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF file (a full model or a vocabulary-only file) or a catalog name.
+    /// GGUF file (a full model or a vocabulary-only file), Hugging Face model folder, or catalog
+    /// name.
     #[arg(short = 'm', long = "model")]
     pub model: String,
     /// Text to tokenize.
@@ -27,9 +28,13 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let path = crate::pull::resolve_model(Some(&args.model))?;
-    let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let tok = Tokenizer::from_gguf(&gguf)
-        .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
+    let tok = if path.is_dir() {
+        Tokenizer::from_hf_dir(&path)
+    } else {
+        let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        Tokenizer::from_gguf(&gguf)
+    }
+    .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
     let ids = tok.encode(&args.prompt, !args.no_add_special, !args.no_parse_special)?;
     if args.pieces {
         for &id in &ids {
