@@ -23,7 +23,9 @@
 //! AVX2 kernels and are compiled for AVX2 like the others.
 //!
 //! With AVX2+FMA (detected at run time) the kernels are compiled for AVX2 and use fused
-//! multiply-adds, reproducing GGML's AVX2 results bit for bit. The portable path uses fused
+//! multiply-adds, reproducing GGML's AVX2 results bit for bit (except Q6_K, whose current GGML
+//! kernel folds the -32 offset into the block sums and so splits its terms differently: a few
+//! ulps apart). The portable path uses fused
 //! multiply-adds only where the target has them natively; otherwise it rounds the product
 //! separately (an ulp-level difference in the per-block accumulation).
 
