@@ -2,10 +2,11 @@
 //! GPT-2's byte → character table, starts as single characters; the adjacent pair with the lowest
 //! merge rank is merged until no ranked pair is left.
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::collections::HashMap;
 
 use super::TokenizerError;
+use super::merge::merge;
 use super::vocab::Vocab;
 
 /// Merge ranks, keyed by interned halves.
@@ -58,39 +59,6 @@ impl MergeRanks {
     }
 }
 
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
-}
-
-struct Bigram {
-    left: usize,
-    right: usize,
-    rank: u32,
-    size: usize,
-}
-
-impl PartialEq for Bigram {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Bigram {}
-impl PartialOrd for Bigram {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Bigram {
-    /// Lowest rank first (max-heap, so reversed); on ties the leftmost pair.
-    fn cmp(&self, other: &Self) -> Ordering {
-        other.rank.cmp(&self.rank).then_with(|| other.left.cmp(&self.left))
-    }
-}
-
 /// Tokenizes one byte-encoded word and appends the ids to `out`.
 pub(crate) fn encode_word(
     vocab: &Vocab,
@@ -108,50 +76,7 @@ pub(crate) fn encode_word(
             return;
         }
     }
-    let mut symbols: Vec<Symbol> = Vec::with_capacity(word.len());
-    for (i, (start, c)) in word.char_indices().enumerate() {
-        let len = c.len_utf8();
-        symbols.push(Symbol {
-            start,
-            len,
-            prev: i.checked_sub(1),
-            next: if start + len == word.len() { None } else { Some(i + 1) },
-        });
-    }
-    let mut queue = BinaryHeap::new();
-    let try_add =
-        |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram>, left: Option<usize>, right: Option<usize>| {
-            let (Some(l), Some(r)) = (left, right) else {
-                return;
-            };
-            let (ls, rs) = (symbols[l], symbols[r]);
-            let a = &word[ls.start..ls.start + ls.len];
-            let b = &word[rs.start..rs.start + rs.len];
-            if let Some(rank) = merges.rank(a, b) {
-                queue.push(Bigram { left: l, right: r, rank, size: ls.len + rs.len });
-            }
-        };
-    for i in 1..symbols.len() {
-        try_add(&symbols, &mut queue, Some(i - 1), Some(i));
-    }
-    while let Some(bg) = queue.pop() {
-        let (l, r) = (symbols[bg.left], symbols[bg.right]);
-        if l.len == 0 || r.len == 0 || l.len + r.len != bg.size || l.next != Some(bg.right) {
-            continue;
-        }
-        symbols[bg.left].len += r.len;
-        symbols[bg.right].len = 0;
-        symbols[bg.left].next = r.next;
-        if let Some(n) = r.next {
-            symbols[n].prev = Some(bg.left);
-        }
-        try_add(&symbols, &mut queue, symbols[bg.left].prev, Some(bg.left));
-        try_add(&symbols, &mut queue, Some(bg.left), symbols[bg.left].next);
-    }
-    let mut cur = Some(0);
-    while let Some(i) = cur {
-        let s = symbols[i];
-        let piece = &word[s.start..s.start + s.len];
+    for piece in merge(word, |a, b, _| merges.rank(a, b).map(Reverse)) {
         match vocab.id_of(piece) {
             Some(id) => out.push(id),
             None => {
@@ -166,6 +91,5 @@ pub(crate) fn encode_word(
                 }
             }
         }
-        cur = s.next;
     }
 }

@@ -42,6 +42,7 @@
 mod bpe;
 mod hf;
 mod load;
+mod merge;
 mod pretok;
 mod spm;
 mod stream;
