@@ -127,10 +127,7 @@ pub fn convert_hf_to_gguf(
         let t = if t.ty == target {
             t
         } else if t.dims.len() == 1 {
-            let mut v = vec![0.0f32; t.n_elements() as usize];
-            quant::dequantize_row(t.ty, t.data(), &mut v)
-                .map_err(|e| Error::Config(format!("{name}: {e}")))?;
-            TensorRef::from_f32(t.dims.clone(), &v)
+            TensorRef::from_f32(t.dims.clone(), &t.to_f32(name)?)
         } else {
             convert_matrix(name, &t, target)?
         };

@@ -3,7 +3,7 @@
 //! Reads top to bottom like a textbook transformer: embed, then per block
 //! `x += attn(norm(x))` and `x += ffn(norm(x))`, then norm and the LM head.
 
-use super::Model;
+use super::{Model, RopeParams};
 use crate::backend::cpu::{self, AttentionShape};
 use crate::engine::{Batch, Logits};
 use crate::kv::KvCache;
@@ -59,8 +59,19 @@ impl Model {
         let mut y = vec![0.0f32; n * d]; // [n, d]
         let mut gate = vec![0.0f32; n * ff]; // [n, n_ff]
         let mut up = vec![0.0f32; n * ff]; // [n, n_ff]
-        let mut cos_sin = vec![(0.0f32, 0.0f32); cfg.rope_dims / 2]; // [rope_dims / 2]
+        // RoPE angles depend only on the position and the layer kind: computed once per batch.
+        let half = cfg.rope_dims / 2;
         let rope_factors = w.rope_factors.for_context(kv.capacity(), cfg.rope_global.n_ctx_orig);
+        let rope_table = |p: &RopeParams| {
+            let mut cs = vec![(0.0f32, 0.0f32); n * half]; // [n, rope_dims / 2]
+            for (e, row) in entries.iter().zip(cs.chunks_exact_mut(half.max(1))) {
+                cpu::rope_cos_sin(e.pos, cfg.rope_dims, p, rope_factors, row);
+            }
+            cs
+        };
+        let cs_global = rope_table(&cfg.rope_global);
+        let has_local = cfg.swa_layers.iter().any(|&l| l) && cfg.rope_local != cfg.rope_global;
+        let cs_local = if has_local { rope_table(&cfg.rope_local) } else { Vec::new() };
 
         for (il, lw) in w.layers.iter().enumerate() {
             // Attention.
@@ -77,11 +88,11 @@ impl Model {
                 cpu::rms_norm_inplace(&mut q, qn, cfg.norm_eps);
                 cpu::rms_norm_inplace(&mut k, kn, cfg.norm_eps);
             }
-            let rope = cfg.rope_for_layer(il);
+            let cs = if has_local && cfg.swa_layers[il] { &cs_local } else { &cs_global };
             for (t, e) in entries.iter().enumerate() {
-                cpu::rope_cos_sin(e.pos, cfg.rope_dims, &rope, rope_factors, &mut cos_sin);
-                cpu::rope_apply(&mut q[t * qd..(t + 1) * qd], hd, &cos_sin, cfg.rope_style);
-                cpu::rope_apply(&mut k[t * kvd..(t + 1) * kvd], hd, &cos_sin, cfg.rope_style);
+                let cos_sin = &cs[t * half..(t + 1) * half];
+                cpu::rope_apply(&mut q[t * qd..(t + 1) * qd], hd, cos_sin, cfg.rope_style);
+                cpu::rope_apply(&mut k[t * kvd..(t + 1) * kvd], hd, cos_sin, cfg.rope_style);
                 let r = t * kvd..(t + 1) * kvd;
                 kv.seq_mut(e.seq).write(il, slots[t], &k[r.clone()], &v[r]);
             }

@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use ferrolm_kernels::GgmlType;
+use ferrolm_kernels::{GgmlType, quant};
 
 use crate::format::Storage;
 use crate::format::gguf::GgufFile;
+use crate::{Error, Result};
 
 /// One tensor: its type, its GGUF-order dimensions (innermost first) and where its bytes are.
 #[derive(Clone)]
@@ -50,6 +51,14 @@ impl TensorRef {
     /// The tensor's bytes.
     pub fn data(&self) -> &[u8] {
         &self.storage.as_bytes()[self.range.clone()]
+    }
+
+    /// All elements as f32 (`name` for the error message).
+    pub fn to_f32(&self, name: &str) -> Result<Vec<f32>> {
+        let mut v = vec![0.0f32; self.n_elements() as usize];
+        quant::dequantize_row(self.ty, self.data(), &mut v)
+            .map_err(|e| Error::Config(format!("{name}: {e}")))?;
+        Ok(v)
     }
 
     /// Number of elements.

@@ -192,9 +192,7 @@ impl Loader<'_> {
                 expected: vec![n as u64],
             });
         }
-        let mut out = vec![0.0; n];
-        quant::dequantize_row(t.ty, t.data(), &mut out).map_err(|e| Error::Config(format!("{name}: {e}")))?;
-        Ok(out)
+        t.to_f32(name)
     }
 
     fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {

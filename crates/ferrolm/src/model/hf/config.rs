@@ -79,14 +79,14 @@ impl Cfg<'_> {
 
 /// The RoPE settings of a config: `rope_parameters` (transformers 5) or `rope_theta` +
 /// `rope_scaling` (earlier versions); for Gemma 3, the global layers' entry.
-fn rope_section(c: &Cfg<'_>, kind: &str) -> Map<String, Value> {
+fn rope_section(c: &Cfg<'_>) -> Map<String, Value> {
     let mut out = Map::new();
     if let Some(theta) = c.get("rope_theta") {
         out.insert("rope_theta".into(), theta.clone());
     }
     for key in ["rope_scaling", "rope_parameters"] {
         if let Some(Value::Object(m)) = c.get(key) {
-            let m = match m.get(kind) {
+            let m = match m.get("full_attention") {
                 Some(Value::Object(inner)) => inner,
                 _ => m,
             };
@@ -201,7 +201,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     put("attention.layer_norm_rms_epsilon", MetaValue::F32(eps as f32));
 
     // RoPE.
-    let rope = rope_section(&c, "full_attention");
+    let rope = rope_section(&c);
     let base = rope.get("rope_theta").and_then(Value::as_f64).unwrap_or(10_000.0);
     put("rope.freq_base", MetaValue::F32(base as f32));
     let partial = match rope.get("partial_rotary_factor").and_then(Value::as_f64) {
@@ -345,15 +345,12 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                 }
             }
             if arch == Arch::Gemma3 {
-                let local = rope_section(&c, "sliding_attention");
-                let local_base = match local.get("rope_theta").and_then(Value::as_f64) {
-                    Some(b)
-                        if c.get("rope_local_base_freq").is_none()
-                            && matches!(c.get("rope_parameters"), Some(Value::Object(m)) if m.contains_key("sliding_attention")) =>
-                    {
-                        b
-                    }
-                    _ => c.opt_f64("rope_local_base_freq")?.unwrap_or(10_000.0),
+                // transformers 5 nests it under `rope_parameters.sliding_attention`.
+                let nested =
+                    c.get("rope_parameters").and_then(|p| p["sliding_attention"]["rope_theta"].as_f64());
+                let local_base = match nested {
+                    Some(b) => b,
+                    None => c.opt_f64("rope_local_base_freq")?.unwrap_or(10_000.0),
                 };
                 put("rope.freq_base_swa", MetaValue::F32(local_base as f32));
             }

@@ -12,8 +12,6 @@ pub mod config;
 
 use std::path::Path;
 
-use ferrolm_kernels::{GgmlType, quant};
-
 use crate::format::gguf::{GgufFile, MetaValue};
 use crate::format::gguf_write::GgufWriter;
 use crate::format::safetensors::SafetensorsSet;
@@ -85,9 +83,7 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
 
 /// Adds one to a norm weight (Gemma stores `w` and computes `x̂ · (1 + w)`), as an F32 tensor.
 fn shifted_norm(name: &str, t: &TensorRef) -> Result<TensorRef> {
-    let n = t.n_elements() as usize;
-    let mut v = vec![0.0f32; n];
-    quant::dequantize_row(t.ty, t.data(), &mut v).map_err(|e| Error::Config(format!("{name}: {e}")))?;
+    let mut v = t.to_f32(name)?;
     v.iter_mut().for_each(|x| *x += 1.0);
     Ok(TensorRef::from_f32(t.dims.clone(), &v))
 }
@@ -176,9 +172,4 @@ pub fn permute_qk_rows(data: &[u8], rows: usize, row_bytes: usize, n_head: usize
         }
     }
     out
-}
-
-/// Whether `ty` can be used straight from a safetensors file.
-pub fn is_hf_float(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
