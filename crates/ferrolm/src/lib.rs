@@ -25,6 +25,7 @@
 //! ```
 
 pub mod backend;
+pub mod chat;
 pub mod engine;
 mod error;
 pub mod format;
