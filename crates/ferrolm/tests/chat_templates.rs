@@ -121,3 +121,64 @@ fn raised_errors_carry_the_template_message() {
         other => panic!("expected a raised exception, got {other:?}"),
     }
 }
+
+/// Options with the model's own BOS/EOS token texts.
+fn model_options(tok: &ferrolm::tokenizer::Tokenizer, add_generation_prompt: bool) -> RenderOptions {
+    let text = |id: Option<u32>| id.and_then(|id| tok.token_text(id)).unwrap_or_default().to_string();
+    RenderOptions {
+        add_generation_prompt,
+        bos_token: text(tok.bos()),
+        eos_token: text(tok.eos()),
+        ..Default::default()
+    }
+}
+
+fn conversation() -> Vec<Message> {
+    vec![
+        Message::system("You are terse."),
+        Message::user("Hi!"),
+        Message::assistant("Hello."),
+        Message::user("Bye?"),
+    ]
+}
+
+/// SmolLM2's ChatML template, with and without a system message (it adds its own default one).
+fn check_smollm2(tok: &ferrolm::tokenizer::Tokenizer) {
+    let template = ChatTemplate::new(tok.chat_template().expect("SmolLM2 ships a chat template")).unwrap();
+    let opts = model_options(tok, true);
+    assert_eq!(opts.bos_token, "<|im_start|>");
+    assert_eq!(opts.eos_token, "<|im_end|>");
+    // Expected texts: Python jinja2 rendering the same template.
+    assert_eq!(
+        template.render(&conversation(), &opts).unwrap(),
+        "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n\
+         <|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye?<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert_eq!(
+        template.render(&[Message::user("Hi!")], &model_options(tok, false)).unwrap(),
+        "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+         <|im_start|>user\nHi!<|im_end|>\n"
+    );
+}
+
+#[test]
+fn smollm2_gguf_template_renders_chatml() {
+    let Some(path) = common::require_model("SmolLM2-135M-Instruct.Q4_1.gguf") else { return };
+    let model = Model::load(&path).unwrap();
+    check_smollm2(model.tokenizer());
+}
+
+#[test]
+fn smollm2_hf_folder_template_renders_chatml() {
+    let Some(dir) = common::require_hf_folder("SmolLM2-135M-Instruct-hf") else { return };
+    check_smollm2(&ferrolm::tokenizer::Tokenizer::from_hf_dir(&dir).unwrap());
+}
+
+#[test]
+fn gemma3_270m_base_gguf_has_no_template() {
+    // The test model is the base (not instruction-tuned) Gemma 3 270M: its GGUF carries no
+    // `tokenizer.chat_template`, so there is nothing to render.
+    let Some(path) = common::require_model("gemma-3-270m-q4_k_m.gguf") else { return };
+    let model = Model::load(&path).unwrap();
+    assert_eq!(model.tokenizer().chat_template(), None);
+}

@@ -44,6 +44,8 @@ pub(crate) fn build(source: &str) -> Result<Environment<'static>, Error> {
     env.add_filter("tojson", tojson);
     env.add_filter("length", length);
     env.add_filter("count", length);
+    env.add_filter("int", int_filter);
+    env.add_filter("float", float_filter);
     env.add_test("none", is_none);
     env.add_test("iterable", is_iterable);
     env.add_function("raise_exception", raise_exception);
@@ -103,6 +105,71 @@ fn length(value: &Value) -> Result<Value, Error> {
     value.len().map(Value::from).ok_or_else(|| {
         let ty = if is_py_none(value) { "NoneType".to_string() } else { value.kind().to_string() };
         Error::new(ErrorKind::InvalidOperation, format!("object of type '{ty}' has no len()"))
+    })
+}
+
+/// jinja2's `int(value, default=0, base=10)`: `int(value)`, else `int(float(value))`, else the
+/// default (MiniJinja's fails instead of falling back).
+fn int_filter(value: &Value, default: Option<Value>, base: Option<u32>, kwargs: Kwargs) -> Result<Value, Error> {
+    let default = match kwargs.get::<Option<Value>>("default")? {
+        Some(d) => d,
+        None => default.unwrap_or_else(|| Value::from(0)),
+    };
+    let base = kwargs.get::<Option<u32>>("base")?.or(base).unwrap_or(10);
+    kwargs.assert_all_used()?;
+    if !(2..=36).contains(&base) {
+        return Err(Error::new(ErrorKind::InvalidOperation, "int() base must be >= 2 and <= 36"));
+    }
+    if let Some(s) = value.as_str() {
+        let t = s.trim().replace('_', "");
+        let (neg, digits) = match t.strip_prefix('-') {
+            Some(d) => (true, d),
+            None => (false, t.strip_prefix('+').unwrap_or(&t)),
+        };
+        let digits = match base {
+            16 => digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")).unwrap_or(digits),
+            8 => digits.strip_prefix("0o").or_else(|| digits.strip_prefix("0O")).unwrap_or(digits),
+            2 => digits.strip_prefix("0b").or_else(|| digits.strip_prefix("0B")).unwrap_or(digits),
+            _ => digits,
+        };
+        if !digits.starts_with(['+', '-']) {
+            if let Ok(n) = i64::from_str_radix(digits, base) {
+                return Ok(Value::from(if neg { -n } else { n }));
+            }
+        }
+        // Python's float() and Rust's parse accept the same forms (including "inf" and "nan",
+        // which int() then rejects).
+        return Ok(match t.parse::<f64>() {
+            Ok(f) if f.is_finite() => Value::from(f.trunc() as i64),
+            _ => default,
+        });
+    }
+    Ok(match value.kind() {
+        ValueKind::Bool => Value::from(i64::from(value.is_true())),
+        ValueKind::Number if value.is_integer() => value.clone(),
+        ValueKind::Number => match f64::try_from(value.clone()) {
+            Ok(f) if f.is_finite() => Value::from(f.trunc() as i64),
+            _ => default,
+        },
+        _ => default,
+    })
+}
+
+/// jinja2's `float(value, default=0.0)`: `float(value)`, else the default.
+fn float_filter(value: &Value, default: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let default = match kwargs.get::<Option<Value>>("default")? {
+        Some(d) => d,
+        None => default.unwrap_or_else(|| Value::from(0.0)),
+    };
+    kwargs.assert_all_used()?;
+    Ok(match value.kind() {
+        ValueKind::String => match value.as_str().unwrap_or_default().trim().replace('_', "").parse::<f64>() {
+            Ok(f) => Value::from(f),
+            Err(_) => default,
+        },
+        ValueKind::Bool => Value::from(if value.is_true() { 1.0 } else { 0.0 }),
+        ValueKind::Number => f64::try_from(value.clone()).map(Value::from).unwrap_or(default),
+        _ => default,
     })
 }
 
