@@ -4,6 +4,7 @@ mod convert;
 mod generate;
 mod inspect;
 mod pull;
+mod template;
 mod tokenize;
 
 use clap::{Parser, Subcommand};
@@ -29,6 +30,8 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Convert a Hugging Face model folder to GGUF (F16, BF16, F32 or quantized).
     Convert(convert::Args),
+    /// Render conversations with chat templates.
+    Template(template::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +46,7 @@ fn main() -> std::process::ExitCode {
         Command::Inspect(a) => inspect::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Convert(a) => convert::run(a),
+        Command::Template(a) => template::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

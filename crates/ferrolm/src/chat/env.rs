@@ -110,7 +110,12 @@ fn length(value: &Value) -> Result<Value, Error> {
 
 /// jinja2's `int(value, default=0, base=10)`: `int(value)`, else `int(float(value))`, else the
 /// default (MiniJinja's fails instead of falling back).
-fn int_filter(value: &Value, default: Option<Value>, base: Option<u32>, kwargs: Kwargs) -> Result<Value, Error> {
+fn int_filter(
+    value: &Value,
+    default: Option<Value>,
+    base: Option<u32>,
+    kwargs: Kwargs,
+) -> Result<Value, Error> {
     let default = match kwargs.get::<Option<Value>>("default")? {
         Some(d) => d,
         None => default.unwrap_or_else(|| Value::from(0)),
@@ -163,10 +168,12 @@ fn float_filter(value: &Value, default: Option<Value>, kwargs: Kwargs) -> Result
     };
     kwargs.assert_all_used()?;
     Ok(match value.kind() {
-        ValueKind::String => match value.as_str().unwrap_or_default().trim().replace('_', "").parse::<f64>() {
-            Ok(f) => Value::from(f),
-            Err(_) => default,
-        },
+        ValueKind::String => {
+            match value.as_str().unwrap_or_default().trim().replace('_', "").parse::<f64>() {
+                Ok(f) => Value::from(f),
+                Err(_) => default,
+            }
+        }
         ValueKind::Bool => Value::from(if value.is_true() { 1.0 } else { 0.0 }),
         ValueKind::Number => f64::try_from(value.clone()).map(Value::from).unwrap_or(default),
         _ => default,
@@ -273,7 +280,9 @@ mod tests {
     #[test]
     fn generation_tags_become_if_blocks() {
         assert_eq!(
-            rewrite_generation_blocks("a{%- generation -%}b{% endgeneration %}c{% if x %}{%+endgeneration-%}"),
+            rewrite_generation_blocks(
+                "a{%- generation -%}b{% endgeneration %}c{% if x %}{%+endgeneration-%}"
+            ),
             "a{%- if true -%}b{% endif %}c{% if x %}{%+ endif -%}"
         );
         assert_eq!(rewrite_generation_blocks("{{ x }}{% generation"), "{{ x }}{% generation");

@@ -8,7 +8,12 @@ use minijinja::value::{ValueKind, from_args};
 use minijinja::{Error, ErrorKind, State, Value};
 
 /// The unknown-method callback: our additions first, then MiniJinja's pycompat methods.
-pub(crate) fn call_method(state: &mut State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
+pub(crate) fn call_method(
+    state: &mut State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
     let extra = match value.kind() {
         ValueKind::String => string_method(value.as_str().unwrap_or_default(), method, args),
         ValueKind::Seq => seq_method(value, method, args),
@@ -38,12 +43,12 @@ fn name_unknown_method(err: Error, value: &Value, method: &str) -> Error {
         ValueKind::Undefined => "Undefined",
         _ => "object",
     };
-    let hint = if matches!(method, "append" | "extend" | "insert" | "pop" | "remove" | "update" | "setdefault")
-    {
-        " (templates cannot change lists or dicts in place here)"
-    } else {
-        ""
-    };
+    let hint =
+        if matches!(method, "append" | "extend" | "insert" | "pop" | "remove" | "update" | "setdefault") {
+            " (templates cannot change lists or dicts in place here)"
+        } else {
+            ""
+        };
     Error::new(ErrorKind::UnknownMethod, format!("'{ty}' object has no attribute '{method}'{hint}"))
 }
 
@@ -54,7 +59,9 @@ fn is_py_space(c: char) -> bool {
 
 fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, Error>> {
     Some(match method {
-        "rsplit" => from_args(args).and_then(|(sep, maxsplit): (Option<&str>, Option<i64>)| rsplit(s, sep, maxsplit)),
+        "rsplit" => {
+            from_args(args).and_then(|(sep, maxsplit): (Option<&str>, Option<i64>)| rsplit(s, sep, maxsplit))
+        }
         "removeprefix" => from_args(args).map(|(p,): (&str,)| Value::from(s.strip_prefix(p).unwrap_or(s))),
         "removesuffix" => from_args(args).map(|(p,): (&str,)| Value::from(s.strip_suffix(p).unwrap_or(s))),
         "partition" | "rpartition" => from_args(args).and_then(|(sep,): (&str,)| {
@@ -148,7 +155,9 @@ fn rsplit(s: &str, sep: Option<&str>, maxsplit: Option<i64>) -> Result<Value, Er
                     parts.push(rest.to_string());
                     break;
                 }
-                let start = rest.rfind(is_py_space).map_or(0, |i| i + rest[i..].chars().next().map_or(1, char::len_utf8));
+                let start = rest
+                    .rfind(is_py_space)
+                    .map_or(0, |i| i + rest[i..].chars().next().map_or(1, char::len_utf8));
                 parts.push(rest[start..].to_string());
                 rest = rest[..start].trim_end_matches(is_py_space);
             }
@@ -169,9 +178,9 @@ fn seq_method(value: &Value, method: &str, args: &[Value]) -> Option<Result<Valu
                     break;
                 }
             }
-            found.map(Value::from).ok_or_else(|| {
-                Error::new(ErrorKind::InvalidOperation, format!("{what:?} is not in list"))
-            })
+            found
+                .map(Value::from)
+                .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, format!("{what:?} is not in list")))
         }),
         "copy" => from_args(args).map(|()| value.clone()),
         _ => return None,

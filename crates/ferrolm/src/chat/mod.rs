@@ -191,7 +191,9 @@ fn json_to_value(v: &serde_json::Value) -> Value {
         }
         serde_json::Value::String(s) => Value::from(s.as_str()),
         serde_json::Value::Array(items) => Value::from(items.iter().map(json_to_value).collect::<Vec<_>>()),
-        serde_json::Value::Object(map) => Value::from_pairs(map.iter().map(|(k, v)| (k.as_str(), json_to_value(v)))),
+        serde_json::Value::Object(map) => {
+            Value::from_pairs(map.iter().map(|(k, v)| (k.as_str(), json_to_value(v))))
+        }
     }
 }
 
@@ -236,7 +238,8 @@ impl ChatTemplate {
         vars.push(("documents".to_string(), none()));
         vars.extend(ctx.iter().map(|(k, v)| (k.clone(), json_to_value(v))));
         let ctx = Value::from_pairs(vars);
-        let template = self.env.get_template(env::TEMPLATE_NAME).map_err(|e| ChatTemplateError::syntax(&e))?;
+        let template =
+            self.env.get_template(env::TEMPLATE_NAME).map_err(|e| ChatTemplateError::syntax(&e))?;
         template.render(ctx).map_err(|e| ChatTemplateError::render(&e))
     }
 }

@@ -17,33 +17,121 @@ fn render(src: &str, vars: &str) -> Result<String, ChatTemplateError> {
 
 /// (template, variables as JSON, what jinja2 renders).
 const JINJA2_CASES: &[(&str, &str, &str)] = &[
-    ("{{ x|tojson }}", r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#, "{\"b\": [1, 2.5, null, true], \"a\": \"é<&>\"}"),
-    ("{{ x|tojson(indent=2) }}", r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#, "{\n  \"b\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"a\": \"é<&>\"\n}"),
-    ("{{ x|tojson(separators=(',', ':')) }}", r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#, "{\"b\":[1,2.5,null,true],\"a\":\"é<&>\"}"),
-    ("{{ x|tojson(sort_keys=true) }}", r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#, "{\"a\": \"é<&>\", \"b\": [1, 2.5, null, true]}"),
-    ("{{ x|tojson(ensure_ascii=true) }}", r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#, "{\"b\": [1, 2.5, null, true], \"a\": \"\\u00e9<&>\"}"),
+    (
+        "{{ x|tojson }}",
+        r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#,
+        "{\"b\": [1, 2.5, null, true], \"a\": \"é<&>\"}",
+    ),
+    (
+        "{{ x|tojson(indent=2) }}",
+        r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#,
+        "{\n  \"b\": [\n    1,\n    2.5,\n    null,\n    true\n  ],\n  \"a\": \"é<&>\"\n}",
+    ),
+    (
+        "{{ x|tojson(separators=(',', ':')) }}",
+        r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#,
+        "{\"b\":[1,2.5,null,true],\"a\":\"é<&>\"}",
+    ),
+    (
+        "{{ x|tojson(sort_keys=true) }}",
+        r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#,
+        "{\"a\": \"é<&>\", \"b\": [1, 2.5, null, true]}",
+    ),
+    (
+        "{{ x|tojson(ensure_ascii=true) }}",
+        r#"{"x": {"b": [1, 2.5, null, true], "a": "é<&>"}}"#,
+        "{\"b\": [1, 2.5, null, true], \"a\": \"\\u00e9<&>\"}",
+    ),
     ("{{ x|tojson(indent='\t') }}", r#"{"x": {"a": []}}"#, "{\n\t\"a\": []\n}"),
-    ("{% for i in range(10) %}{% if i is even %}{% continue %}{% endif %}{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}", r#"{}"#, "135"),
-    ("{{ '  hi  '.strip() }}|{{ 'a,b,c'.split(',') }}|{{ 'abc'.startswith('ab') }}|{{ 'aXa'.replace('X','-') }}|{{ 'abc'.upper() }}|{{ ' x '.lstrip() }}|{{ 'a  b '.split() }}|{{ 'x.y.z'.rsplit('.', 1) }}|{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ 'Ab'.lower() }}|{{ 'abc'.endswith(('x', 'c')) }}|{{ '--x--'.strip('-') }}|{{ 'a\nb'.splitlines() }}|{{ 'think'.title() }}", r#"{}"#, "hi|['a', 'b', 'c']|True|a-a|ABC|x |['a', 'b']|['x.y', 'z']|el|olleh|ab|True|x|['a', 'b']|Think"),
-    ("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{{ d.get('a') }}|{{ d.get('zz', 'dflt') }}|{{ d.get('zz') }}|{{ d.keys()|list }}|{{ d.values()|list }}|{{ 'a' in d }}", r#"{"d": {"z": 1, "a": [2]}}"#, "z=1;a=[2];|[2]|dflt|None|['z', 'a']|[1, [2]]|True"),
-    ("{{ xs[1:] }}|{{ xs[:-1] }}|{{ xs[-1] }}|{{ xs[::2] }}|{{ xs[::-1] }}|{{ xs|length }}", r#"{"xs": [1, 2, 3, 4]}"#, "[2, 3, 4]|[1, 2, 3]|4|[1, 3]|[4, 3, 2, 1]|4"),
-    ("{{ none }}|{{ true }}|{{ [1, 'a', none, false] }}|{{ {'k': 'v', 'n': none} }}|{{ 1.5 }}|{{ 3 }}|{{ undefined_var }}|{{ 1e20 }}|{{ 2.0 }}|{{ \"it's\" }}|{{ [\"it's\"] }}", r#"{}"#, "None|True|[1, 'a', None, False]|{'k': 'v', 'n': None}|1.5|3||1e+20|2.0|it's|[\"it's\"]"),
+    (
+        "{% for i in range(10) %}{% if i is even %}{% continue %}{% endif %}{% if i > 6 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+        r#"{}"#,
+        "135",
+    ),
+    (
+        "{{ '  hi  '.strip() }}|{{ 'a,b,c'.split(',') }}|{{ 'abc'.startswith('ab') }}|{{ 'aXa'.replace('X','-') }}|{{ 'abc'.upper() }}|{{ ' x '.lstrip() }}|{{ 'a  b '.split() }}|{{ 'x.y.z'.rsplit('.', 1) }}|{{ 'hello'[1:3] }}|{{ 'hello'[::-1] }}|{{ 'Ab'.lower() }}|{{ 'abc'.endswith(('x', 'c')) }}|{{ '--x--'.strip('-') }}|{{ 'a\nb'.splitlines() }}|{{ 'think'.title() }}",
+        r#"{}"#,
+        "hi|['a', 'b', 'c']|True|a-a|ABC|x |['a', 'b']|['x.y', 'z']|el|olleh|ab|True|x|['a', 'b']|Think",
+    ),
+    (
+        "{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|{{ d.get('a') }}|{{ d.get('zz', 'dflt') }}|{{ d.get('zz') }}|{{ d.keys()|list }}|{{ d.values()|list }}|{{ 'a' in d }}",
+        r#"{"d": {"z": 1, "a": [2]}}"#,
+        "z=1;a=[2];|[2]|dflt|None|['z', 'a']|[1, [2]]|True",
+    ),
+    (
+        "{{ xs[1:] }}|{{ xs[:-1] }}|{{ xs[-1] }}|{{ xs[::2] }}|{{ xs[::-1] }}|{{ xs|length }}",
+        r#"{"xs": [1, 2, 3, 4]}"#,
+        "[2, 3, 4]|[1, 2, 3]|4|[1, 3]|[4, 3, 2, 1]|4",
+    ),
+    (
+        "{{ none }}|{{ true }}|{{ [1, 'a', none, false] }}|{{ {'k': 'v', 'n': none} }}|{{ 1.5 }}|{{ 3 }}|{{ undefined_var }}|{{ 1e20 }}|{{ 2.0 }}|{{ \"it's\" }}|{{ [\"it's\"] }}",
+        r#"{}"#,
+        "None|True|[1, 'a', None, False]|{'k': 'v', 'n': None}|1.5|3||1e+20|2.0|it's|[\"it's\"]",
+    ),
     ("  {% if true %}\nyes\n  {% endif %}\nend\n", r#"{}"#, "yes\nend"),
-    ("{{ 'a' is string }}{{ {} is mapping }}{{ [] is iterable }}{{ none is iterable }}{{ y is defined }}{{ y is iterable }}{{ y|length }}{{ 'abc' is iterable }}{{ [] is sequence }}{{ 3 is number }}", r#"{}"#, "TrueTrueTrueFalseFalseTrue0TrueTrueTrue"),
-    ("{{ tools }}|{{ tools is none }}|{{ tools is not none }}|{{ tools is defined }}|{{ tools|tojson }}|{{ 'yes' if tools else 'no' }}|{{ tools is iterable }}", r#"{}"#, "None|True|False|True|null|no|False"),
+    (
+        "{{ 'a' is string }}{{ {} is mapping }}{{ [] is iterable }}{{ none is iterable }}{{ y is defined }}{{ y is iterable }}{{ y|length }}{{ 'abc' is iterable }}{{ [] is sequence }}{{ 3 is number }}",
+        r#"{}"#,
+        "TrueTrueTrueFalseFalseTrue0TrueTrueTrue",
+    ),
+    (
+        "{{ tools }}|{{ tools is none }}|{{ tools is not none }}|{{ tools is defined }}|{{ tools|tojson }}|{{ 'yes' if tools else 'no' }}|{{ tools is iterable }}",
+        r#"{}"#,
+        "None|True|False|True|null|no|False",
+    ),
     ("{{ n.bar }}|{{ n['x'] }}", r#"{"n": null}"#, "|"),
-    ("{% set ns = namespace(found=false) %}{% for m in ms %}{% if m == 2 %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.found }}", r#"{"ms": [1, 2]}"#, "True"),
-    ("{{ (xs|selectattr('role', 'equalto', 'user')|list|length) }}|{{ xs|map(attribute='role')|join(',') }}|{{ xs[0]['role']|upper }}|{{ 'x' ~ 1 ~ none }}", r#"{"xs": [{"role": "user"}, {"role": "system"}]}"#, "1|user,system|USER|x1None"),
+    (
+        "{% set ns = namespace(found=false) %}{% for m in ms %}{% if m == 2 %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.found }}",
+        r#"{"ms": [1, 2]}"#,
+        "True",
+    ),
+    (
+        "{{ (xs|selectattr('role', 'equalto', 'user')|list|length) }}|{{ xs|map(attribute='role')|join(',') }}|{{ xs[0]['role']|upper }}|{{ 'x' ~ 1 ~ none }}",
+        r#"{"xs": [{"role": "user"}, {"role": "system"}]}"#,
+        "1|user,system|USER|x1None",
+    ),
     ("{{ 'Hi {} {name}'.format(1, name='x') }}", r#"{}"#, "Hi 1 x"),
-    ("{{ loop }}{% for i in [1,2,3] %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{% endfor %}", r#"{}"#, "1TrueFalse32FalseFalse33FalseTrue3"),
-    ("{{ 7 // 2 }}|{{ 7 / 2 }}|{{ 7 % 3 }}|{{ 2 ** 3 }}|{{ -3 // 2 }}|{{ 1 + 1.5 }}|{{ 10 / 5 }}", r#"{}"#, "3|3.5|1|8|-2|2.5|2.0"),
+    (
+        "{{ loop }}{% for i in [1,2,3] %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{% endfor %}",
+        r#"{}"#,
+        "1TrueFalse32FalseFalse33FalseTrue3",
+    ),
+    (
+        "{{ 7 // 2 }}|{{ 7 / 2 }}|{{ 7 % 3 }}|{{ 2 ** 3 }}|{{ -3 // 2 }}|{{ 1 + 1.5 }}|{{ 10 / 5 }}",
+        r#"{}"#,
+        "3|3.5|1|8|-2|2.5|2.0",
+    ),
     ("{{ [1,2] + [3] }}|{{ 'ab' * 2 }}|{{ 'a' + 'b' }}", r#"{}"#, "[1, 2, 3]|abab|ab"),
-    ("{{ xs|first }}|{{ xs|last }}|{{ xs|join('-') }}|{{ xs|sort|list }}|{{ xs|reverse|list }}|{{ xs|unique|list }}|{{ xs|min }}|{{ xs|max }}|{{ xs|sum }}", r#"{"xs": [3, 1, 2, 3]}"#, "3|3|3-1-2-3|[1, 2, 3, 3]|[3, 2, 1, 3]|[3, 1, 2]|1|3|9"),
-    ("{{ d|dictsort }}|{{ d|items|list }}", r#"{"d": {"b": 1, "a": 2}}"#, "[('a', 2), ('b', 1)]|[('b', 1), ('a', 2)]"),
-    ("{{ 'a b'.split(' ', 1) }}|{{ ' a b '.split(' ') }}|{{ 'x'.split('x') }}", r#"{}"#, "['a', 'b']|['', 'a', 'b', '']|['', '']"),
-    ("{{ 1 == 1.0 }}|{{ 'a' < 'b' }}|{{ none == none }}|{{ [1] == [1] }}|{{ true and 'x' }}|{{ false or 0 }}|{{ not none }}", r#"{}"#, "True|True|True|True|x|0|True"),
-    ("{{ x|default('d') }}|{{ none|default('d') }}|{{ ''|default('d', true) }}|{{ x|trim }}|{{ '  a '|trim }}", r#"{}"#, "d|None|d||a"),
-    ("{{ 3|string + 'x' }}|{{ '42'|int + 1 }}|{{ 1.9|int }}|{{ 'x'|int }}|{{ 2|float }}|{{ ' 7 '|int }}|{{ '2.5e1'|int }}|{{ 'inf'|int(-1) }}|{{ 'ff'|int(base=16) }}|{{ none|int }}|{{ true|int }}|{{ '1.5'|float }}|{{ 'x'|float }}|{{ 'x'|float(default=1) }}", r#"{}"#, "3x|43|1|0|2.0|7|25|-1|255|0|1|1.5|0.0|1"),
+    (
+        "{{ xs|first }}|{{ xs|last }}|{{ xs|join('-') }}|{{ xs|sort|list }}|{{ xs|reverse|list }}|{{ xs|unique|list }}|{{ xs|min }}|{{ xs|max }}|{{ xs|sum }}",
+        r#"{"xs": [3, 1, 2, 3]}"#,
+        "3|3|3-1-2-3|[1, 2, 3, 3]|[3, 2, 1, 3]|[3, 1, 2]|1|3|9",
+    ),
+    (
+        "{{ d|dictsort }}|{{ d|items|list }}",
+        r#"{"d": {"b": 1, "a": 2}}"#,
+        "[('a', 2), ('b', 1)]|[('b', 1), ('a', 2)]",
+    ),
+    (
+        "{{ 'a b'.split(' ', 1) }}|{{ ' a b '.split(' ') }}|{{ 'x'.split('x') }}",
+        r#"{}"#,
+        "['a', 'b']|['', 'a', 'b', '']|['', '']",
+    ),
+    (
+        "{{ 1 == 1.0 }}|{{ 'a' < 'b' }}|{{ none == none }}|{{ [1] == [1] }}|{{ true and 'x' }}|{{ false or 0 }}|{{ not none }}",
+        r#"{}"#,
+        "True|True|True|True|x|0|True",
+    ),
+    (
+        "{{ x|default('d') }}|{{ none|default('d') }}|{{ ''|default('d', true) }}|{{ x|trim }}|{{ '  a '|trim }}",
+        r#"{}"#,
+        "d|None|d||a",
+    ),
+    (
+        "{{ 3|string + 'x' }}|{{ '42'|int + 1 }}|{{ 1.9|int }}|{{ 'x'|int }}|{{ 2|float }}|{{ ' 7 '|int }}|{{ '2.5e1'|int }}|{{ 'inf'|int(-1) }}|{{ 'ff'|int(base=16) }}|{{ none|int }}|{{ true|int }}|{{ '1.5'|float }}|{{ 'x'|float }}|{{ 'x'|float(default=1) }}",
+        r#"{}"#,
+        "3x|43|1|0|2.0|7|25|-1|255|0|1|1.5|0.0|1",
+    ),
     ("{{ 'abc'|capitalize }}|{{ 'a_b'|replace('_', ' ') }}|{{ 'abc'|length }}", r#"{}"#, "Abc|a b|3"),
 ];
 
@@ -57,7 +145,13 @@ fn renders_like_jinja2() {
             Err(e) => failures.push(format!("{src:?}\n    failed: {e}")),
         }
     }
-    assert!(failures.is_empty(), "{} of {} differ from jinja2:\n{}", failures.len(), JINJA2_CASES.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} differ from jinja2:\n{}",
+        failures.len(),
+        JINJA2_CASES.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -141,7 +235,10 @@ fn tools_and_kwargs_are_variables() {
     assert_eq!(render_with(src, r#"{"enable_thinking": false}"#, opts).unwrap(), "get_weather;None|False");
     // Without tools, `tools` is None, and iterating over None fails as in Python.
     assert_eq!(render(src, "{}").unwrap(), "None|");
-    assert!(matches!(render("{% for t in tools %}{% endfor %}", "{}"), Err(ChatTemplateError::Render { .. })));
+    assert!(matches!(
+        render("{% for t in tools %}{% endfor %}", "{}"),
+        Err(ChatTemplateError::Render { .. })
+    ));
 }
 
 #[test]
@@ -170,9 +267,13 @@ fn errors_say_what_and_where() {
 
 #[test]
 fn generation_blocks_render_their_body() {
-    let src = "{% for m in messages %}{%- generation -%}\n  [{{ m.content }}]\n{%- endgeneration -%}{% endfor %}";
+    let src =
+        "{% for m in messages %}{%- generation -%}\n  [{{ m.content }}]\n{%- endgeneration -%}{% endfor %}";
     let t = ChatTemplate::new(src).unwrap();
-    assert_eq!(t.render(&[Message::assistant("a"), Message::assistant("b")], &RenderOptions::default()).unwrap(), "[a][b]");
+    assert_eq!(
+        t.render(&[Message::assistant("a"), Message::assistant("b")], &RenderOptions::default()).unwrap(),
+        "[a][b]"
+    );
 }
 
 #[test]
