@@ -8,7 +8,6 @@ use anyhow::{Context, bail};
 use ferrolm::engine::{FinishReason, GenerateOptions, generate};
 use ferrolm::kv::KvType;
 use ferrolm::model::{GgmlType, LoadOptions, Model};
-use ferrolm::sampling::SamplerParams;
 use ferrolm::tokenizer::StreamDecoder;
 
 /// Arguments of `ferrolm generate`.
@@ -30,21 +29,8 @@ pub struct Args {
     /// Number of tokens to generate (-1: until end of generation or a full context).
     #[arg(short = 'n', long = "n-predict", default_value_t = 256, allow_negative_numbers = true)]
     n_predict: i64,
-    /// Temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.8)]
-    temp: f32,
-    /// Top-k sampling (0 = off).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Top-p (nucleus) sampling (1.0 = off).
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    /// Min-p sampling (0.0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    /// Random seed (default: random).
-    #[arg(short = 's', long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    sampling: Box<crate::sampling_args::SamplingArgs>,
     /// Worker threads (default: all available cores).
     #[arg(short = 't', long)]
     threads: Option<usize>,
@@ -83,6 +69,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.ctx_size == 0 {
         bail!("--ctx-size must be at least 1");
     }
+    let sampler = args.sampling.to_params()?;
     ferrolm::threads::init(args.threads)?;
     let path = crate::pull::resolve_model(args.model.as_deref())?;
     let t_load = std::time::Instant::now();
@@ -100,18 +87,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let room = args.ctx_size - tokens.len();
     let max_tokens = if args.n_predict < 0 { room } else { (args.n_predict as usize).min(room) };
-    let opts = GenerateOptions {
-        max_tokens,
-        sampler: SamplerParams {
-            temperature: args.temp,
-            top_k: args.top_k,
-            top_p: args.top_p,
-            min_p: args.min_p,
-            seed: args.seed,
-        },
-        n_batch: args.batch_size,
-        stop_at_eog: !args.ignore_eos,
-    };
+    let opts =
+        GenerateOptions { max_tokens, sampler, n_batch: args.batch_size, stop_at_eog: !args.ignore_eos };
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

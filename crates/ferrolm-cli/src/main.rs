@@ -4,6 +4,7 @@ mod convert;
 mod generate;
 mod inspect;
 mod pull;
+mod sampling_args;
 mod template;
 mod tokenize;
 

@@ -96,7 +96,8 @@ pub fn generate(
             kv.capacity() - used
         )));
     }
-    let mut sampler = Sampler::new(opts.sampler.clone());
+    let mut sampler = Sampler::new(opts.sampler.clone(), model.tokenizer())?;
+    prompt.iter().for_each(|&t| sampler.accept(t));
     let t0 = Instant::now();
     let mut logits = None;
     let n_batch = opts.n_batch.max(1);
@@ -115,6 +116,7 @@ pub fn generate(
             break FinishReason::Length;
         }
         let tok = sampler.sample(&last);
+        sampler.accept(tok);
         n_generated += 1;
         let is_eog = opts.stop_at_eog && model.tokenizer().is_eog(tok);
         if on_token(tok).is_break() {

@@ -1,0 +1,166 @@
+//! The sampler: logit bias → the configured steps → the draw, seeded and reproducible.
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use super::candidates::Candidates;
+use super::dry::{self, Breakers, Dry};
+use super::mirostat::Mirostat;
+use super::penalties::Penalties;
+use super::{SamplerParams, SamplerStep, argmax, logit_bias, temperature, truncation, xtc};
+use crate::tokenizer::Tokenizer;
+use crate::{Error, Result};
+
+/// Mixed into the seed of XTC's random stream so it is independent of the draw's.
+const XTC_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Draws tokens from logits according to [`SamplerParams`].
+///
+/// The chain is llama.cpp's `common_sampler`: logit bias first, then the steps of
+/// [`SamplerParams::order`], then a draw from the softmax of what is left (with Mirostat on:
+/// logit bias, penalties and DRY if they are in the order, temperature, then Mirostat's own
+/// truncation and draw). Random numbers come from [`StdRng`] (ChaCha12 in `rand` 0.9) seeded with
+/// [`SamplerParams::seed`]: the same seed, parameters, logits and accepted tokens give the same
+/// tokens.
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplerParams,
+    cands: Candidates,
+    penalties: Penalties,
+    dry: Dry,
+    mirostat: Mirostat,
+    rng: StdRng,
+    xtc_rng: StdRng,
+}
+
+fn seeded(seed: Option<u64>, stream: u64) -> StdRng {
+    match seed {
+        Some(s) => StdRng::seed_from_u64(s ^ stream),
+        None => StdRng::try_from_os_rng().unwrap_or_else(|_| {
+            // No OS entropy: fall back to the clock, as llama.cpp does.
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            StdRng::seed_from_u64(t ^ stream)
+        }),
+    }
+}
+
+impl Sampler {
+    /// A sampler for a model with this tokenizer (which turns the DRY sequence breakers into
+    /// tokens and bounds the logit-bias token ids). Fails on invalid parameters.
+    pub fn new(params: SamplerParams, tokenizer: &Tokenizer) -> Result<Sampler> {
+        params.validate()?;
+        let n_vocab = tokenizer.n_vocab();
+        if let Some(&(id, _)) = params.logit_bias.iter().find(|(id, _)| *id as usize >= n_vocab) {
+            return Err(Error::InvalidInput(format!(
+                "logit bias for token {id}, but the vocabulary has {n_vocab} tokens"
+            )));
+        }
+        let uses_dry = params.dry_multiplier != 0.0
+            && params.dry_penalty_last_n != 0
+            && params.order.contains(&SamplerStep::Dry);
+        let breakers = if uses_dry {
+            dry::breakers_from_strings(tokenizer, &params.dry_sequence_breakers)?
+        } else {
+            Breakers::new()
+        };
+        Ok(Self::build(params, breakers))
+    }
+
+    /// A sampler without a tokenizer: the DRY sequence breakers are given as token sequences
+    /// (and [`SamplerParams::dry_sequence_breakers`] is ignored). Fails on invalid parameters.
+    pub fn with_breaker_tokens(params: SamplerParams, breakers: &[Vec<u32>]) -> Result<Sampler> {
+        params.validate()?;
+        Ok(Self::build(params, dry::breakers_from_tokens(breakers)))
+    }
+
+    fn build(params: SamplerParams, breakers: Breakers) -> Sampler {
+        let p = &params;
+        Sampler {
+            penalties: Penalties::new(
+                p.penalty_last_n,
+                p.repeat_penalty,
+                p.frequency_penalty,
+                p.presence_penalty,
+            ),
+            dry: Dry::new(p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, breakers),
+            mirostat: Mirostat::new(p.mirostat, p.mirostat_tau, p.mirostat_eta),
+            rng: seeded(p.seed, 0),
+            xtc_rng: seeded(p.seed, XTC_STREAM),
+            cands: Candidates::default(),
+            params,
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &SamplerParams {
+        &self.params
+    }
+
+    /// Runs the chain over `logits` (one per vocabulary token; `-inf` marks a masked token) and
+    /// draws a token. The token is not recorded: call [`Sampler::accept`] with the token kept.
+    ///
+    /// A masked token is never drawn unless every token is masked (then the result is
+    /// [`argmax`] of `logits`, token 0 when all are `-inf`); empty logits give token 0.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.cands.fill(logits);
+        logit_bias::apply(&mut self.cands, &self.params.logit_bias);
+        if self.cands.max_logit() == f32::NEG_INFINITY {
+            return argmax(logits);
+        }
+        if self.params.mirostat != 0 {
+            for i in 0..self.params.order.len() {
+                let step = self.params.order[i];
+                if matches!(step, SamplerStep::Penalties | SamplerStep::Dry) {
+                    self.apply_step(step);
+                }
+            }
+            temperature::apply(&mut self.cands, self.params.temperature);
+            return self.mirostat.sample(&mut self.cands, logits.len(), &mut self.rng);
+        }
+        for i in 0..self.params.order.len() {
+            self.apply_step(self.params.order[i]);
+        }
+        self.cands.softmax(false);
+        let i = self.cands.draw_index(&mut self.rng);
+        self.cands.data[i].id
+    }
+
+    fn apply_step(&mut self, step: SamplerStep) {
+        let p = &self.params;
+        let c = &mut self.cands;
+        match step {
+            SamplerStep::Penalties => self.penalties.apply(c),
+            SamplerStep::Dry => self.dry.apply(c),
+            SamplerStep::TopNSigma => truncation::top_n_sigma(c, p.top_n_sigma),
+            SamplerStep::TopK => truncation::top_k(c, p.top_k),
+            SamplerStep::TypicalP => truncation::typical(c, p.typical_p, p.min_keep),
+            SamplerStep::TopP => truncation::top_p(c, p.top_p, p.min_keep),
+            SamplerStep::MinP => truncation::min_p(c, p.min_p, p.min_keep),
+            SamplerStep::Xtc => {
+                xtc::apply(c, p.xtc_probability, p.xtc_threshold, p.min_keep, &mut self.xtc_rng)
+            }
+            SamplerStep::Temperature => {
+                temperature::apply_dynamic(c, p.temperature, p.dynatemp_range, p.dynatemp_exponent)
+            }
+        }
+    }
+
+    /// Records a token in the history the penalties and DRY look at. Call it for the prompt's
+    /// tokens and for every token kept after [`Sampler::sample`].
+    pub fn accept(&mut self, token: u32) {
+        self.penalties.accept(token);
+        self.dry.accept(token);
+    }
+
+    /// Forgets the history and Mirostat's state, and restarts the random streams from the seed
+    /// (from fresh OS entropy when there is no seed).
+    pub fn reset(&mut self) {
+        self.penalties.reset();
+        self.dry.reset();
+        self.mirostat.reset();
+        self.rng = seeded(self.params.seed, 0);
+        self.xtc_rng = seeded(self.params.seed, XTC_STREAM);
+    }
+}
