@@ -1,25 +1,19 @@
 //! `ferrolm generate`: stream a continuation of a prompt.
 
 use std::io::Write;
-use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use ferrolm::engine::{FinishReason, GenerateOptions, generate};
-use ferrolm::kv::KvType;
-use ferrolm::model::{GgmlType, LoadOptions, Model};
-use ferrolm::tokenizer::StreamDecoder;
+use ferrolm::session::{FinishReason, GenerateParams, Session, StreamEvent};
+
+use crate::model_args::ModelArgs;
+use crate::sampling_args::SamplingArgs;
 
 /// Arguments of `ferrolm generate`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model file, Hugging Face model folder, or catalog name; without it the default model
-    /// is used (downloaded on first use).
-    #[arg(short = 'm', long)]
-    model: Option<String>,
-    /// Quantize float weights at load (for Hugging Face folders): q8_0, q4_0, q4_k or f16.
-    #[arg(long, value_parser = crate::convert::parse_load_quant)]
-    quantize: Option<GgmlType>,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Prompt text.
     #[arg(short = 'p', long, conflicts_with = "file")]
     prompt: Option<String>,
@@ -30,22 +24,10 @@ pub struct Args {
     #[arg(short = 'n', long = "n-predict", default_value_t = 256, allow_negative_numbers = true)]
     n_predict: i64,
     #[command(flatten)]
-    sampling: Box<crate::sampling_args::SamplingArgs>,
-    /// Worker threads (default: all available cores).
-    #[arg(short = 't', long)]
-    threads: Option<usize>,
-    /// Context size in tokens (prompt + generation).
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
-    ctx_size: usize,
-    /// Largest prompt chunk per forward pass.
-    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
-    batch_size: usize,
-    /// Storage type of cached keys: f16 (llama.cpp's default) or f32.
-    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
-    cache_type_k: KvType,
-    /// Storage type of cached values: f16 or f32.
-    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
-    cache_type_v: KvType,
+    sampling: Box<SamplingArgs>,
+    /// Stop when the text contains this string (repeatable; the stop string is not printed).
+    #[arg(long = "stop", short = 'r', alias = "reverse-prompt")]
+    stop: Vec<String>,
     /// Do not echo the prompt before the generated text.
     #[arg(long)]
     no_display_prompt: bool,
@@ -66,29 +48,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
     };
-    if args.ctx_size == 0 {
-        bail!("--ctx-size must be at least 1");
-    }
     let sampler = args.sampling.to_params()?;
-    ferrolm::threads::init(args.threads)?;
-    let path = crate::pull::resolve_model(args.model.as_deref())?;
-    let t_load = std::time::Instant::now();
-    let load_opts = LoadOptions { quantize: args.quantize, ..LoadOptions::default() };
-    let model = Model::load_with(&path, &load_opts).with_context(|| format!("loading {}", path.display()))?;
-    let load_ms = t_load.elapsed().as_secs_f64() * 1e3;
+    let (model, load_ms) = args.model.load()?;
+    let n_ctx = args.model.ctx_size;
 
-    let tok = model.tokenizer();
-    let tokens = tok.encode(&prompt, true, !args.no_parse_special)?;
+    let tokens = model.tokenizer().encode(&prompt, true, !args.no_parse_special)?;
     if tokens.is_empty() {
         bail!("the prompt tokenized to nothing");
     }
-    if tokens.len() >= args.ctx_size {
-        bail!("the prompt has {} tokens, which does not fit --ctx-size {}", tokens.len(), args.ctx_size);
+    if tokens.len() >= n_ctx {
+        bail!("the prompt has {} tokens, which does not fit --ctx-size {n_ctx}", tokens.len());
     }
-    let room = args.ctx_size - tokens.len();
+    let room = n_ctx - tokens.len();
     let max_tokens = if args.n_predict < 0 { room } else { (args.n_predict as usize).min(room) };
-    let opts =
-        GenerateOptions { max_tokens, sampler, n_batch: args.batch_size, stop_at_eog: !args.ignore_eos };
+    let params =
+        GenerateParams { max_tokens: Some(max_tokens), sampler, stop: args.stop.clone(), ignore_eos: args.ignore_eos };
+    let mut session = Session::new(&model, args.model.session_options())?;
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -96,33 +71,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         write!(out, "{prompt}")?;
         out.flush()?;
     }
-    let mut kv = model.new_kv_cache_typed(args.ctx_size, args.cache_type_k, args.cache_type_v);
-    let mut decoder = StreamDecoder::new();
-    let mut io_err = None;
-    let stats = generate(&model, &mut kv, 0, &tokens, &opts, |id| {
-        if tok.is_eog(id) && !args.ignore_eos {
-            return ControlFlow::Continue(());
+    let mut stats = None;
+    for event in session.stream_tokens(&tokens, &params)? {
+        let (text, done) = match event? {
+            StreamEvent::Token { text, .. } => (text, None),
+            StreamEvent::Finished { text, stats, .. } => (text, Some(stats)),
+        };
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                return Ok(());
+            }
+            return Err(e.into());
         }
-        let piece = decoder.push(tok, id);
-        if let Err(e) = out.write_all(piece.as_bytes()).and_then(|()| out.flush()) {
-            io_err = Some(e);
-            return ControlFlow::Break(());
-        }
-        ControlFlow::Continue(())
-    })?;
-    let tail = decoder.flush();
-    if let Some(e) = io_err {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            return Ok(());
-        }
-        return Err(e.into());
+        stats = done;
     }
-    writeln!(out, "{tail}")?;
+    writeln!(out)?;
     drop(out);
+    let stats = stats.context("generation ended without statistics")?;
 
     let reason = match stats.finish {
         FinishReason::Length => "length",
         FinishReason::EndOfGeneration => "end of generation",
+        FinishReason::StopString => "stop string",
         FinishReason::ContextFull => "context full",
         FinishReason::Cancelled => "cancelled",
     };
@@ -133,8 +103,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     eprintln!(
         "prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
         ms(stats.prompt_time),
-        stats.n_prompt,
-        per(stats.prompt_time, stats.n_prompt),
+        stats.n_prefilled,
+        per(stats.prompt_time, stats.n_prefilled),
         stats.prompt_tps()
     );
     eprintln!(
@@ -144,14 +114,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         per(stats.decode_time, stats.n_decode),
         stats.decode_tps()
     );
-    eprintln!("generated {} tokens, stopped by {reason}, {} threads", stats.n_generated, rayon_threads());
+    eprintln!(
+        "generated {} tokens, stopped by {reason}, {} threads",
+        stats.n_generated,
+        ferrolm::threads::current_num_threads()
+    );
     Ok(())
-}
-
-fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16 or f32)"))
-}
-
-fn rayon_threads() -> usize {
-    ferrolm::threads::current_num_threads()
 }

@@ -1,8 +1,11 @@
 //! The `ferrolm` command-line tool.
 
+mod chat;
 mod convert;
+mod embed;
 mod generate;
 mod inspect;
+mod model_args;
 mod pull;
 mod sampling_args;
 mod template;
@@ -23,12 +26,16 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (streams tokens as they are produced).
     Generate(generate::Args),
+    /// Chat with a model interactively, using its chat template (Ctrl-C stops a reply).
+    Chat(chat::Args),
     /// Download a model from the built-in catalog into the cache.
     Pull(pull::Args),
     /// Show a GGUF file's metadata and tensor table.
     Inspect(inspect::Args),
     /// Tokenize text with a model's tokenizer.
     Tokenize(tokenize::Args),
+    /// Print embedding vectors of texts (pooled final hidden states).
+    Embed(embed::Args),
     /// Convert a Hugging Face model folder to GGUF (F16, BF16, F32 or quantized).
     Convert(convert::Args),
     /// Render conversations with chat templates.
@@ -43,11 +50,13 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(a) => generate::run(a),
+        Command::Chat(a) => chat::run(a),
         Command::Pull(a) => pull::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Template(a) => template::run(a),
+        Command::Embed(a) => embed::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -2,24 +2,18 @@
 //!
 //! The data flow is one path: text → [`tokenizer`] → tokens → [`engine::Batch`] →
 //! [`model::Model::forward`] with an engine-owned [`kv::KvCache`] → logits → [`sampling`] → token,
-//! detokenized as a UTF-8-safe stream.
+//! detokenized as a UTF-8-safe stream. A [`session::Session`] runs that loop for one conversation
+//! and keeps its KV cache between calls.
 //!
 //! ```no_run
-//! use ferrolm::engine::{GenerateOptions, generate};
 //! use ferrolm::model::Model;
-//! use ferrolm::sampling::SamplerParams;
-//! use ferrolm::tokenizer::StreamDecoder;
+//! use ferrolm::session::{GenerateParams, Session, SessionOptions};
 //!
 //! # fn main() -> ferrolm::Result<()> {
 //! let model = Model::load("SmolLM2-135M-Instruct.Q4_1.gguf")?;
-//! let prompt = model.tokenizer().encode("The capital of France is", true, true)?;
-//! let mut kv = model.new_kv_cache(2048);
-//! let opts = GenerateOptions { max_tokens: 32, sampler: SamplerParams::greedy(), ..Default::default() };
-//! let mut text = StreamDecoder::new();
-//! generate(&model, &mut kv, 0, &prompt, &opts, |id| {
-//!     print!("{}", text.push(model.tokenizer(), id));
-//!     std::ops::ControlFlow::Continue(())
-//! })?;
+//! let mut session = Session::new(&model, SessionOptions::default())?;
+//! let reply = session.generate("The capital of France is", &GenerateParams::greedy(32))?;
+//! println!("{}", reply.text);
 //! # Ok(())
 //! # }
 //! ```
@@ -33,6 +27,7 @@ pub mod hub;
 pub mod kv;
 pub mod model;
 pub mod sampling;
+pub mod session;
 pub mod threads;
 pub mod tokenizer;
 

@@ -1,7 +1,6 @@
-//! Batches, logits and generation.
+//! Batches and logits: the input and output of every forward pass. Generation on top of them
+//! lives in [`crate::session`].
 
 mod batch;
-mod generate;
 
 pub use batch::{Batch, BatchEntry, Logits};
-pub use generate::{FinishReason, GenerateOptions, GenerationStats, generate};

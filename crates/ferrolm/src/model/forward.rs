@@ -15,6 +15,46 @@ impl Model {
     pub fn forward(&self, batch: &Batch, kv: &mut KvCache) -> Result<Logits> {
         let cfg = &self.config;
         let w = &self.weights;
+        let d = cfg.n_embd;
+        let x = self.forward_blocks(batch, kv)?; // [n, d]
+
+        // Final norm and LM head, only for the rows that want logits.
+        let out_idx: Vec<usize> =
+            batch.entries().iter().enumerate().filter(|(_, e)| e.logits).map(|(i, _)| i).collect();
+        let m = out_idx.len();
+        let mut h = vec![0.0f32; m * d]; // [m, d]
+        for (j, &i) in out_idx.iter().enumerate() {
+            cpu::rms_norm_rows(
+                &x[i * d..(i + 1) * d],
+                &w.output_norm,
+                cfg.norm_eps,
+                &mut h[j * d..(j + 1) * d],
+            );
+        }
+        let mut logits = vec![0.0f32; m * cfg.n_vocab]; // [m, n_vocab]
+        if m > 0 {
+            cpu::matmul(&w.output, &h, m, &mut logits);
+        }
+        if let Some(c) = cfg.final_logit_softcap {
+            cpu::softcap(&mut logits, c);
+        }
+        Ok(Logits::new(cfg.n_vocab, logits, out_idx))
+    }
+
+    /// Runs a batch through the model like [`Model::forward`] and returns the final hidden state
+    /// of every entry (after the output norm, before the LM head): the embeddings that pooling
+    /// starts from. `[n_tokens, n_embd]`
+    pub fn forward_hidden(&self, batch: &Batch, kv: &mut KvCache) -> Result<Vec<f32>> {
+        let cfg = &self.config;
+        let mut x = self.forward_blocks(batch, kv)?; // [n, d]
+        cpu::rms_norm_inplace(&mut x, &self.weights.output_norm, cfg.norm_eps);
+        Ok(x)
+    }
+
+    /// Embeds the batch and runs every transformer block; returns the residual stream. `[n, d]`
+    fn forward_blocks(&self, batch: &Batch, kv: &mut KvCache) -> Result<Vec<f32>> {
+        let cfg = &self.config;
+        let w = &self.weights;
         let entries = batch.entries();
         let n = entries.len();
         let (d, qd, kvd, hd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.n_ff);
@@ -123,26 +163,6 @@ impl Model {
             cpu::add_inplace(&mut x, &y);
         }
 
-        // Final norm and LM head, only for the rows that want logits.
-        let out_idx: Vec<usize> =
-            entries.iter().enumerate().filter(|(_, e)| e.logits).map(|(i, _)| i).collect();
-        let m = out_idx.len();
-        let mut h = vec![0.0f32; m * d]; // [m, d]
-        for (j, &i) in out_idx.iter().enumerate() {
-            cpu::rms_norm_rows(
-                &x[i * d..(i + 1) * d],
-                &w.output_norm,
-                cfg.norm_eps,
-                &mut h[j * d..(j + 1) * d],
-            );
-        }
-        let mut logits = vec![0.0f32; m * cfg.n_vocab]; // [m, n_vocab]
-        if m > 0 {
-            cpu::matmul(&w.output, &h, m, &mut logits);
-        }
-        if let Some(c) = cfg.final_logit_softcap {
-            cpu::softcap(&mut logits, c);
-        }
-        Ok(Logits::new(cfg.n_vocab, logits, out_idx))
+        Ok(x)
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod convert;
+mod embed;
 mod forward;
 pub mod hf;
 pub mod quantize;
@@ -11,6 +12,7 @@ pub mod weights;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use embed::Pooling;
 pub use config::{Activation, Arch, ModelConfig, RopeParams, RopeStyle};
 pub use ferrolm_kernels::GgmlType;
 pub use tensors::{TensorMap, TensorRef};
@@ -114,6 +116,15 @@ impl Model {
     /// The model's tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// The model's chat template (GGUF `tokenizer.chat_template`, or the Hugging Face folder's
+    /// `chat_template.jinja` / `tokenizer_config.json`), compiled; `None` when it has none.
+    pub fn chat_template(&self) -> Result<Option<crate::chat::ChatTemplate>> {
+        match self.tokenizer.chat_template() {
+            Some(src) => Ok(Some(crate::chat::ChatTemplate::new(src)?)),
+            None => Ok(None),
+        }
     }
 
     /// The model's GGUF metadata (chat template, …). For a Hugging Face folder, the metadata a

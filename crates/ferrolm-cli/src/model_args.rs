@@ -1,0 +1,65 @@
+//! Options shared by the commands that load a model and run a session (`generate`, `chat`).
+
+use anyhow::Context;
+use ferrolm::kv::KvType;
+use ferrolm::model::{GgmlType, LoadOptions, Model};
+use ferrolm::session::SessionOptions;
+
+/// Which model, how to load it, and how big its session is.
+#[derive(clap::Args, Debug)]
+pub struct ModelArgs {
+    /// GGUF model file, Hugging Face model folder, or catalog name; without it the default model
+    /// is used (downloaded on first use).
+    #[arg(short = 'm', long)]
+    pub model: Option<String>,
+    /// Quantize float weights at load (for Hugging Face folders): q8_0, q4_0, q4_k or f16.
+    #[arg(long, value_parser = crate::convert::parse_load_quant)]
+    pub quantize: Option<GgmlType>,
+    /// Worker threads (default: all available cores).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
+    /// Context size in tokens (prompt + generation).
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx_size: usize,
+    /// Largest prompt chunk per forward pass.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch_size: usize,
+    /// Storage type of cached keys: f16 (llama.cpp's default) or f32.
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
+    pub cache_type_k: KvType,
+    /// Storage type of cached values: f16 or f32.
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
+    pub cache_type_v: KvType,
+}
+
+impl ModelArgs {
+    /// Sizes the worker pool and loads the model; returns it with its load time in milliseconds.
+    pub fn load(&self) -> anyhow::Result<(Model, f64)> {
+        if self.ctx_size == 0 {
+            anyhow::bail!("--ctx-size must be at least 1");
+        }
+        if self.batch_size == 0 {
+            anyhow::bail!("--batch-size must be at least 1");
+        }
+        ferrolm::threads::init(self.threads)?;
+        let path = crate::pull::resolve_model(self.model.as_deref())?;
+        let t = std::time::Instant::now();
+        let opts = LoadOptions { quantize: self.quantize, ..LoadOptions::default() };
+        let model = Model::load_with(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+        Ok((model, t.elapsed().as_secs_f64() * 1e3))
+    }
+
+    /// The session options these arguments ask for.
+    pub fn session_options(&self) -> SessionOptions {
+        SessionOptions {
+            n_ctx: self.ctx_size,
+            n_batch: self.batch_size,
+            type_k: self.cache_type_k,
+            type_v: self.cache_type_v,
+        }
+    }
+}
+
+fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16 or f32)"))
+}

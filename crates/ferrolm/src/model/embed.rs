@@ -1,0 +1,132 @@
+//! Text embeddings: the final hidden states of a text, pooled into one vector.
+
+use super::Model;
+use crate::engine::Batch;
+use crate::kv::{KvType, SeqId};
+use crate::{Error, Result};
+
+/// How the hidden states of a text's tokens become one vector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean over all tokens.
+    #[default]
+    Mean,
+    /// The first token (the BOS/CLS position).
+    Cls,
+    /// The last token (what a causal model has seen all of the text at).
+    Last,
+}
+
+impl Pooling {
+    /// Parses `mean`, `cls` or `last`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.to_ascii_lowercase().as_str() {
+            "mean" => Some(Pooling::Mean),
+            "cls" => Some(Pooling::Cls),
+            "last" => Some(Pooling::Last),
+            _ => None,
+        }
+    }
+
+    /// The GGUF `{arch}.pooling_type` code (1 mean, 2 cls, 3 last), if it is one of these.
+    pub fn from_gguf_code(code: u64) -> Option<Self> {
+        match code {
+            1 => Some(Pooling::Mean),
+            2 => Some(Pooling::Cls),
+            3 => Some(Pooling::Last),
+            _ => None,
+        }
+    }
+}
+
+/// Most tokens run through the model in one forward pass while embedding.
+const EMBED_BATCH: usize = 512;
+
+impl Model {
+    /// The pooling the model file asks for (`{arch}.pooling_type`), if any.
+    pub fn default_pooling(&self) -> Option<Pooling> {
+        let key = format!("{}.pooling_type", self.gguf.architecture().unwrap_or_default());
+        self.gguf.get_u64(&key).ok().and_then(Pooling::from_gguf_code)
+    }
+
+    /// Embeds each text: tokenized as a whole prompt (BOS and EOS as the tokenizer adds them),
+    /// run through the model, its final hidden states pooled, and L2-normalised if asked.
+    ///
+    /// Short texts share forward passes (up to 512 tokens at a time, one sequence each); the
+    /// result for a text does not depend on which others are embedded with it.
+    /// Returns one `[n_embd]` vector per text.
+    pub fn embed<S: AsRef<str>>(&self, texts: &[S], pooling: Pooling, normalize: bool) -> Result<Vec<Vec<f32>>> {
+        let tok = self.tokenizer();
+        let inputs = texts
+            .iter()
+            .map(|t| Ok(tok.encode(t.as_ref(), true, false)?))
+            .collect::<Result<Vec<Vec<u32>>>>()?;
+        if let Some(i) = inputs.iter().position(Vec::is_empty) {
+            return Err(Error::InvalidInput(format!("text {i} has no tokens to embed")));
+        }
+        let d = self.config.n_embd;
+        let mut out = vec![vec![0.0f32; d]; inputs.len()];
+        // Group whole texts into batches of at most EMBED_BATCH tokens; a longer text runs alone,
+        // in chunks over its own cache.
+        let mut start = 0;
+        while start < inputs.len() {
+            let mut end = start + 1;
+            let mut total = inputs[start].len();
+            while end < inputs.len() && total + inputs[end].len() <= EMBED_BATCH {
+                total += inputs[end].len();
+                end += 1;
+            }
+            self.embed_group(&inputs[start..end], pooling, &mut out[start..end])?;
+            start = end;
+        }
+        if normalize {
+            for v in &mut out {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Embeds a group of texts, one sequence each, into `out` (one `[n_embd]` row per text).
+    fn embed_group(&self, inputs: &[Vec<u32>], pooling: Pooling, out: &mut [Vec<f32>]) -> Result<()> {
+        let d = self.config.n_embd;
+        let longest = inputs.iter().map(Vec::len).max().unwrap_or(0);
+        let mut kv = self.new_kv_cache_typed(longest, KvType::F32, KvType::F32);
+        // (text index, position) of each batch row, filled chunk by chunk.
+        let mut rows: Vec<(usize, usize)> = Vec::new();
+        let mut batch = Batch::new();
+        let mut flush = |batch: &mut Batch, rows: &mut Vec<(usize, usize)>| -> Result<()> {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let hidden = self.forward_hidden(batch, &mut kv)?; // [n, d]
+            for (h, &(i, pos)) in hidden.chunks_exact(d).zip(rows.iter()) {
+                let n = inputs[i].len();
+                let take = match pooling {
+                    Pooling::Mean => Some(1.0 / n as f32),
+                    Pooling::Cls => (pos == 0).then_some(1.0),
+                    Pooling::Last => (pos + 1 == n).then_some(1.0),
+                };
+                if let Some(wt) = take {
+                    out[i].iter_mut().zip(h).for_each(|(o, &x)| *o += wt * x);
+                }
+            }
+            batch.clear();
+            rows.clear();
+            Ok(())
+        };
+        for (i, toks) in inputs.iter().enumerate() {
+            for (pos, &t) in toks.iter().enumerate() {
+                batch.push(i as SeqId, pos as u32, t, false);
+                rows.push((i, pos));
+                if batch.len() == EMBED_BATCH {
+                    flush(&mut batch, &mut rows)?;
+                }
+            }
+        }
+        flush(&mut batch, &mut rows)
+    }
+}

@@ -1,0 +1,283 @@
+//! [`Session`]: one conversation with a model, holding its own KV cache.
+//!
+//! A session remembers which tokens its cache holds. Each call gives the *whole* prompt; the
+//! session reuses the longest cached prefix and prefills only the rest, so a multi-turn chat (or
+//! any prompt that extends the previous one) costs only its new tokens.
+//!
+//! ```no_run
+//! use ferrolm::model::Model;
+//! use ferrolm::session::{GenerateParams, Session, SessionOptions, StreamEvent};
+//!
+//! # fn main() -> ferrolm::Result<()> {
+//! let model = Model::load("SmolLM2-135M-Instruct.Q4_1.gguf")?;
+//! let mut session = Session::new(&model, SessionOptions::default())?;
+//! let params = GenerateParams { max_tokens: Some(32), ..GenerateParams::default() };
+//! for event in session.stream("The capital of France is", &params)? {
+//!     match event? {
+//!         StreamEvent::Token { text, .. } => print!("{text}"),
+//!         StreamEvent::Finished { text, reason, .. } => println!("{text}\n[{reason:?}]"),
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod chat;
+mod generation;
+mod stop;
+mod stream;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+pub use chat::{ChatSession, ChatStream};
+pub use generation::{Completion, FinishReason, GenerateParams, GenerationStats};
+pub use stream::{StreamEvent, TokenStream};
+
+use crate::engine::Batch;
+use crate::kv::{KvCache, KvType, SeqId};
+use crate::model::Model;
+use crate::{Error, Result};
+
+/// How a [`Session`] is set up.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Context size: the most tokens (prompt and generated) the session's cache holds.
+    pub n_ctx: usize,
+    /// Largest prompt chunk processed in one forward pass.
+    pub n_batch: usize,
+    /// Storage type of cached keys.
+    pub type_k: KvType,
+    /// Storage type of cached values.
+    pub type_v: KvType,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self { n_ctx: 4096, n_batch: 512, type_k: KvType::F16, type_v: KvType::F16 }
+    }
+}
+
+/// Stops a running generation from any thread. Cloning shares the flag.
+///
+/// A generation checks the flag before every token (and between prompt chunks) and ends with
+/// [`FinishReason::Cancelled`]. Each new generation clears the flag when it starts.
+#[derive(Clone, Debug, Default)]
+pub struct CancelHandle(Arc<AtomicBool>);
+
+impl CancelHandle {
+    /// Asks the current generation to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a stop was asked for and not yet cleared.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn clear(&self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+/// The sequence id a session uses in its own cache.
+const SEQ: SeqId = 0;
+
+/// One conversation with a model: a KV cache, the tokens it holds and the logits after them.
+pub struct Session<'m> {
+    model: &'m Model,
+    opts: SessionOptions,
+    kv: KvCache,
+    /// Tokens whose keys and values are in `kv`, in order (slot i holds position i).
+    tokens: Vec<u32>,
+    /// Logits after the last token of `tokens` (empty when unknown). `[n_vocab]`
+    logits: Vec<f32>,
+    cancel: CancelHandle,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("opts", &self.opts).field("n_tokens", &self.tokens.len()).finish()
+    }
+}
+
+/// What [`Session::prefill`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillStats {
+    /// Prompt length in tokens.
+    pub n_prompt: usize,
+    /// Tokens reused from the cache.
+    pub n_cached: usize,
+    /// Tokens run through the model.
+    pub n_prefilled: usize,
+    /// Time spent in forward passes.
+    pub time: Duration,
+    /// Whether a cancellation stopped it before the end of the prompt.
+    pub cancelled: bool,
+}
+
+impl<'m> Session<'m> {
+    /// A new, empty session on `model`.
+    pub fn new(model: &'m Model, opts: SessionOptions) -> Result<Self> {
+        if opts.n_ctx == 0 || opts.n_batch == 0 {
+            return Err(Error::InvalidInput("the context size and batch size must be at least 1".into()));
+        }
+        let kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
+        Ok(Self { model, opts, kv, tokens: Vec::new(), logits: Vec::new(), cancel: CancelHandle::default() })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'m Model {
+        self.model
+    }
+
+    /// The options the session was made with.
+    pub fn options(&self) -> &SessionOptions {
+        &self.opts
+    }
+
+    /// The tokens the cache holds (prompt and generated so far).
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// The context size.
+    pub fn n_ctx(&self) -> usize {
+        self.opts.n_ctx
+    }
+
+    /// A handle that stops this session's current generation from another thread.
+    pub fn cancel_handle(&self) -> CancelHandle {
+        self.cancel.clone()
+    }
+
+    /// Forgets everything: the next prompt is prefilled from scratch.
+    pub fn reset(&mut self) {
+        self.kv.clear();
+        self.tokens.clear();
+        self.logits.clear();
+    }
+
+    /// Bytes of KV cache memory in use.
+    pub fn kv_memory_bytes(&self) -> usize {
+        self.kv.memory_bytes()
+    }
+
+    /// Tokenizes `prompt` as a whole prompt (the tokenizer's BOS added, special tokens such as
+    /// `<|im_start|>` recognised).
+    pub fn tokenize_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        Ok(self.model.tokenizer().encode(prompt, true, true)?)
+    }
+
+    /// Makes the cache hold exactly `prompt`, reusing its longest cached prefix, and leaves the
+    /// logits after the prompt's last token ready. Stops early if the session is cancelled.
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<PrefillStats> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidInput("the prompt is empty".into()));
+        }
+        if prompt.len() > self.opts.n_ctx {
+            return Err(Error::InvalidInput(format!(
+                "the prompt has {} tokens, more than the context size of {}",
+                prompt.len(),
+                self.opts.n_ctx
+            )));
+        }
+        let n_vocab = self.model.config().n_vocab;
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidInput(format!("token id {t} is outside the vocabulary ({n_vocab})")));
+        }
+        let mut common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        if common == prompt.len() && (common < self.tokens.len() || self.logits.is_empty()) {
+            // Everything is cached but the logits after the prompt are not: run its last token again.
+            common -= 1;
+        }
+        self.truncate(common);
+        let t0 = Instant::now();
+        let mut cancelled = false;
+        for chunk in prompt[common..].chunks(self.opts.n_batch) {
+            if self.cancel.is_cancelled() {
+                cancelled = true;
+                break;
+            }
+            self.run(chunk)?;
+        }
+        let stats = PrefillStats {
+            n_prompt: prompt.len(),
+            n_cached: common,
+            n_prefilled: self.tokens.len() - common,
+            time: t0.elapsed(),
+            cancelled,
+        };
+        tracing::debug!(
+            n_prompt = stats.n_prompt,
+            n_cached = stats.n_cached,
+            ms = stats.time.as_millis() as u64,
+            "prompt prefilled"
+        );
+        Ok(stats)
+    }
+
+    /// Generates a reply to the whole prompt `prompt` and returns it at once.
+    pub fn generate(&mut self, prompt: &str, params: &GenerateParams) -> Result<Completion> {
+        let tokens = self.tokenize_prompt(prompt)?;
+        self.generate_tokens(&tokens, params)
+    }
+
+    /// Like [`Session::generate`] from prompt tokens.
+    pub fn generate_tokens(&mut self, prompt: &[u32], params: &GenerateParams) -> Result<Completion> {
+        let mut stream = self.stream_tokens(prompt, params)?;
+        let mut text = String::new();
+        let mut tokens = Vec::new();
+        for event in &mut stream {
+            match event? {
+                StreamEvent::Token { id, text: piece } => {
+                    tokens.push(id);
+                    text.push_str(&piece);
+                }
+                StreamEvent::Finished { text: tail, stats, .. } => {
+                    text.push_str(&tail);
+                    return Ok(Completion { text, tokens, stats });
+                }
+            }
+        }
+        Err(Error::InvalidInput("generation ended without a finish event".into()))
+    }
+
+    /// Starts generating a reply to the whole prompt `prompt`; the prompt is prefilled before
+    /// this returns and tokens come from the returned iterator. Dropping the iterator stops the
+    /// generation and leaves the session ready for the next call.
+    pub fn stream(&mut self, prompt: &str, params: &GenerateParams) -> Result<TokenStream<'_, 'm>> {
+        let tokens = self.tokenize_prompt(prompt)?;
+        self.stream_tokens(&tokens, params)
+    }
+
+    /// Like [`Session::stream`] from prompt tokens.
+    pub fn stream_tokens(&mut self, prompt: &[u32], params: &GenerateParams) -> Result<TokenStream<'_, 'm>> {
+        TokenStream::start(self, prompt, params)
+    }
+
+    /// Drops cached tokens after the first `n`.
+    fn truncate(&mut self, n: usize) {
+        if n < self.tokens.len() {
+            self.kv.seq_mut(SEQ).truncate(n);
+            self.tokens.truncate(n);
+            self.logits.clear();
+        }
+    }
+
+    /// Runs `tokens` after the cached ones and keeps the logits after the last.
+    fn run(&mut self, tokens: &[u32]) -> Result<()> {
+        let start = self.tokens.len();
+        if start + tokens.len() > self.opts.n_ctx {
+            return Err(Error::InvalidInput("the context is full".into()));
+        }
+        let batch = Batch::from_prompt(SEQ, start as u32, tokens);
+        let out = self.model.forward(&batch, &mut self.kv)?;
+        self.tokens.extend_from_slice(tokens);
+        self.logits.clear();
+        self.logits.extend_from_slice(out.last().unwrap_or(&[]));
+        Ok(())
+    }
+}
