@@ -1,5 +1,6 @@
 //! The library's error type.
 
+use crate::constrain::ConstrainError;
 use crate::format::gguf::GgufError;
 use crate::format::safetensors::SafetensorsError;
 use crate::hub::HubError;
@@ -17,6 +18,9 @@ pub enum Error {
     /// The tokenizer could not be built or could not encode/decode.
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    /// Constrained output: a bad schema/grammar or a token the grammar forbids.
+    #[error(transparent)]
+    Constrain(#[from] ConstrainError),
     /// Downloading or locating a model failed.
     #[error(transparent)]
     Hub(#[from] HubError),

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod backend;
+pub mod constrain;
 pub mod engine;
 mod error;
 pub mod format;
