@@ -309,6 +309,35 @@ fn forbidden_tokens_are_rejected_and_leave_the_state_unchanged() {
 }
 
 #[test]
+fn smollm2_tokenizes_canonically() {
+    let Some((_model, env)) = load() else { return };
+    assert!(env.canonical_tokenization());
+}
+
+/// A SentencePiece vocabulary (262k tokens, several EOG tokens) works too.
+#[test]
+fn gemma3_regex_output_matches() {
+    let Some(path) = common::require_model("gemma-3-270m-q4_k_m.gguf") else { return };
+    let model = Model::load(path).unwrap();
+    let t0 = Instant::now();
+    let env = TokenEnv::new(model.tokenizer()).unwrap();
+    eprintln!("gemma-3 TokenEnv::new ({} tokens): {:.1?}", env.n_vocab(), t0.elapsed());
+    let rx = r"[A-Z][a-z]{2,9} (is|was) [0-9]{1,3}";
+    let check = fancy_regex::Regex::new(&format!("^(?:{rx})$")).unwrap();
+    let text = "<start_of_turn>user\nName a person and their age.<end_of_turn>\n<start_of_turn>model\n";
+    let prompt = model.tokenizer().encode(text, true, true).unwrap();
+    let mut kv = model.new_kv_cache(prompt.len() + 30);
+    for seed in 0..3 {
+        let mut c = Constraint::new(&env, &ConstraintSpec::Regex(rx.into())).unwrap();
+        let out = generate(&model, &mut kv, &prompt, &mut c, sampling(seed), 24).unwrap();
+        let (mean, _, max) = stats(&out.mask_times);
+        eprintln!("gemma-3 seed {seed}: {:?}; mask mean {mean:.2?}, max {max:.2?}", out.text);
+        assert!(out.finished, "{:?}", out.text);
+        assert!(check.is_match(&out.text).unwrap(), "seed {seed}: {:?}", out.text);
+    }
+}
+
+#[test]
 #[ignore = "timing report: cargo test --test constrained -- --ignored --nocapture"]
 fn mask_timing_report() {
     let Some((model, env)) = load() else { return };

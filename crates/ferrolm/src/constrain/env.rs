@@ -21,6 +21,7 @@ pub struct TokenEnv {
     factory: ParserFactory,
     n_vocab: usize,
     eog: Vec<u32>,
+    canonical: bool,
 }
 
 impl std::fmt::Debug for TokenEnv {
@@ -112,7 +113,8 @@ impl TokenEnv {
             tok_end_of_turn: None,
         };
         let trie = TokTrie::from(&info, &words).with_eos_tokens(&eog);
-        let env = LlgEnv { trie, tokenizer: tokenizer.clone(), canonical: round_trips(tokenizer) };
+        let canonical = round_trips(tokenizer);
+        let env = LlgEnv { trie, tokenizer: tokenizer.clone(), canonical };
         let tok_env: TokEnv = Arc::new(env);
         let mut factory = ParserFactory::new(
             &tok_env,
@@ -123,7 +125,7 @@ impl TokenEnv {
         factory.quiet();
         // Errors name the grammar but do not dump the parser state (it can be huge).
         *factory.limits_mut() = ParserLimits { verbose_errors: false, ..ParserLimits::default() };
-        Ok(Arc::new(TokenEnv { factory, n_vocab, eog }))
+        Ok(Arc::new(TokenEnv { factory, n_vocab, eog, canonical }))
     }
 
     /// Number of tokens of the vocabulary.
@@ -134,6 +136,13 @@ impl TokenEnv {
     /// The end-of-generation tokens, ascending.
     pub fn eog_ids(&self) -> &[u32] {
         &self.eog
+    }
+
+    /// Whether the tokenizer encodes text canonically (encoding and decoding round-trip), so that
+    /// text the grammar forces is masked down to the tokens the tokenizer would give; otherwise
+    /// any tokens spelling the forced text are allowed.
+    pub fn canonical_tokenization(&self) -> bool {
+        self.canonical
     }
 
     /// Whether `id` ends generation.
