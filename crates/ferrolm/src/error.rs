@@ -1,6 +1,7 @@
 //! The library's error type.
 
 use crate::chat::ChatTemplateError;
+use crate::constrain::ConstrainError;
 use crate::format::gguf::GgufError;
 use crate::format::safetensors::SafetensorsError;
 use crate::hub::HubError;
@@ -21,6 +22,9 @@ pub enum Error {
     /// A chat template could not be compiled or rendered.
     #[error(transparent)]
     Chat(#[from] ChatTemplateError),
+    /// Constrained output: a bad schema/grammar or a token the grammar forbids.
+    #[error(transparent)]
+    Constrain(#[from] ConstrainError),
     /// Downloading or locating a model failed.
     #[error(transparent)]
     Hub(#[from] HubError),

@@ -20,6 +20,7 @@
 
 pub mod backend;
 pub mod chat;
+pub mod constrain;
 pub mod engine;
 mod error;
 pub mod format;

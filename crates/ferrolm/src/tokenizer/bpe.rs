@@ -10,6 +10,7 @@ use super::merge::merge;
 use super::vocab::Vocab;
 
 /// Merge ranks, keyed by interned halves.
+#[derive(Clone)]
 pub(crate) struct MergeRanks {
     intern: HashMap<String, u32>,
     ranks: HashMap<(u32, u32), u32>,

@@ -43,6 +43,7 @@ const CHAT_TEMPLATE_JSON: &str = "chat_template.json";
 const MAX_ID_HOLES: usize = 1 << 16;
 
 /// The Hugging Face side of a [`Tokenizer`].
+#[derive(Clone)]
 pub(super) struct HfEngine {
     /// Splits every added token out of the text (special ones included).
     hf: tokenizers::Tokenizer,

@@ -155,6 +155,7 @@ pub struct SpecialIds {
 }
 
 /// Algorithm-specific state.
+#[derive(Clone)]
 enum Engine {
     Spm,
     Bpe {
@@ -168,6 +169,7 @@ enum Engine {
 }
 
 /// A tokenizer built from a GGUF vocabulary or a Hugging Face `tokenizer.json`.
+#[derive(Clone)]
 pub struct Tokenizer {
     kind: TokenizerKind,
     engine: Engine,

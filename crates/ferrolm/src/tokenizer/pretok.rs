@@ -102,6 +102,7 @@ const SEED_CODER: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[
 const BAILINGMOE: &str = r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+";
 
 /// One splitting pass.
+#[derive(Clone)]
 enum Step {
     /// llama.cpp's hand-written GPT-2 splitter.
     Gpt2,
@@ -114,6 +115,7 @@ enum Step {
 }
 
 /// A compiled pre-tokenizer.
+#[derive(Clone)]
 pub(crate) struct PreTokenizer {
     steps: Vec<Step>,
 }

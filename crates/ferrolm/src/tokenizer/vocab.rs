@@ -64,6 +64,7 @@ impl TokenType {
 }
 
 /// Token table.
+#[derive(Clone)]
 pub(crate) struct Vocab {
     pub texts: Vec<String>,
     pub scores: Vec<f32>,

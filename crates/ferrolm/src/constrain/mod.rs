@@ -1,0 +1,241 @@
+//! Constrained output: the sampled text must match a JSON schema, a Lark grammar or a regex.
+//!
+//! Built on [llguidance](https://github.com/guidance-ai/llguidance): a [`TokenEnv`] holds the
+//! vocabulary's token trie (once per model); a [`Constraint`] is one generation's parser state.
+//! Each step masks the logits of the tokens the grammar forbids, the sampler picks a token among
+//! the rest, and [`Constraint::accept`] advances the parser:
+//!
+//! ```no_run
+//! use ferrolm::constrain::{Constraint, ConstraintSpec, TokenEnv};
+//! # fn main() -> ferrolm::Result<()> {
+//! # let model = ferrolm::model::Model::load("m.gguf")?;
+//! # let mut logits = vec![0.0f32; model.tokenizer().n_vocab()];
+//! # let mut sample = |l: &[f32]| ferrolm::sampling::argmax(l);
+//! let env = TokenEnv::new(model.tokenizer())?;
+//! let schema = serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+//! let mut c = Constraint::new(&env, &ConstraintSpec::JsonSchema(schema))?;
+//! loop {
+//!     c.mask_logits(&mut logits)?;
+//!     let tok = sample(&logits);
+//!     c.accept(tok)?;
+//!     if model.tokenizer().is_eog(tok) || c.is_finished() {
+//!         break;
+//!     }
+//!     // … run the model on `tok` and refill `logits` …
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! JSON schemas follow llguidance's supported subset (types, `properties`/`required`, `enum`,
+//! `const`, `minLength`/`maxLength`, `pattern`, `minimum`/`maximum`, `items`/`minItems`/
+//! `maxItems`, `anyOf`/`oneOf`/`allOf`, local `$ref`…). Unless the schema sets its own
+//! `x-guidance` options, output uses fixed separators (`", "` and `": "`) and no other
+//! whitespace, so a bounded schema gives bounded output. Lark grammars use llguidance's dialect
+//! (`start: …`, `/regex/` terminals, `%json {…}`, special tokens as `<|name|>`).
+
+mod env;
+
+pub use env::TokenEnv;
+
+use std::sync::Arc;
+
+use llguidance::Matcher;
+use llguidance::api::TopLevelGrammar;
+use serde_json::{Value, json};
+
+/// What the output must match.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstraintSpec {
+    /// A JSON value valid against this JSON schema.
+    JsonSchema(Value),
+    /// Any JSON object.
+    JsonObject,
+    /// A grammar in llguidance's Lark dialect (the start rule is `start`).
+    Lark(String),
+    /// Text matching this regex in full (Rust `regex` syntax).
+    Regex(String),
+}
+
+/// Errors of constrained generation.
+#[derive(Debug, thiserror::Error)]
+pub enum ConstrainError {
+    /// The schema, grammar or regex is malformed or unsupported.
+    #[error("invalid constraint: {0}")]
+    Grammar(String),
+    /// The sampled token is not one the grammar allows next.
+    #[error("token {token} ({text:?}) is not allowed here: {reason}")]
+    TokenNotAllowed {
+        /// The token id.
+        token: u32,
+        /// Its text (lossy UTF-8).
+        text: String,
+        /// Why.
+        reason: String,
+    },
+    /// The logits do not cover the vocabulary.
+    #[error("{len} logits for a vocabulary of {n_vocab} tokens")]
+    LogitsLength {
+        /// Number of logits given.
+        len: usize,
+        /// Vocabulary size.
+        n_vocab: usize,
+    },
+    /// The tokenizer has no end-of-generation token, so no grammar could end.
+    #[error("the tokenizer has no end-of-generation token")]
+    NoEndOfGeneration,
+    /// The matcher failed while computing a mask or advancing (e.g. a grammar too complex).
+    #[error("constraint matcher: {0}")]
+    Matcher(String),
+}
+
+/// Default JSON output options (see the module documentation).
+fn json_defaults() -> Value {
+    json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
+}
+
+/// llguidance's grammar for a spec.
+fn top_level_grammar(spec: &ConstraintSpec) -> TopLevelGrammar {
+    match spec {
+        ConstraintSpec::JsonSchema(schema) => {
+            let mut schema = schema.clone();
+            if let Some(obj) = schema.as_object_mut() {
+                obj.entry("x-guidance").or_insert_with(json_defaults);
+            }
+            TopLevelGrammar::from_json_schema(schema)
+        }
+        ConstraintSpec::JsonObject => {
+            TopLevelGrammar::from_json_schema(json!({"type": "object", "x-guidance": json_defaults()}))
+        }
+        ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+        ConstraintSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
+    }
+}
+
+/// A matcher failure as the library's error.
+fn matcher_err(e: impl std::fmt::Display) -> crate::Error {
+    ConstrainError::Matcher(e.to_string()).into()
+}
+
+/// One constrained generation's state.
+pub struct Constraint {
+    env: Arc<TokenEnv>,
+    matcher: Matcher,
+    /// An end-of-generation token was accepted.
+    ended: bool,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("ended", &self.ended)
+            .field("stop_reason", &self.matcher.stop_reason())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Constraint {
+    /// Compiles `spec` for the vocabulary of `env`; a malformed schema, grammar or regex is a
+    /// [`ConstrainError::Grammar`].
+    pub fn new(env: &Arc<TokenEnv>, spec: &ConstraintSpec) -> crate::Result<Constraint> {
+        let parser = env
+            .factory()
+            .create_parser(top_level_grammar(spec))
+            .map_err(|e| ConstrainError::Grammar(e.to_string()))?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(ConstrainError::Grammar(e).into());
+        }
+        Ok(Constraint { env: Arc::clone(env), matcher, ended: false })
+    }
+
+    /// Sets the logits of tokens the grammar forbids next to -inf (end-of-generation tokens are
+    /// allowed exactly when the grammar may stop). Logits past the vocabulary (padding) are
+    /// always masked.
+    pub fn mask_logits(&mut self, logits: &mut [f32]) -> crate::Result<()> {
+        let n_vocab = self.env.n_vocab();
+        if logits.len() < n_vocab {
+            return Err(ConstrainError::LogitsLength { len: logits.len(), n_vocab }.into());
+        }
+        let (vocab, pad) = logits.split_at_mut(n_vocab);
+        pad.fill(f32::NEG_INFINITY);
+        if self.is_finished() {
+            // Only end-of-generation may follow; their logits stay as they are.
+            let eog: Vec<(u32, f32)> =
+                self.env.eog_ids().iter().map(|&id| (id, vocab[id as usize])).collect();
+            vocab.fill(f32::NEG_INFINITY);
+            for (id, l) in eog {
+                vocab[id as usize] = l;
+            }
+            return Ok(());
+        }
+        let mask = self.matcher.compute_mask().map_err(matcher_err)?;
+        for (words, chunk) in mask.as_slice().iter().zip(vocab.chunks_mut(32)) {
+            if *words == u32::MAX {
+                continue;
+            }
+            for (bit, l) in chunk.iter_mut().enumerate() {
+                if words & (1 << bit) == 0 {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+        }
+        // The mask may be shorter than the vocabulary only if the trie was; never leave a gap.
+        let covered = mask.as_slice().len() * 32;
+        if covered < n_vocab {
+            vocab[covered..].fill(f32::NEG_INFINITY);
+        }
+        Ok(())
+    }
+
+    /// Advances past a sampled token (error if the token was not allowed; the state is then
+    /// unchanged). Accepting an end-of-generation token when the grammar may stop ends it.
+    pub fn accept(&mut self, token: u32) -> crate::Result<()> {
+        let env = &self.env;
+        let not_allowed = |reason: &str| -> crate::Error {
+            ConstrainError::TokenNotAllowed { token, text: env.token_text(token), reason: reason.to_string() }
+                .into()
+        };
+        if token as usize >= self.env.n_vocab() {
+            return Err(not_allowed("outside the vocabulary"));
+        }
+        if self.ended {
+            return Err(not_allowed("generation already ended"));
+        }
+        if self.env.is_eog(token) {
+            if self.is_finished() {
+                self.ended = true;
+                return Ok(());
+            }
+            let accepting = self.matcher.is_accepting().map_err(matcher_err)?;
+            if !accepting {
+                return Err(not_allowed("the grammar is not complete"));
+            }
+            self.matcher.consume_token(token).map_err(matcher_err)?;
+            self.ended = true;
+            return Ok(());
+        }
+        if self.is_finished() {
+            return Err(not_allowed("the grammar is complete; only end-of-generation may follow"));
+        }
+        let n = self.matcher.validate_tokens(&[token]).map_err(matcher_err)?;
+        if n == 0 {
+            return Err(not_allowed("the grammar forbids it"));
+        }
+        self.matcher.consume_token(token).map_err(matcher_err)
+    }
+
+    /// True when the grammar is complete and only end-of-generation may follow (generation should
+    /// stop), or an end-of-generation token was accepted.
+    pub fn is_finished(&self) -> bool {
+        self.ended || (self.matcher.is_stopped() && self.matcher.stop_reason().is_ok())
+    }
+}
+
+// The contract with sessions: environments are shared across threads, constraints move between them.
+const _: () = {
+    const fn send<T: Send>() {}
+    const fn send_sync<T: Send + Sync>() {}
+    send::<Constraint>();
+    send_sync::<TokenEnv>();
+};
