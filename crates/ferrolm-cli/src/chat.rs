@@ -20,6 +20,8 @@ pub struct Args {
     model: ModelArgs,
     #[command(flatten)]
     sampling: Box<SamplingArgs>,
+    #[command(flatten)]
+    constraint: crate::constraint_args::ConstraintArgs,
     /// System prompt.
     #[arg(long = "system", short = 'y')]
     system: Option<String>,
@@ -66,6 +68,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sampler: args.sampling.to_params()?,
         stop: args.stop.clone(),
         ignore_eos: false,
+        constraint: args.constraint.to_spec()?,
     };
 
     // Ctrl-C: cancel the reply being generated; at the prompt, quit.
@@ -120,7 +123,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Streams one reply to stdout.
-fn reply(chat: &mut ChatSession<'_>, input: &str, params: &GenerateParams, show_stats: bool) -> anyhow::Result<()> {
+fn reply(
+    chat: &mut ChatSession<'_>,
+    input: &str,
+    params: &GenerateParams,
+    show_stats: bool,
+) -> anyhow::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for event in chat.send_stream(input, params)? {

@@ -25,6 +25,8 @@ pub struct Args {
     n_predict: i64,
     #[command(flatten)]
     sampling: Box<SamplingArgs>,
+    #[command(flatten)]
+    constraint: crate::constraint_args::ConstraintArgs,
     /// Stop when the text contains this string (repeatable; the stop string is not printed).
     #[arg(long = "stop", short = 'r', alias = "reverse-prompt")]
     stop: Vec<String>,
@@ -61,8 +63,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let room = n_ctx - tokens.len();
     let max_tokens = if args.n_predict < 0 { room } else { (args.n_predict as usize).min(room) };
-    let params =
-        GenerateParams { max_tokens: Some(max_tokens), sampler, stop: args.stop.clone(), ignore_eos: args.ignore_eos };
+    let params = GenerateParams {
+        max_tokens: Some(max_tokens),
+        sampler,
+        stop: args.stop.clone(),
+        ignore_eos: args.ignore_eos,
+        constraint: args.constraint.to_spec()?,
+    };
     let mut session = Session::new(&model, args.model.session_options())?;
 
     let stdout = std::io::stdout();

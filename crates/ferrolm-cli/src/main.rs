@@ -1,6 +1,7 @@
 //! The `ferrolm` command-line tool.
 
 mod chat;
+mod constraint_args;
 mod convert;
 mod embed;
 mod generate;

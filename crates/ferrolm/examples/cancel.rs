@@ -18,6 +18,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     let params = GenerateParams { ignore_eos: true, ..GenerateParams::default() };
     let out = session.generate("Here is a very long story about dragons:", &params)?;
-    println!("{}\n[stopped by {} after {} tokens]", out.text, out.stats.finish.as_str(), out.stats.n_generated);
+    println!(
+        "{}\n[stopped by {} after {} tokens]",
+        out.text,
+        out.stats.finish.as_str(),
+        out.stats.n_generated
+    );
     Ok(())
 }

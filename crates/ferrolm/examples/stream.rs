@@ -21,7 +21,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             StreamEvent::Token { text, .. } => print!("{text}"),
             StreamEvent::Finished { text, reason, stats } => {
                 println!("{text}");
-                eprintln!("[{} tokens, {:.1} tokens/s, stopped by {}]", stats.n_generated, stats.decode_tps(), reason.as_str());
+                eprintln!(
+                    "[{} tokens, {:.1} tokens/s, stopped by {}]",
+                    stats.n_generated,
+                    stats.decode_tps(),
+                    reason.as_str()
+                );
             }
         }
         std::io::stdout().flush()?;

@@ -39,7 +39,8 @@ fn greedy_generation_matches_llama_cpp() {
     let dir = common::fixtures_dir().join("reference/SmolLM2-135M-Instruct.Q4_1");
     for name in ["capital", "story", "code"] {
         let r: Reference =
-            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap())
+                .unwrap();
         // Compare up to the first near-tie, where 8-bit activations may pick the other token.
         let n = r.steps.iter().position(|s| s.top[0].1 - s.top[1].1 < 0.5).unwrap_or(r.steps.len());
         let mut session = Session::new(&model, opts(1024)).unwrap();
@@ -216,7 +217,8 @@ fn limits_are_reported() {
 #[test]
 fn embeddings_are_pooled_normalised_and_independent_of_batching() {
     let Some(model) = load() else { return };
-    let texts = ["The cat sat on the mat.", "A kitten rested on the rug.", "Stock markets fell sharply today."];
+    let texts =
+        ["The cat sat on the mat.", "A kitten rested on the rug.", "Stock markets fell sharply today."];
     let d = model.config().n_embd;
     for pooling in [Pooling::Mean, Pooling::Cls, Pooling::Last] {
         let all = model.embed(&texts, pooling, true).unwrap();
@@ -269,8 +271,15 @@ fn a_second_chat_turn_prefills_only_its_new_tokens() {
     });
     assert_eq!(second.stats.n_cached, held, "every cached token is reused");
     assert_eq!(second.stats.n_prefilled, second.stats.n_prompt - held);
-    let new_turn = model.tokenizer().encode("<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n<|im_start|>assistant\n", false, true).unwrap();
-    assert!(second.stats.n_prefilled <= new_turn.len() + 1, "{} new tokens prefilled", second.stats.n_prefilled);
+    let new_turn = model
+        .tokenizer()
+        .encode("<|im_end|>\n<|im_start|>user\nAnd of Italy?<|im_end|>\n<|im_start|>assistant\n", false, true)
+        .unwrap();
+    assert!(
+        second.stats.n_prefilled <= new_turn.len() + 1,
+        "{} new tokens prefilled",
+        second.stats.n_prefilled
+    );
     assert_eq!(chat.messages().len(), 5);
     assert_eq!(chat.messages()[2].role, "assistant");
     assert!(prompt2.unwrap().len() >= second.stats.n_prompt - 1);

@@ -55,7 +55,12 @@ impl Model {
     /// Short texts share forward passes (up to 512 tokens at a time, one sequence each); the
     /// result for a text does not depend on which others are embedded with it.
     /// Returns one `[n_embd]` vector per text.
-    pub fn embed<S: AsRef<str>>(&self, texts: &[S], pooling: Pooling, normalize: bool) -> Result<Vec<Vec<f32>>> {
+    pub fn embed<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        pooling: Pooling,
+        normalize: bool,
+    ) -> Result<Vec<Vec<f32>>> {
         let tok = self.tokenizer();
         let inputs = texts
             .iter()

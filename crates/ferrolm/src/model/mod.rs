@@ -10,13 +10,14 @@ pub mod tensors;
 pub mod weights;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-pub use embed::Pooling;
 pub use config::{Activation, Arch, ModelConfig, RopeParams, RopeStyle};
+pub use embed::Pooling;
 pub use ferrolm_kernels::GgmlType;
 pub use tensors::{TensorMap, TensorRef};
 
+use crate::constrain::TokenEnv;
 use crate::format::gguf::GgufFile;
 use crate::kv::{KvCache, KvType};
 use crate::tokenizer::Tokenizer;
@@ -43,6 +44,8 @@ pub struct Model {
     gguf: Arc<GgufFile>,
     tensors: TensorMap,
     exact_f32: bool,
+    /// The vocabulary prepared for constrained output, built on first use.
+    token_env: OnceLock<Arc<TokenEnv>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -100,7 +103,15 @@ impl Model {
             ms = t0.elapsed().as_millis() as u64,
             "model loaded"
         );
-        Ok(Self { config, weights, tokenizer, gguf: Arc::new(gguf), tensors, exact_f32: opts.exact_f32 })
+        Ok(Self {
+            config,
+            weights,
+            tokenizer,
+            gguf: Arc::new(gguf),
+            tensors,
+            exact_f32: opts.exact_f32,
+            token_env: OnceLock::new(),
+        })
     }
 
     /// The model's configuration.
@@ -125,6 +136,15 @@ impl Model {
             Some(src) => Ok(Some(crate::chat::ChatTemplate::new(src)?)),
             None => Ok(None),
         }
+    }
+
+    /// The vocabulary prepared for constrained output (built on the first call, then shared).
+    pub fn token_env(&self) -> Result<Arc<TokenEnv>> {
+        if let Some(env) = self.token_env.get() {
+            return Ok(env.clone());
+        }
+        let env = TokenEnv::new(&self.tokenizer)?;
+        Ok(self.token_env.get_or_init(|| env).clone())
     }
 
     /// The model's GGUF metadata (chat template, …). For a Hugging Face folder, the metadata a

@@ -45,7 +45,9 @@ impl<'m> ChatSession<'m> {
     /// A conversation using the model's own chat template.
     pub fn new(model: &'m Model, opts: SessionOptions) -> Result<Self> {
         let template = model.chat_template()?.ok_or_else(|| {
-            Error::InvalidInput("the model has no chat template (give one with ChatSession::with_template)".into())
+            Error::InvalidInput(
+                "the model has no chat template (give one with ChatSession::with_template)".into(),
+            )
         })?;
         Self::with_template(model, opts, template)
     }

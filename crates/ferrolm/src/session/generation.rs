@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::constrain::ConstraintSpec;
 use crate::sampling::SamplerParams;
 
 /// Options of one generation.
@@ -18,6 +19,10 @@ pub struct GenerateParams {
     pub stop: Vec<String>,
     /// Keep going past the model's end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Constrain the output to a JSON schema, a Lark grammar or a regular expression: at each
+    /// step the tokens that cannot continue a match are masked out before sampling, and
+    /// generation ends when the match is complete.
+    pub constraint: Option<ConstraintSpec>,
 }
 
 impl GenerateParams {

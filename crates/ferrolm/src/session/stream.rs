@@ -6,6 +6,7 @@ use super::generation::{FinishReason, GenerateParams, GenerationStats};
 use super::stop::StopMatcher;
 use super::{PrefillStats, Session};
 use crate::Result;
+use crate::constrain::Constraint;
 use crate::sampling::Sampler;
 use crate::tokenizer::StreamDecoder;
 
@@ -37,6 +38,9 @@ pub enum StreamEvent {
 pub struct TokenStream<'s, 'm> {
     session: &'s mut Session<'m>,
     sampler: Sampler,
+    constraint: Option<Constraint>,
+    /// Logits with the constraint's mask applied. `[n_vocab]`
+    masked: Vec<f32>,
     stop: StopMatcher,
     decoder: StreamDecoder,
     max_tokens: usize,
@@ -60,9 +64,17 @@ impl std::fmt::Debug for TokenStream<'_, '_> {
 
 impl<'s, 'm> TokenStream<'s, 'm> {
     /// Prefills `prompt` and prepares sampling.
-    pub(super) fn start(session: &'s mut Session<'m>, prompt: &[u32], params: &GenerateParams) -> Result<Self> {
+    pub(super) fn start(
+        session: &'s mut Session<'m>,
+        prompt: &[u32],
+        params: &GenerateParams,
+    ) -> Result<Self> {
         session.cancel.clear();
         let mut sampler = Sampler::new(params.sampler.clone(), session.model.tokenizer())?;
+        let constraint = match &params.constraint {
+            Some(spec) => Some(Constraint::new(&session.model.token_env()?, spec)?),
+            None => None,
+        };
         let prefill = session.prefill(prompt)?;
         for &t in prompt {
             sampler.accept(t);
@@ -78,6 +90,8 @@ impl<'s, 'm> TokenStream<'s, 'm> {
         Ok(Self {
             session,
             sampler,
+            constraint,
+            masked: Vec::new(),
             stop: StopMatcher::new(&params.stop),
             decoder: StreamDecoder::new(),
             max_tokens,
@@ -141,7 +155,17 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             self.session.run(&[tok])?;
             self.n_decode += 1;
         }
-        let tok = self.sampler.sample(&self.session.logits);
+        let tok = match &mut self.constraint {
+            Some(c) => {
+                self.masked.clear();
+                self.masked.extend_from_slice(&self.session.logits);
+                c.mask_logits(&mut self.masked)?;
+                let tok = self.sampler.sample(&self.masked);
+                c.accept(tok)?;
+                tok
+            }
+            None => self.sampler.sample(&self.session.logits),
+        };
         self.sampler.accept(tok);
         self.n_generated += 1;
         self.decode_time += t0.elapsed();
@@ -154,6 +178,9 @@ impl<'s, 'm> TokenStream<'s, 'm> {
         let check = self.stop.push(&piece);
         if check.hit.is_some() {
             self.finish = Some(FinishReason::StopString);
+        } else if self.constraint.as_ref().is_some_and(Constraint::is_finished) {
+            // The grammar is complete: only an end-of-generation token could follow.
+            self.finish = Some(FinishReason::EndOfGeneration);
         } else if self.n_generated >= self.max_tokens {
             self.finish = Some(FinishReason::Length);
         }
