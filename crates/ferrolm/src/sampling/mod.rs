@@ -14,6 +14,34 @@
 //!
 //! Logits may hold `-inf` (tokens masked by a grammar): every step keeps them at probability 0
 //! and they are never drawn.
+//!
+//! ```
+//! use ferrolm::sampling::{Sampler, SamplerParams, SamplerStep};
+//!
+//! # fn main() -> ferrolm::Result<()> {
+//! let logits = [0.5f32, 3.0, 2.9, -1.0, f32::NEG_INFINITY];
+//! // Greedy picks the largest logit.
+//! let mut greedy = Sampler::with_breaker_tokens(SamplerParams::greedy(), &[])?;
+//! assert_eq!(greedy.sample(&logits), 1);
+//!
+//! // A seeded chain in a custom order: the same seed draws the same tokens.
+//! let params = SamplerParams {
+//!     temperature: 1.2,
+//!     top_k: 3,
+//!     seed: Some(42),
+//!     order: SamplerStep::parse_order("top_k;min_p;temperature")?,
+//!     ..SamplerParams::default()
+//! };
+//! let draw = |p: &SamplerParams| -> ferrolm::Result<Vec<u32>> {
+//!     let mut s = Sampler::with_breaker_tokens(p.clone(), &[])?;
+//!     Ok((0..20).map(|_| s.sample(&logits)).collect())
+//! };
+//! let a = draw(&params)?;
+//! assert_eq!(a, draw(&params)?);
+//! assert!(a.iter().all(|&t| t < 3), "top-k 3 keeps tokens 0, 1 and 2");
+//! # Ok(())
+//! # }
+//! ```
 
 mod candidates;
 mod chain;
