@@ -5,8 +5,6 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use ferrolm::chat::{CalendarDate, ChatTemplate, Message, RenderOptions};
-use ferrolm::format::gguf::GgufFile;
-use ferrolm::tokenizer::Tokenizer;
 
 /// Arguments of `ferrolm template`.
 #[derive(clap::Args)]
@@ -80,13 +78,7 @@ fn load_template(args: &RenderArgs) -> anyhow::Result<(String, String, String)> 
     let Some(model) = &args.model else { bail!("give --template FILE or -m MODEL") };
     let path = crate::pull::resolve_model(Some(model))?;
     // Only the tokenizer is needed: it holds the template and the special tokens.
-    let tok = if path.is_dir() {
-        Tokenizer::from_hf_dir(&path)
-    } else {
-        let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        Tokenizer::from_gguf(&gguf)
-    }
-    .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
+    let tok = crate::tokenize::load_tokenizer(&path)?;
     let Some(source) = tok.chat_template() else {
         bail!("{} has no chat template; give one with --template", path.display())
     };

@@ -28,13 +28,7 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let path = crate::pull::resolve_model(Some(&args.model))?;
-    let tok = if path.is_dir() {
-        Tokenizer::from_hf_dir(&path)
-    } else {
-        let gguf = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        Tokenizer::from_gguf(&gguf)
-    }
-    .with_context(|| format!("reading the tokenizer of {}", path.display()))?;
+    let tok = load_tokenizer(&path)?;
     let ids = tok.encode(&args.prompt, !args.no_add_special, !args.no_parse_special)?;
     if args.pieces {
         for &id in &ids {
@@ -45,6 +39,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("[{}]", list.join(", "));
     }
     Ok(())
+}
+
+/// Reads only the tokenizer of a GGUF file (a full model or a vocabulary-only file) or of a
+/// Hugging Face folder.
+pub fn load_tokenizer(path: &std::path::Path) -> anyhow::Result<Tokenizer> {
+    let tok = if path.is_dir() {
+        Tokenizer::from_hf_dir(path)
+    } else {
+        let gguf = GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+        Tokenizer::from_gguf(&gguf)
+    };
+    tok.with_context(|| format!("reading the tokenizer of {}", path.display()))
 }
 
 /// A piece for display: escaped text, with bytes that are not UTF-8 on their own as `\xNN`.

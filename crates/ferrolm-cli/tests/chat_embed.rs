@@ -1,29 +1,13 @@
 //! End-to-end runs of `ferrolm chat`, `ferrolm embed` and constrained `ferrolm generate`.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ferrolm"))
-}
-
-/// The SmolLM2 test model: required under `CI=true`.
-fn smollm2() -> Option<PathBuf> {
-    let dir = match std::env::var_os("FERROLM_MODEL_DIR") {
-        Some(d) if !d.is_empty() => PathBuf::from(d),
-        _ => ferrolm::hub::model_dir().unwrap(),
-    };
-    let p = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.is_file() {
-        return Some(p);
-    }
-    assert!(std::env::var("CI").map_or(true, |v| v != "true"), "{} is missing and CI=true", p.display());
-    eprintln!("notice: skipping, {} not found", p.display());
-    None
-}
+use common::{bin, smollm2};
 
 /// `(n_prompt, n_cached, n_prefilled)` from each `--stats` line.
 fn stats_lines(stderr: &str) -> Vec<(usize, usize, usize)> {
@@ -41,17 +25,24 @@ fn stats_lines(stderr: &str) -> Vec<(usize, usize, usize)> {
         .collect()
 }
 
-#[test]
-fn chat_keeps_the_conversation_and_its_cache() {
-    let Some(model) = smollm2() else { return };
-    let mut child = bin()
-        .args(["chat", "--temp", "0", "-n", "24", "--stats", "-t", "2", "-c", "1024", "-m"])
-        .arg(&model)
+/// `ferrolm chat` greedy with `--stats`, its stdin, stdout and stderr piped.
+fn spawn_chat(model: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    bin()
+        .args(["chat", "--temp", "0", "--stats", "-t", "2"])
+        .args(extra)
+        .arg("-m")
+        .arg(model)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn chat_keeps_the_conversation_and_its_cache() {
+    let Some(model) = smollm2() else { return };
+    let mut child = spawn_chat(&model, &["-n", "24", "-c", "1024"]);
     child
         .stdin
         .take()
@@ -84,14 +75,7 @@ fn chat_keeps_the_conversation_and_its_cache() {
 #[test]
 fn ctrl_c_stops_the_reply_not_the_program() {
     let Some(model) = smollm2() else { return };
-    let mut child = bin()
-        .args(["chat", "--temp", "0", "-n", "-1", "--stats", "-t", "2", "-c", "4096", "-m"])
-        .arg(&model)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_chat(&model, &["-n", "-1", "-c", "4096"]);
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"Write a very long story about a dragon, with many chapters.\n").unwrap();
     stdin.flush().unwrap();

@@ -112,21 +112,7 @@ impl<'m> ChatSession<'m> {
 
     /// Adds a user message and returns the assistant's reply, which is added to the messages.
     pub fn send(&mut self, user: &str, params: &GenerateParams) -> Result<Completion> {
-        let mut stream = self.send_stream(user, params)?;
-        let (mut text, mut tokens) = (String::new(), Vec::new());
-        for event in &mut stream {
-            match event? {
-                StreamEvent::Token { id, text: piece } => {
-                    tokens.push(id);
-                    text.push_str(&piece);
-                }
-                StreamEvent::Finished { text: tail, stats, .. } => {
-                    text.push_str(&tail);
-                    return Ok(Completion { text, tokens, stats });
-                }
-            }
-        }
-        Err(Error::InvalidInput("generation ended without a finish event".into()))
+        super::stream::collect(&mut self.send_stream(user, params)?)
     }
 
     /// Adds a user message and streams the assistant's reply. The reply (as far as it got, if the

@@ -227,22 +227,7 @@ impl<'m> Session<'m> {
 
     /// Like [`Session::generate`] from prompt tokens.
     pub fn generate_tokens(&mut self, prompt: &[u32], params: &GenerateParams) -> Result<Completion> {
-        let mut stream = self.stream_tokens(prompt, params)?;
-        let mut text = String::new();
-        let mut tokens = Vec::new();
-        for event in &mut stream {
-            match event? {
-                StreamEvent::Token { id, text: piece } => {
-                    tokens.push(id);
-                    text.push_str(&piece);
-                }
-                StreamEvent::Finished { text: tail, stats, .. } => {
-                    text.push_str(&tail);
-                    return Ok(Completion { text, tokens, stats });
-                }
-            }
-        }
-        Err(Error::InvalidInput("generation ended without a finish event".into()))
+        stream::collect(&mut self.stream_tokens(prompt, params)?)
     }
 
     /// Starts generating a reply to the whole prompt `prompt`; the prompt is prefilled before

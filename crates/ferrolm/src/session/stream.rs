@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::generation::{FinishReason, GenerateParams, GenerationStats};
+use super::generation::{Completion, FinishReason, GenerateParams, GenerationStats};
 use super::stop::StopMatcher;
 use super::{PrefillStats, Session};
 use crate::Result;
@@ -186,6 +186,24 @@ impl<'s, 'm> TokenStream<'s, 'm> {
         }
         Ok(StreamEvent::Token { id: tok, text: check.text })
     }
+}
+
+/// Runs a stream of events to its end and gathers the text, the tokens and the statistics.
+pub(super) fn collect(events: &mut dyn Iterator<Item = Result<StreamEvent>>) -> Result<Completion> {
+    let (mut text, mut tokens) = (String::new(), Vec::new());
+    for event in events {
+        match event? {
+            StreamEvent::Token { id, text: piece } => {
+                tokens.push(id);
+                text.push_str(&piece);
+            }
+            StreamEvent::Finished { text: tail, stats, .. } => {
+                text.push_str(&tail);
+                return Ok(Completion { text, tokens, stats });
+            }
+        }
+    }
+    Err(crate::Error::InvalidInput("generation ended without a finish event".into()))
 }
 
 impl Iterator for TokenStream<'_, '_> {
