@@ -10,23 +10,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::Reference;
 use ferrolm::engine::Batch;
 use ferrolm::model::Model;
 use ferrolm::sampling::argmax;
-use serde::Deserialize;
-
-#[derive(Deserialize)]
-struct Reference {
-    prompt_tokens: Vec<u32>,
-    steps: Vec<Step>,
-}
-
-#[derive(Deserialize)]
-struct Step {
-    token: u32,
-    bytes: Vec<u8>,
-    top: Vec<(u32, f32)>,
-}
 
 const LOGIT_TOL: f32 = 1.0;
 const TIE_GAP: f32 = 0.5;

@@ -5,10 +5,10 @@
 
 mod common;
 
+use common::Reference;
 use ferrolm::model::{Model, Pooling};
 use ferrolm::sampling::SamplerParams;
 use ferrolm::session::{FinishReason, GenerateParams, Session, SessionOptions, StreamEvent};
-use serde::Deserialize;
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -19,18 +19,6 @@ fn load() -> Option<Model> {
 
 fn opts(n_ctx: usize) -> SessionOptions {
     SessionOptions { n_ctx, ..SessionOptions::default() }
-}
-
-#[derive(Deserialize)]
-struct Reference {
-    prompt_tokens: Vec<u32>,
-    steps: Vec<Step>,
-}
-
-#[derive(Deserialize)]
-struct Step {
-    token: u32,
-    top: Vec<(u32, f32)>,
 }
 
 #[test]

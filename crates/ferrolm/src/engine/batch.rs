@@ -105,6 +105,15 @@ impl Logits {
         &self.data[i * self.n_vocab..(i + 1) * self.n_vocab]
     }
 
+    /// The last row, taking the buffer without a copy when it is the only row (a decode step).
+    pub fn into_last(mut self) -> Option<Vec<f32>> {
+        match self.len() {
+            0 => None,
+            1 => Some(self.data),
+            n => Some(self.data.split_off((n - 1) * self.n_vocab)),
+        }
+    }
+
     /// The last row (the usual case: logits after the last prompt token).
     pub fn last(&self) -> Option<&[f32]> {
         if self.is_empty() { None } else { Some(self.row(self.len() - 1)) }

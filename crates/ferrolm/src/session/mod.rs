@@ -261,8 +261,7 @@ impl<'m> Session<'m> {
         let batch = Batch::from_prompt(SEQ, start as u32, tokens);
         let out = self.model.forward(&batch, &mut self.kv)?;
         self.tokens.extend_from_slice(tokens);
-        self.logits.clear();
-        self.logits.extend_from_slice(out.last().unwrap_or(&[]));
+        self.logits = out.into_last().unwrap_or_default();
         Ok(())
     }
 }

@@ -57,3 +57,24 @@ fn missing(msg: String) -> Option<PathBuf> {
 pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
 }
+
+/// A llama.cpp reference file (`tests/fixtures/reference/<model>/<prompt>.json`): the prompt's
+/// tokens and, per greedy step, the token, its bytes and the top-10 `(id, logit)`.
+#[derive(serde::Deserialize)]
+pub struct Reference {
+    /// The prompt's token ids.
+    pub prompt_tokens: Vec<u32>,
+    /// The greedy steps.
+    pub steps: Vec<RefStep>,
+}
+
+/// One greedy step of a [`Reference`].
+#[derive(serde::Deserialize)]
+pub struct RefStep {
+    /// The token llama.cpp picked.
+    pub token: u32,
+    /// Its piece's bytes.
+    pub bytes: Vec<u8>,
+    /// The ten best `(token, logit)`.
+    pub top: Vec<(u32, f32)>,
+}
