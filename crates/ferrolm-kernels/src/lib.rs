@@ -3,10 +3,13 @@
 //! - [`GgmlType`]: every GGML tensor type with its block geometry.
 //! - [`quant`]: one module per block format — a `#[repr(C)]` block, a scalar dequantizer and a
 //!   dot product — dispatched by type.
+//! - [`Isa`]: instruction-set levels and run-time detection.
 //! - [`simd`]: plain f32 vector kernels with run-time CPU feature dispatch.
 
+mod isa;
 pub mod quant;
 pub mod simd;
 mod types;
 
+pub use isa::Isa;
 pub use types::GgmlType;

@@ -25,6 +25,7 @@ pub mod fp16;
 pub mod fp32;
 pub mod iq4_nl;
 pub mod iq4_xs;
+mod kernel;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -40,6 +41,7 @@ pub mod vec_dot;
 
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
+pub use kernel::VecDot;
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;
@@ -50,7 +52,7 @@ pub use q5_1::BlockQ5_1;
 pub use q5_k::BlockQ5K;
 pub use q6_k::BlockQ6K;
 pub use q8_0::{BlockQ8_0, quantize_row_q8_0};
-pub use vec_dot::{VecDot, act_row_bytes, quantize_activations, vec_dot_q, vec_dot_q_rows, vec_dot_type};
+pub use vec_dot::{act_row_bytes, quantize_activations, vec_dot_q, vec_dot_q_rows, vec_dot_type};
 
 use crate::GgmlType;
 use crate::simd::{ACC_LANES, lanes_fma, reduce_lanes};
@@ -74,6 +76,9 @@ pub enum QuantError {
         /// Elements per block of `ty`.
         block: usize,
     },
+    /// This CPU does not support the requested instruction-set level.
+    #[error("this CPU does not support the {0} kernels")]
+    UnsupportedIsa(crate::Isa),
     /// The byte buffer does not have the size `elements` of `ty` occupy.
     #[error("{elements} elements of {ty} need {expected} bytes, got {bytes}")]
     BadLength {

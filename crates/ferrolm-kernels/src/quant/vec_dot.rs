@@ -149,96 +149,8 @@ pub fn vec_dot_q_rows(ty: GgmlType, w_row: &[u8], xq: &[u8], out: &mut [f32]) ->
     Ok(())
 }
 
-/// A row dot-product kernel chosen once for a weight type and this CPU, for callers that run
-/// many rows of one matrix: [`vec_dot_q`] re-validates lengths and re-dispatches on every call,
-/// which costs as much as a short row's arithmetic. Results are identical to [`vec_dot_q`].
-///
-/// [`VecDot::dot`] does not check lengths: a weight row or activation row of the wrong length
-/// gives a meaningless number (never undefined behaviour). Check them once with
-/// [`VecDot::check`].
-#[derive(Clone, Copy)]
-pub struct VecDot {
-    ty: GgmlType,
-    kernel: fn(&[u8], &[u8]) -> f32,
-}
-
-impl std::fmt::Debug for VecDot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "VecDot({})", self.ty)
-    }
-}
-
-macro_rules! kernels {
-    ($($ty:ident => $portable:ident, $avx2:ident;)*) => {
-        $(
-            fn $portable(w: &[u8], xq: &[u8]) -> f32 {
-                vec_dot_any::<PORTABLE_FMA, false>(GgmlType::$ty, w, xq)
-            }
-            #[cfg(target_arch = "x86_64")]
-            fn $avx2(w: &[u8], xq: &[u8]) -> f32 {
-                // SAFETY: only reachable through `VecDot::new`, which selects this kernel after
-                // detecting AVX2, FMA and F16C on this CPU. Lengths only steer safe slicing.
-                unsafe { vec_dot_avx2(GgmlType::$ty, w, xq) }
-            }
-        )*
-
-        impl VecDot {
-            /// The kernel for weights of type `ty` (an error for types without a vec-dot type).
-            pub fn new(ty: GgmlType) -> Result<Self, QuantError> {
-                #[cfg(target_arch = "x86_64")]
-                let avx2 = crate::simd::has_avx2_fma_f16c();
-                #[cfg(not(target_arch = "x86_64"))]
-                let avx2 = false;
-                let kernel: fn(&[u8], &[u8]) -> f32 = match ty {
-                    $(
-                        #[cfg(target_arch = "x86_64")]
-                        GgmlType::$ty if avx2 => $avx2,
-                        GgmlType::$ty => $portable,
-                    )*
-                    _ => return Err(QuantError::UnsupportedType(ty)),
-                };
-                let _ = avx2;
-                Ok(Self { ty, kernel })
-            }
-        }
-    };
-}
-
-kernels! {
-    Q4_0 => q4_0_portable, q4_0_avx2;
-    Q4_1 => q4_1_portable, q4_1_avx2;
-    Q5_0 => q5_0_portable, q5_0_avx2;
-    Q5_1 => q5_1_portable, q5_1_avx2;
-    Q8_0 => q8_0_portable, q8_0_avx2;
-    Q2_K => q2_k_portable, q2_k_avx2;
-    Q3_K => q3_k_portable, q3_k_avx2;
-    Q4_K => q4_k_portable, q4_k_avx2;
-    Q5_K => q5_k_portable, q5_k_avx2;
-    Q6_K => q6_k_portable, q6_k_avx2;
-    IQ4_NL => iq4_nl_portable, iq4_nl_avx2;
-    IQ4_XS => iq4_xs_portable, iq4_xs_avx2;
-}
-
-impl VecDot {
-    /// The weight type.
-    pub fn ty(&self) -> GgmlType {
-        self.ty
-    }
-
-    /// Checks that a weight row and an activation row have matching lengths.
-    pub fn check(&self, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
-        check_dot(self.ty, w_row, xq)
-    }
-
-    /// `w_row · xq`, as [`vec_dot_q`] computes it (lengths unchecked, see the type's docs).
-    #[inline]
-    pub fn dot(&self, w_row: &[u8], xq: &[u8]) -> f32 {
-        (self.kernel)(w_row, xq)
-    }
-}
-
 /// Checks that `w_row` and the activation row `xq` have matching lengths for `ty`.
-fn check_dot(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
+pub(super) fn check_dot(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
     let vt = vec_dot_type(ty).ok_or(QuantError::UnsupportedType(ty))?;
     let (vblock, vsize) = (vt.block_size(), vt.type_size());
     if xq.len() % vsize != 0 {
@@ -259,7 +171,7 @@ fn check_dot(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn vec_dot_rows_avx2(ty: GgmlType, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+pub(super) unsafe fn vec_dot_rows_avx2(ty: GgmlType, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
     // The calls below are safe here: this function is compiled with AVX2, FMA and F16C.
     match ty {
         GgmlType::Q4_0 => avx2::dot32_rows(avx2::Kind::Q4_0, w, xq, rb, out),
@@ -275,7 +187,7 @@ const ROW_TILE: usize = 4;
 
 /// Several-row dot products; lengths already validated.
 #[inline(always)]
-fn vec_dot_rows_any<const FMA: bool, const AVX2: bool>(
+pub(super) fn vec_dot_rows_any<const FMA: bool, const AVX2: bool>(
     ty: GgmlType,
     w: &[u8],
     xq: &[u8],
@@ -355,7 +267,7 @@ fn dot32_q8_1_rows<const FMA: bool, const AVX2: bool>(
 
 /// Whether the portable path fuses multiply-adds: only where the target has hardware FMA (always
 /// off x86_64; on x86_64 when compiled with `+fma`), so that `mul_add` never becomes a libm call.
-const PORTABLE_FMA: bool = !cfg!(target_arch = "x86_64") || cfg!(target_feature = "fma");
+pub(super) const PORTABLE_FMA: bool = !cfg!(target_arch = "x86_64") || cfg!(target_feature = "fma");
 
 /// [`vec_dot_any`] compiled for AVX2+FMA, with fused multiply-adds.
 ///
@@ -363,7 +275,7 @@ const PORTABLE_FMA: bool = !cfg!(target_arch = "x86_64") || cfg!(target_feature 
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn vec_dot_avx2(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
+pub(super) unsafe fn vec_dot_avx2(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
     match ty {
         // The three calls are safe here: this function is compiled with AVX2, FMA and F16C.
         GgmlType::Q4_0 => avx2::dot_q4_0(w, xq),
@@ -376,7 +288,7 @@ unsafe fn vec_dot_avx2(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
 
 /// Row dot product for a supported weight type; lengths already validated.
 #[inline(always)]
-fn vec_dot_any<const FMA: bool, const AVX2: bool>(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
+pub(super) fn vec_dot_any<const FMA: bool, const AVX2: bool>(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
     use GgmlType::*;
     match ty {
         Q4_0 => dot_q4_0::<FMA, AVX2>(w, xq),

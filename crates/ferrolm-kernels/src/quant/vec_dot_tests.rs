@@ -4,6 +4,7 @@
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::*;
+use crate::quant::VecDot;
 use crate::quant::{dequantize_row, quantize_row};
 
 const WEIGHT_TYPES: [GgmlType; 12] = {
