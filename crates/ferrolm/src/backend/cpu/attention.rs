@@ -2,7 +2,7 @@
 
 use ferrolm_kernels::simd;
 use half::f16;
-use rayon::prelude::*;
+use std::cell::RefCell;
 
 use crate::engine::BatchEntry;
 use std::borrow::Cow;
@@ -65,9 +65,17 @@ pub fn attention(
         }
     }
     // [n_tok, n_head_kv, group * head_dim]: one chunk per (token, KV head).
-    out.par_chunks_mut(group * hd).enumerate().for_each_init(
-        || Scratch::new(group, hd),
-        |sc, (idx, o)| {
+    let n_tasks = out.len() / (group * hd);
+    let out_ptr = TaskOut(out.as_mut_ptr(), out.len());
+    crate::threads::parallel_for(&crate::threads::pool(), n_tasks, |idx| {
+        // SAFETY: task `idx` is claimed by one thread and owns floats idx*group*hd.. of `out`.
+        let o = unsafe { out_ptr.chunk(idx, group * hd) };
+        SCRATCH.with(|sc| {
+            let mut sc = sc.borrow_mut();
+            let sc = sc.get_or_insert_with(|| Scratch::new(group, hd));
+            if sc.q.len() != group * hd || sc.max.len() != group {
+                *sc = Scratch::new(group, hd);
+            }
             let (t, kvh) = (idx / n_head_kv, idx % n_head_kv);
             let e = entries[t];
             o.fill(0.0);
@@ -130,8 +138,35 @@ pub fn attention(
                     og.iter_mut().for_each(|a| *a *= inv);
                 }
             }
-        },
-    );
+        })
+    });
+}
+
+thread_local! {
+    /// Per-thread buffers of [`attention`], sized for the last shape seen.
+    static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
+}
+
+/// The attention output shared by the tasks, which write disjoint chunks of it.
+#[derive(Clone, Copy)]
+struct TaskOut(*mut f32, usize);
+
+// SAFETY: tasks write disjoint chunks; the buffer outlives the parallel region.
+unsafe impl Send for TaskOut {}
+// SAFETY: as above.
+unsafe impl Sync for TaskOut {}
+
+impl TaskOut {
+    /// Chunk `i` of `len` floats.
+    ///
+    /// # Safety
+    /// No other live reference may overlap the chunk.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn chunk(&self, i: usize, len: usize) -> &mut [f32] {
+        assert!((i + 1) * len <= self.1, "attention output chunk out of bounds");
+        // SAFETY: in bounds (checked above); exclusivity is the caller's promise.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(i * len), len) }
+    }
 }
 
 /// A sequence's keys and values of one layer, as f32. `[len, kv_dim]` each.
