@@ -58,7 +58,7 @@ fn decode_steps_allocate_nothing() {
             let mut batch = Batch::from_prompt(0, 0, &prompt);
             let mut logits = Logits::default();
             model.forward_into(&batch, &mut kv, &mut logits).expect("prefill");
-            let mut next = |logits: &Logits| {
+            let next = |logits: &Logits| {
                 let row = logits.last().expect("logits");
                 row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |(i, _)| i as u32)
             };
