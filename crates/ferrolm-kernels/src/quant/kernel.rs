@@ -138,7 +138,13 @@ fn kernels_for(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
         Isa::Scalar | Isa::Neon | Isa::NeonDotprod => {
             base_kernels(ty, false).map(|(d, g)| (Isa::Scalar, d, g))
         }
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => base_kernels(ty, true).map(|(d, g)| (Isa::Avx2, d, g)),
+        Isa::Avx2 | Isa::AvxVnni => base_kernels(ty, true).map(|(d, g)| (Isa::Avx2, d, g)),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => super::x86_avx512::kernels(ty)
+            .map(|(d, g)| (Isa::Avx512, d, g))
+            .or_else(|| kernels_for(ty, Isa::Avx2)),
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::Avx512 => None,
     }
 }
 

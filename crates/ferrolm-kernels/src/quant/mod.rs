@@ -38,6 +38,10 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_act;
 pub mod vec_dot;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512_formats;
 
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
