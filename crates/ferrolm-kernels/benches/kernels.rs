@@ -10,7 +10,7 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput};
 use ferrolm_kernels::quant::{VecDot, act_row_bytes, dequantize_row, quantize_activations, quantize_row};
 use ferrolm_kernels::{GgmlType, Isa};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -174,12 +174,15 @@ fn lm_head(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default()
+fn main() {
+    let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_millis(900))
-        .sample_size(15);
-    targets = dequantize, matvec, gemm, lm_head
+        .sample_size(15)
+        .configure_from_args();
+    dequantize(&mut c);
+    matvec(&mut c);
+    gemm(&mut c);
+    lm_head(&mut c);
+    c.final_summary();
 }
-criterion_main!(benches);

@@ -84,6 +84,11 @@ pub(super) struct WGroup {
 }
 
 /// A weight format's group geometry and unpacking, and the matching activation repacking.
+///
+/// A row is a run of whole groups, then a remainder processed in smaller *units*: pairs of
+/// blocks in natural order for the 32-value formats (lane `l` of the single value vector holds
+/// values `4l..4l+4` of the pair, the scales are per half), whole super-blocks (a partial group)
+/// for the K-quants.
 pub(super) trait Format {
     /// Bytes of a whole weight group.
     const W_GROUP: usize;
@@ -91,23 +96,66 @@ pub(super) trait Format {
     const X_GROUP: usize;
     /// Value vectors per group (lane `b` of vector `j` holds four values of block `b`).
     const NQ: usize;
+    /// Bytes of the weights of a remainder unit.
+    const W_UNIT: usize;
+    /// Bytes of the activations of a remainder unit.
+    const X_UNIT: usize;
+    /// Value vectors per remainder unit.
+    const UNIT_NQ: usize;
     /// Whether activation groups carry an integer start value (offset correction).
     const INIT: bool;
     /// Whether the result has a `min · a` term (Q4_1, Q4_K).
     const MIN: bool;
-    /// Unpacks the weight group held in `src` (a whole group, or the row's shorter tail).
+    /// A nonzero number unique to the format (its rearranged activations differ).
+    const ID: u8;
+    /// Unpacks the whole weight group in `src`.
     fn unpack(t: Avx512, src: &[u8]) -> WGroup;
-    /// Repacks the activation group in `src` (whole or tail) into `NQ + 3` vectors: the values,
-    /// the f32 scales, the f32 minimum factors and the i32 start values.
+    /// Repacks the whole activation group in `src` into `NQ + 3` vectors: the values, the f32
+    /// scales, the f32 minimum factors and the i32 start values.
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]);
+    /// Unpacks the remainder unit in `src` (whole, or the row's last single block).
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup;
+    /// Repacks the activations of a remainder unit into `UNIT_NQ + 3` vectors.
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]);
+}
+
+/// How a row of `x_rb` activation bytes splits: whole groups, remainder units, and the
+/// rearranged vectors per activation row.
+#[derive(Clone, Copy)]
+struct Split {
+    groups: usize,
+    units: usize,
+    per_row: usize,
+}
+
+impl Split {
+    fn new<F: Format>(x_rb: usize) -> Self {
+        let groups = x_rb / F::X_GROUP;
+        let units = (x_rb % F::X_GROUP).div_ceil(F::X_UNIT);
+        Split { groups, units, per_row: groups * (F::NQ + 3) + units * (F::UNIT_NQ + 3) }
+    }
 }
 
 /// Tokens processed together against each unpacked weight group.
 const TILE: usize = 8;
 
+/// The activations of the last call on this thread, rearranged: calls with the same
+/// activation bytes for the same format (every weight row block of one matmul, every row of a
+/// decode matvec) reuse them instead of rearranging again.
+struct ActCache {
+    /// [`Format::ID`] of the format they were rearranged for (0: none yet).
+    id: u8,
+    /// Bytes per activation row.
+    x_rb: usize,
+    /// The activation bytes they come from.
+    src: Vec<u8>,
+    /// The rearranged groups, `NQ + 3` vectors each, token-major.
+    acts: Vec<__m512i>,
+}
+
 thread_local! {
-    /// Repacked activations of the current call, reused across calls to avoid allocations.
-    static ACTS: RefCell<Vec<__m512i>> = const { RefCell::new(Vec::new()) };
+    static CACHE: RefCell<ActCache> =
+        const { RefCell::new(ActCache { id: 0, x_rb: 0, src: Vec::new(), acts: Vec::new() }) };
 }
 
 /// `out[t * ldo + r] = w_r · x_t` for every weight row `r` (`w_rb` bytes each) and activation
@@ -121,47 +169,63 @@ unsafe fn gemm<F: Format>(w: &[u8], w_rb: usize, xq: &[u8], x_rb: usize, out: &m
     }
     // SAFETY: the caller guarantees the features.
     let t = Avx512 { _private: () };
-    // SAFETY: as above.
-    unsafe { gemm_impl::<F>(t, w, w_rb, xq, x_rb, out, ldo) }
+    CACHE.with_borrow_mut(|cache| {
+        // SAFETY: as above. The closure only forwards to this function compiled for AVX-512.
+        unsafe { gemm_impl::<F>(t, w, w_rb, xq, x_rb, out, ldo, cache) }
+    });
 }
 
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-fn gemm_impl<F: Format>(t: Avx512, w: &[u8], w_rb: usize, xq: &[u8], x_rb: usize, out: &mut [f32], ldo: usize) {
+fn gemm_impl<F: Format>(
+    t: Avx512,
+    w: &[u8],
+    w_rb: usize,
+    xq: &[u8],
+    x_rb: usize,
+    out: &mut [f32],
+    ldo: usize,
+    cache: &mut ActCache,
+) {
     let nt = xq.len() / x_rb;
-    let ng = x_rb.div_ceil(F::X_GROUP);
-    let stride = F::NQ + 3;
-    // The buffer is taken out of the thread-local so that the work below runs in this function,
-    // compiled for AVX-512, rather than in a closure.
-    let mut buf = ACTS.with_borrow_mut(std::mem::take);
-    let need = nt * ng * stride;
-    if buf.len() < need {
-        buf.resize(need, _mm512_setzero_si512());
-    }
-    let acts = &mut buf[..need];
-    for (row, dst) in xq.chunks_exact(x_rb).zip(acts.chunks_exact_mut(ng * stride)) {
-        for (g, d) in dst.chunks_exact_mut(stride).enumerate() {
-            let start = g * F::X_GROUP;
-            F::repack(t, &row[start..(start + F::X_GROUP).min(x_rb)], d);
+    let split = Split::new::<F>(x_rb);
+    let need = nt * split.per_row;
+    if cache.id != F::ID || cache.x_rb != x_rb || cache.src != xq {
+        cache.id = F::ID;
+        cache.x_rb = x_rb;
+        cache.src.clear();
+        cache.src.extend_from_slice(xq);
+        if cache.acts.len() < need {
+            cache.acts.resize(need, _mm512_setzero_si512());
+        }
+        for (row, dst) in xq.chunks_exact(x_rb).zip(cache.acts.chunks_exact_mut(split.per_row)) {
+            let (groups, units) = dst.split_at_mut(split.groups * (F::NQ + 3));
+            for (g, d) in groups.chunks_exact_mut(F::NQ + 3).enumerate() {
+                F::repack(t, &row[g * F::X_GROUP..(g + 1) * F::X_GROUP], d);
+            }
+            let rest = &row[split.groups * F::X_GROUP..];
+            for (u, d) in units.chunks_exact_mut(F::UNIT_NQ + 3).enumerate() {
+                F::repack_unit(t, &rest[u * F::X_UNIT..((u + 1) * F::X_UNIT).min(rest.len())], d);
+            }
         }
     }
-    let acts = &*acts;
+    let acts = &cache.acts[..need];
     let mut t0 = 0;
     while nt - t0 >= TILE {
-        tile::<F, TILE>(t, w, w_rb, acts, ng, t0, out, ldo);
+        tile::<F, TILE>(t, w, w_rb, acts, split, t0, out, ldo);
         t0 += TILE;
     }
     if nt - t0 >= 4 {
-        tile::<F, 4>(t, w, w_rb, acts, ng, t0, out, ldo);
+        tile::<F, 4>(t, w, w_rb, acts, split, t0, out, ldo);
         t0 += 4;
     }
     if nt - t0 >= 2 {
-        tile::<F, 2>(t, w, w_rb, acts, ng, t0, out, ldo);
+        tile::<F, 2>(t, w, w_rb, acts, split, t0, out, ldo);
         t0 += 2;
     }
     if nt - t0 == 1 {
-        tile::<F, 1>(t, w, w_rb, acts, ng, t0, out, ldo);
+        tile::<F, 1>(t, w, w_rb, acts, split, t0, out, ldo);
     }
-    ACTS.with_borrow_mut(|b| *b = buf);
 }
 
 /// Tokens `t0..t0 + T` against every weight row.
@@ -172,21 +236,30 @@ fn tile<F: Format, const T: usize>(
     w: &[u8],
     w_rb: usize,
     acts: &[__m512i],
-    ng: usize,
+    split: Split,
     t0: usize,
     out: &mut [f32],
     ldo: usize,
 ) {
-    let stride = F::NQ + 3;
-    let x = &acts[t0 * ng * stride..(t0 + T) * ng * stride];
+    let per_row = split.per_row;
+    let x = &acts[t0 * per_row..(t0 + T) * per_row];
+    let (gs, us) = (F::NQ + 3, F::UNIT_NQ + 3);
+    let units_at = split.groups * gs;
     for (r, row) in w.chunks_exact(w_rb).enumerate() {
         let mut acc = [zero_ps(t); T];
-        for g in 0..ng {
-            let start = g * F::W_GROUP;
-            let wg = F::unpack(t, &row[start..(start + F::W_GROUP).min(w_rb)]);
+        for g in 0..split.groups {
+            let wg = F::unpack(t, &row[g * F::W_GROUP..(g + 1) * F::W_GROUP]);
             for (j, a) in acc.iter_mut().enumerate() {
-                let base = (j * ng + g) * stride;
-                *a = group_dot::<F>(t, &wg, &x[base..base + stride], *a);
+                let base = j * per_row + g * gs;
+                *a = group_dot::<F, T>(t, &wg, F::NQ, &x[base..base + gs], *a);
+            }
+        }
+        let rest = &row[split.groups * F::W_GROUP..];
+        for u in 0..split.units {
+            let wg = F::unpack_unit(t, &rest[u * F::W_UNIT..((u + 1) * F::W_UNIT).min(rest.len())]);
+            for (j, a) in acc.iter_mut().enumerate() {
+                let base = j * per_row + units_at + u * us;
+                *a = group_dot::<F, T>(t, &wg, F::UNIT_NQ, &x[base..base + us], *a);
             }
         }
         for (j, a) in acc.iter().enumerate() {
@@ -195,15 +268,31 @@ fn tile<F: Format, const T: usize>(
     }
 }
 
-/// `acc + Σ_lanes scale · (start + Σ w·x) · d_x (+ min · a_x)` for one group.
+/// `acc + Σ_lanes scale · (start + Σ w·x) · d_x (+ min · a_x)` for one group of `nq` value
+/// vectors. With few tokens per tile the latency of one chain of `vpdpbusd` would dominate, so
+/// it is split in two.
 #[inline(always)]
-fn group_dot<F: Format>(_t: Avx512, wg: &WGroup, x: &[__m512i], acc: __m512) -> __m512 {
-    let nq = F::NQ;
+fn group_dot<F: Format, const T: usize>(
+    _t: Avx512,
+    wg: &WGroup,
+    nq: usize,
+    x: &[__m512i],
+    acc: __m512,
+) -> __m512 {
     // SAFETY: `_t` proves AVX-512 F/VNNI support; every intrinsic reads registers only.
     unsafe {
         let mut s = if F::INIT { x[nq + 2] } else { _mm512_setzero_si512() };
-        for j in 0..nq {
-            s = _mm512_dpbusd_epi32(s, wg.q[j], x[j]);
+        if T < 4 && nq >= 4 {
+            let mut s2 = _mm512_setzero_si512();
+            for j in (0..nq).step_by(2) {
+                s = _mm512_dpbusd_epi32(s, wg.q[j], x[j]);
+                s2 = _mm512_dpbusd_epi32(s2, wg.q[j + 1], x[j + 1]);
+            }
+            s = _mm512_add_epi32(s, s2);
+        } else {
+            for j in 0..nq {
+                s = _mm512_dpbusd_epi32(s, wg.q[j], x[j]);
+            }
         }
         let f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), wg.scale);
         let a = _mm512_fmadd_ps(f, _mm512_castsi512_ps(x[nq]), acc);

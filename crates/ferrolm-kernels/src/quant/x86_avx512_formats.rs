@@ -42,6 +42,48 @@ const fn word_plan(stride: u16, off: u16, off2: Option<u16>) -> WordPlan {
     WordPlan::new(pos)
 }
 
+/// Remainder pairs of 4-bit blocks: bytes `0..32` of the gathered vector are block A's 16
+/// packed bytes twice (low nibbles, then high nibbles), bytes `32..64` block B's, with A's packed
+/// bytes at `a` and B's at `b`.
+const fn nibble_pair_plan(a: u16, b: u16) -> BytePlan {
+    let mut pos = [0u16; 64];
+    let mut l = 0;
+    while l < 64 {
+        pos[l] = if l < 32 { a } else { b } + (l % 16) as u16;
+        l += 1;
+    }
+    BytePlan::new(pos)
+}
+
+/// Remainder pairs of 8-bit blocks: block A's 32 bytes at `a`, then block B's at `b`.
+const fn byte_pair_plan(a: u16, b: u16) -> BytePlan {
+    let mut pos = [0u16; 64];
+    let mut l = 0;
+    while l < 64 {
+        pos[l] = if l < 32 { a + l as u16 } else { b + l as u16 - 32 };
+        l += 1;
+    }
+    BytePlan::new(pos)
+}
+
+/// Words `8i..8i + 8` all taken from byte offset `at[i]`: per-half scales of a remainder pair.
+const fn pair_words(at: [u16; 4]) -> WordPlan {
+    let mut pos = [0u16; 32];
+    let mut l = 0;
+    while l < 32 {
+        pos[l] = at[l / 8];
+        l += 1;
+    }
+    WordPlan::new(pos)
+}
+
+/// The values of a remainder pair of 4-bit blocks from [`nibble_pair_plan`] bytes.
+#[inline(always)]
+fn nibble_pair(t: Avx512, g: __m512i) -> __m512i {
+    // SAFETY: `t` proves AVX-512 BW; registers only.
+    lo_nibbles(t, unsafe { _mm512_mask_srli_epi16::<4>(g, 0xff00_ff00, g) })
+}
+
 /// `a | (b & c)` bitwise, in one instruction.
 #[inline(always)]
 fn or_and(_t: Avx512, a: __m512i, b: __m512i, c: __m512i) -> __m512i {
@@ -91,17 +133,43 @@ fn repack_q8_0<const SHIFT: u32>(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
     }
 }
 
+/// Q8_0 activations of a remainder pair.
+const Q8_0_PX: BytePlan = byte_pair_plan(2, 36);
+const Q8_0_PXD: WordPlan = pair_words([0, 34, 0, 34]);
+
+/// Repacks a remainder pair of Q8_0 activation blocks (natural order) with per-lane start
+/// values `−(Σ of the lane's four values << SHIFT)`.
+#[inline(always)]
+fn repack_q8_0_pair<const SHIFT: u32>(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+    let z = load::<2>(t, src);
+    let q = gather(t, &z, &Q8_0_PX);
+    let s = byte_sums(t, &[q]);
+    // SAFETY: `t` proves AVX-512 F; registers only.
+    unsafe {
+        dst[0] = q;
+        dst[1] = _mm512_castps_si512(f16_lo(t, gather_words(t, &z, &Q8_0_PXD)));
+        dst[2] = _mm512_setzero_si512();
+        dst[3] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<SHIFT>(s));
+    }
+}
+
 // ---- Q4_0 ----------------------------------------------------------------------------------
 
 /// Q4_0 weights: 16 blocks of `d: f16, qs: [u8; 16]`.
 pub(super) struct Q4_0;
 const Q4_0_Q: [BytePlan; 4] = block_plans(18, 2);
 const Q4_0_D: WordPlan = word_plan(18, 0, None);
+const Q4_0_P: BytePlan = nibble_pair_plan(2, 20);
+const Q4_0_PD: WordPlan = pair_words([0, 18, 0, 18]);
 
 impl Format for Q4_0 {
+    const ID: u8 = 1;
     const W_GROUP: usize = 16 * 18;
     const X_GROUP: usize = 16 * 34;
     const NQ: usize = 8;
+    const W_UNIT: usize = 2 * 18;
+    const X_UNIT: usize = 2 * 34;
+    const UNIT_NQ: usize = 1;
     const INIT: bool = true;
     const MIN: bool = false;
 
@@ -121,6 +189,19 @@ impl Format for Q4_0 {
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
         repack_q8_0::<3>(t, src, dst);
     }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<2>(t, src);
+        let mut q = [z[0]; 8];
+        q[0] = nibble_pair(t, gather(t, &z, &Q4_0_P));
+        WGroup { q, scale: f16_lo(t, gather_words(t, &z, &Q4_0_PD)), min: zero_ps(t) }
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_0_pair::<3>(t, src, dst);
+    }
 }
 
 // ---- Q4_1 ----------------------------------------------------------------------------------
@@ -129,11 +210,19 @@ impl Format for Q4_0 {
 pub(super) struct Q4_1;
 const Q4_1_Q: [BytePlan; 4] = block_plans(20, 4);
 const Q4_1_DM: WordPlan = word_plan(20, 0, Some(2));
+const Q4_1_P: BytePlan = nibble_pair_plan(4, 24);
+const Q4_1_PDM: WordPlan = pair_words([0, 20, 2, 22]);
+const Q8_1_PX: BytePlan = byte_pair_plan(4, 40);
+const Q8_1_PXDS: WordPlan = pair_words([0, 36, 2, 38]);
 
 impl Format for Q4_1 {
+    const ID: u8 = 2;
     const W_GROUP: usize = 16 * 20;
     const X_GROUP: usize = 16 * 36;
     const NQ: usize = 8;
+    const W_UNIT: usize = 2 * 20;
+    const X_UNIT: usize = 2 * 36;
+    const UNIT_NQ: usize = 1;
     const INIT: bool = false;
     const MIN: bool = true;
 
@@ -164,6 +253,29 @@ impl Format for Q4_1 {
             dst[10] = _mm512_setzero_si512();
         }
     }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<2>(t, src);
+        let mut q = [z[0]; 8];
+        q[0] = nibble_pair(t, gather(t, &z, &Q4_1_P));
+        let dm = gather_words(t, &z, &Q4_1_PDM);
+        WGroup { q, scale: f16_lo(t, dm), min: f16_hi(t, dm) }
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        let z = load::<2>(t, src);
+        let ds = gather_words(t, &z, &Q8_1_PXDS);
+        // SAFETY: `t` proves AVX-512 F; registers only.
+        unsafe {
+            dst[0] = gather(t, &z, &Q8_1_PX);
+            dst[1] = _mm512_castps_si512(f16_lo(t, ds));
+            // The minimum term once per block: the weights' minimums fill their half.
+            dst[2] = _mm512_castps_si512(_mm512_maskz_mov_ps(0x0101, f16_hi(t, ds)));
+            dst[3] = _mm512_setzero_si512();
+        }
+    }
 }
 
 // ---- Q5_0 ----------------------------------------------------------------------------------
@@ -173,6 +285,28 @@ pub(super) struct Q5_0;
 const Q5_0_Q: [BytePlan; 4] = block_plans(22, 6);
 const Q5_0_H: [BytePlan; 1] = block_plans(22, 2);
 const Q5_0_D: WordPlan = word_plan(22, 0, None);
+const Q5_0_P: BytePlan = nibble_pair_plan(6, 28);
+const Q5_0_PD: WordPlan = pair_words([0, 22, 0, 22]);
+/// Remainder pairs: every dword of the low half holds block A's `qh`, of the high half B's.
+const Q5_0_PH: BytePlan = {
+    let mut pos = [0u16; 64];
+    let mut l = 0;
+    while l < 64 {
+        pos[l] = if l < 32 { 2 } else { 24 } + (l % 4) as u16;
+        l += 1;
+    }
+    BytePlan::new(pos)
+};
+/// Remainder pairs: bit `e` of the block's `qh` to bit 4 of byte `e` of its half.
+const Q5_0_PSHIFT: [u8; 64] = {
+    let mut c = [0u8; 64];
+    let mut l = 0;
+    while l < 64 {
+        c[l] = ((l % 32 + 60) % 64) as u8;
+        l += 1;
+    }
+    c
+};
 
 /// `vpmultishiftqb` controls putting bit `4j + i` of lane `b`'s `qh` (the fifth bit of value
 /// `4j + i`) at bit 4 of byte `i` of lane `b`.
@@ -192,9 +326,13 @@ const Q5_0_SHIFT: [[u8; 64]; 8] = {
 };
 
 impl Format for Q5_0 {
+    const ID: u8 = 3;
     const W_GROUP: usize = 16 * 22;
     const X_GROUP: usize = 16 * 34;
     const NQ: usize = 8;
+    const W_UNIT: usize = 2 * 22;
+    const X_UNIT: usize = 2 * 34;
+    const UNIT_NQ: usize = 1;
     const INIT: bool = true;
     const MIN: bool = false;
 
@@ -206,9 +344,8 @@ impl Format for Q5_0 {
         // SAFETY: `t` proves AVX-512 F/VBMI; the control tables hold 64 bytes each.
         unsafe {
             let bit4 = _mm512_set1_epi8(0x10);
-            let high = |j: usize| {
-                _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[j].as_ptr().cast()), h)
-            };
+            let high =
+                |j: usize| _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[j].as_ptr().cast()), h);
             for (v, plan) in Q5_0_Q.iter().enumerate() {
                 let g = gather(t, &z, plan);
                 q[v] = or_and(t, lo_nibbles(t, g), high(v), bit4);
@@ -222,6 +359,24 @@ impl Format for Q5_0 {
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
         repack_q8_0::<4>(t, src, dst);
     }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<2>(t, src);
+        let mut q = [z[0]; 8];
+        // SAFETY: `t` proves AVX-512 F/VBMI; the control table holds 64 bytes.
+        unsafe {
+            let h = gather(t, &z, &Q5_0_PH);
+            let high = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_PSHIFT.as_ptr().cast()), h);
+            q[0] = or_and(t, nibble_pair(t, gather(t, &z, &Q5_0_P)), high, _mm512_set1_epi8(0x10));
+        }
+        WGroup { q, scale: f16_lo(t, gather_words(t, &z, &Q5_0_PD)), min: zero_ps(t) }
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_0_pair::<4>(t, src, dst);
+    }
 }
 
 // ---- Q8_0 ----------------------------------------------------------------------------------
@@ -230,9 +385,13 @@ impl Format for Q5_0 {
 pub(super) struct Q8_0;
 
 impl Format for Q8_0 {
+    const ID: u8 = 4;
     const W_GROUP: usize = 16 * 34;
     const X_GROUP: usize = 16 * 34;
     const NQ: usize = 8;
+    const W_UNIT: usize = 2 * 34;
+    const X_UNIT: usize = 2 * 34;
+    const UNIT_NQ: usize = 1;
     const INIT: bool = true;
     const MIN: bool = false;
 
@@ -252,6 +411,20 @@ impl Format for Q8_0 {
     #[inline(always)]
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
         repack_q8_0::<7>(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<2>(t, src);
+        let mut q = [z[0]; 8];
+        // SAFETY: `t` proves AVX-512 F; registers only.
+        q[0] = unsafe { _mm512_xor_si512(gather(t, &z, &Q8_0_PX), _mm512_set1_epi8(-128)) };
+        WGroup { q, scale: f16_lo(t, gather_words(t, &z, &Q8_0_PXD)), min: zero_ps(t) }
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_0_pair::<7>(t, src, dst);
     }
 }
 
@@ -313,9 +486,13 @@ fn q4_k_scales(s: &[u8]) -> (u64, u64) {
 }
 
 impl Format for Q4K {
+    const ID: u8 = 5;
     const W_GROUP: usize = 2 * 144;
     const X_GROUP: usize = 2 * 292;
     const NQ: usize = 8;
+    const W_UNIT: usize = 144;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 8;
     const INIT: bool = false;
     const MIN: bool = true;
 
@@ -338,7 +515,8 @@ impl Format for Q4K {
                 ((0, 0), 0.0, 0.0)
             };
             let halves = |a: f32, b: f32| _mm512_insertf32x8::<1>(_mm512_set1_ps(a), _mm256_set1_ps(b));
-            let bytes = |a: u64, b: u64| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(b as i64, a as i64)));
+            let bytes =
+                |a: u64, b: u64| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(b as i64, a as i64)));
             let scale = _mm512_mul_ps(bytes(sc0, sc1), halves(d0, d1));
             let min = _mm512_mul_ps(bytes(m0, m1), halves(-dmin0, -dmin1));
             WGroup { q, scale, min }
@@ -360,6 +538,16 @@ impl Format for Q4K {
             dst[9] = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
             dst[10] = _mm512_setzero_si512();
         }
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        Self::repack(t, src, dst);
     }
 }
 
@@ -408,9 +596,13 @@ const Q6_K_ROT: [u32; 16] = {
 const Q8_K_X16: [BytePlan; 4] = block_plans(16, 4);
 
 impl Format for Q6K {
+    const ID: u8 = 6;
     const W_GROUP: usize = 210;
     const X_GROUP: usize = 292;
     const NQ: usize = 4;
+    const W_UNIT: usize = 210;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 4;
     const INIT: bool = true;
     const MIN: bool = false;
 
@@ -449,5 +641,15 @@ impl Format for Q6K {
             dst[5] = _mm512_setzero_si512();
             dst[6] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(s));
         }
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        Self::repack(t, src, dst);
     }
 }
