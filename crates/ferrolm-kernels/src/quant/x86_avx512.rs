@@ -44,10 +44,13 @@ pub(super) struct Avx512 {
 /// bytes, `xq` whole rows of `x_rb` bytes.
 type GemmFn = fn(&[u8], usize, &[u8], usize, &mut [f32], usize);
 
+/// `fn(w_row, xq) -> w_row · xq`.
+type DotFn = fn(&[u8], &[u8]) -> f32;
+
 /// The dot and GEMM kernels for `ty`, or `None` where this level has none (the caller falls back
 /// to the AVX2 ones). The function pointers are safe: they are only handed out by
 /// [`super::VecDot::with_isa`] after [`crate::Isa::is_supported`] confirmed AVX-512.
-pub(super) fn kernels(ty: GgmlType) -> Option<(fn(&[u8], &[u8]) -> f32, GemmFn)> {
+pub(super) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
     macro_rules! pair {
         ($f:ty) => {{
             fn dot(w: &[u8], xq: &[u8]) -> f32 {
@@ -61,7 +64,7 @@ pub(super) fn kernels(ty: GgmlType) -> Option<(fn(&[u8], &[u8]) -> f32, GemmFn)>
                 // SAFETY: as for `dot` above: selected only where AVX-512 is supported.
                 unsafe { gemm::<$f>(w, w_rb, xq, x_rb, out, ldo) };
             }
-            Some((dot as fn(&[u8], &[u8]) -> f32, gemm_fn as GemmFn))
+            Some((dot as DotFn, gemm_fn as GemmFn))
         }};
     }
     match ty {
@@ -190,7 +193,7 @@ fn gemm_impl<F: Format>(
     let nt = xq.len() / x_rb;
     let split = Split::new::<F>(x_rb);
     let need = nt * split.per_row;
-    if cache.id != F::ID || cache.x_rb != x_rb || cache.src != xq {
+    if cache.id != F::ID || cache.x_rb != x_rb || !same_bytes(t, &cache.src, xq) {
         cache.id = F::ID;
         cache.x_rb = x_rb;
         cache.src.clear();
@@ -290,13 +293,41 @@ fn group_dot<F: Format, const T: usize>(
             }
             s = _mm512_add_epi32(s, s2);
         } else {
-            for j in 0..nq {
-                s = _mm512_dpbusd_epi32(s, wg.q[j], x[j]);
+            for (&w, &v) in wg.q[..nq].iter().zip(&x[..nq]) {
+                s = _mm512_dpbusd_epi32(s, w, v);
             }
         }
         let f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), wg.scale);
         let a = _mm512_fmadd_ps(f, _mm512_castsi512_ps(x[nq]), acc);
         if F::MIN { _mm512_fmadd_ps(wg.min, _mm512_castsi512_ps(x[nq + 1]), a) } else { a }
+    }
+}
+
+/// Whether `a == b`, compared 64 bytes at a time in registers (the activations are in L1; a
+/// library call costs more than the comparison).
+#[inline(always)]
+fn same_bytes(_t: Avx512, a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    // SAFETY: `_t` proves AVX-512 F/BW; each load covers bytes `off..off + 64` of both slices,
+    // in bounds, or only the bytes up to their common end (masked loads do not touch the rest).
+    unsafe {
+        let mut diff: u64 = 0;
+        let mut off = 0;
+        while off + 64 <= a.len() {
+            let x = _mm512_loadu_si512(a.as_ptr().add(off).cast());
+            let y = _mm512_loadu_si512(b.as_ptr().add(off).cast());
+            diff |= _mm512_cmpneq_epi8_mask(x, y);
+            off += 64;
+        }
+        if off < a.len() {
+            let k = (1u64 << (a.len() - off)) - 1;
+            let x = _mm512_maskz_loadu_epi8(k, a.as_ptr().add(off).cast());
+            let y = _mm512_maskz_loadu_epi8(k, b.as_ptr().add(off).cast());
+            diff |= _mm512_cmpneq_epi8_mask(x, y);
+        }
+        diff == 0
     }
 }
 
