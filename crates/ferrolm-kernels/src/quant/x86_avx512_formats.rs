@@ -344,12 +344,13 @@ impl Format for Q5_0 {
         // SAFETY: `t` proves AVX-512 F/VBMI; the control tables hold 64 bytes each.
         unsafe {
             let bit4 = _mm512_set1_epi8(0x10);
-            let high =
-                |j: usize| _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[j].as_ptr().cast()), h);
             for (v, plan) in Q5_0_Q.iter().enumerate() {
                 let g = gather(t, &z, plan);
-                q[v] = or_and(t, lo_nibbles(t, g), high(v), bit4);
-                q[v + 4] = or_and(t, hi_nibbles(t, g), high(v + 4), bit4);
+                let lo = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v].as_ptr().cast()), h);
+                let hi =
+                    _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v + 4].as_ptr().cast()), h);
+                q[v] = or_and(t, lo_nibbles(t, g), lo, bit4);
+                q[v + 4] = or_and(t, hi_nibbles(t, g), hi, bit4);
             }
         }
         WGroup { q, scale: f16_lo(t, gather_words(t, &z, &Q5_0_D)), min: zero_ps(t) }
@@ -485,6 +486,20 @@ fn q4_k_scales(s: &[u8]) -> (u64, u64) {
     (sc, m)
 }
 
+/// `a` in lanes 0..8, `b` in lanes 8..16.
+#[inline(always)]
+fn halves(_t: Avx512, a: f32, b: f32) -> __m512 {
+    // SAFETY: `_t` proves AVX-512 F/DQ; registers only.
+    unsafe { _mm512_insertf32x8::<1>(_mm512_set1_ps(a), _mm256_set1_ps(b)) }
+}
+
+/// The 16 unsigned bytes of `a` (lanes 0..8) and `b` (lanes 8..16) as f32.
+#[inline(always)]
+fn bytes_f32(_t: Avx512, a: u64, b: u64) -> __m512 {
+    // SAFETY: `_t` proves AVX-512 F; registers only.
+    unsafe { _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(b as i64, a as i64))) }
+}
+
 impl Format for Q4K {
     const ID: u8 = 5;
     const W_GROUP: usize = 2 * 144;
@@ -514,11 +529,8 @@ impl Format for Q4K {
             } else {
                 ((0, 0), 0.0, 0.0)
             };
-            let halves = |a: f32, b: f32| _mm512_insertf32x8::<1>(_mm512_set1_ps(a), _mm256_set1_ps(b));
-            let bytes =
-                |a: u64, b: u64| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_set_epi64x(b as i64, a as i64)));
-            let scale = _mm512_mul_ps(bytes(sc0, sc1), halves(d0, d1));
-            let min = _mm512_mul_ps(bytes(m0, m1), halves(-dmin0, -dmin1));
+            let scale = _mm512_mul_ps(bytes_f32(t, sc0, sc1), halves(t, d0, d1));
+            let min = _mm512_mul_ps(bytes_f32(t, m0, m1), halves(t, -dmin0, -dmin1));
             WGroup { q, scale, min }
         }
     }

@@ -327,23 +327,44 @@ pub(super) fn byte_sums(_t: AvxVnni, q: &[__m256i]) -> __m256i {
     }
 }
 
+/// The 16 bytes at `src[at..]`.
+///
+/// # Panics
+/// If they are out of bounds.
+#[inline(always)]
+fn load16(_t: AvxVnni, src: &[u8], at: usize) -> __m128i {
+    let r = &src[at..at + 16];
+    // SAFETY: `r` holds 16 bytes; SSE2 load, unaligned.
+    unsafe { _mm_loadu_si128(r.as_ptr().cast()) }
+}
+
+/// The 32 bytes at `src[at..]`.
+///
+/// # Panics
+/// If they are out of bounds.
+#[inline(always)]
+fn load32(_t: AvxVnni, src: &[u8], at: usize) -> __m256i {
+    let r = &src[at..at + 32];
+    // SAFETY: `r` holds 32 bytes; AVX load, unaligned.
+    unsafe { _mm256_loadu_si256(r.as_ptr().cast()) }
+}
+
+// The loaders below use plain loops, not closures: a closure is compiled without the caller's
+// target features, and intrinsics called from it would not be inlined.
+
 /// Eight rows of 16 bytes (at `src[at[i]..]`) as four vectors: lane `i` of vector `j` holds
 /// bytes `4j..4j + 4` of row `i` (an in-lane 4×4 dword transpose of two rows per vector).
 ///
 /// # Panics
 /// If a row is out of bounds.
 #[inline(always)]
-pub(super) fn rows16(_t: AvxVnni, src: &[u8], at: [usize; 8]) -> [__m256i; 4] {
-    let row = |i: usize| {
-        let r = &src[at[i]..at[i] + 16];
-        // SAFETY: `r` holds 16 bytes; SSE2 load, unaligned.
-        unsafe { _mm_loadu_si128(r.as_ptr().cast()) }
-    };
-    // SAFETY: `_t` proves AVX2; registers only.
-    unsafe {
-        let z: [__m256i; 4] = std::array::from_fn(|k| _mm256_set_m128i(row(k + 4), row(k)));
-        transpose4(_t, z)
+pub(super) fn rows16(t: AvxVnni, src: &[u8], at: [usize; 8]) -> [__m256i; 4] {
+    let mut z = [zero_si(t); 4];
+    for k in 0..4 {
+        // SAFETY: `t` proves AVX; registers only.
+        z[k] = unsafe { _mm256_set_m128i(load16(t, src, at[k + 4]), load16(t, src, at[k])) };
     }
+    transpose4(t, z)
 }
 
 /// Eight rows of 32 bytes (at `src[at[i]..]`) as eight vectors: lane `i` of vector `j` holds
@@ -352,20 +373,26 @@ pub(super) fn rows16(_t: AvxVnni, src: &[u8], at: [usize; 8]) -> [__m256i; 4] {
 /// # Panics
 /// If a row is out of bounds.
 #[inline(always)]
-pub(super) fn rows32(_t: AvxVnni, src: &[u8], at: [usize; 8]) -> [__m256i; 8] {
-    let row = |i: usize| {
-        let r = &src[at[i]..at[i] + 32];
-        // SAFETY: `r` holds 32 bytes; AVX load, unaligned.
-        unsafe { _mm256_loadu_si256(r.as_ptr().cast()) }
-    };
-    // SAFETY: `_t` proves AVX2; registers only. Rows `k` and `k + 4` share a vector per
-    // 128-bit half, then the two halves of the 4×4 transposes are swapped into place.
-    unsafe {
-        let lo: [__m256i; 4] = std::array::from_fn(|k| _mm256_permute2x128_si256::<0x20>(row(k), row(k + 4)));
-        let hi: [__m256i; 4] = std::array::from_fn(|k| _mm256_permute2x128_si256::<0x31>(row(k), row(k + 4)));
-        let (a, b) = (transpose4(_t, lo), transpose4(_t, hi));
-        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+pub(super) fn rows32(t: AvxVnni, src: &[u8], at: [usize; 8]) -> [__m256i; 8] {
+    // Rows `k` and `k + 4` share a vector per 128-bit half, then each half is a 4×4 transpose.
+    let (mut lo, mut hi) = ([zero_si(t); 4], [zero_si(t); 4]);
+    for k in 0..4 {
+        let (a, b) = (load32(t, src, at[k]), load32(t, src, at[k + 4]));
+        // SAFETY: `t` proves AVX2; registers only.
+        unsafe {
+            lo[k] = _mm256_permute2x128_si256::<0x20>(a, b);
+            hi[k] = _mm256_permute2x128_si256::<0x31>(a, b);
+        }
     }
+    let (a, b) = (transpose4(t, lo), transpose4(t, hi));
+    [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+}
+
+/// A zero integer vector.
+#[inline(always)]
+pub(super) fn zero_si(_t: AvxVnni) -> __m256i {
+    // SAFETY: `_t` proves AVX.
+    unsafe { _mm256_setzero_si256() }
 }
 
 /// In-lane 4×4 dword transpose: dword `j` of each 128-bit lane of output `i` is dword `i` of

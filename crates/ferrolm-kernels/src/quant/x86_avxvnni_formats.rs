@@ -4,7 +4,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86_avxvnni::{AvxVnni, Format, WGroup, byte_sums, rows16, rows32, zero_ps};
+use super::x86_avxvnni::{AvxVnni, Format, WGroup, byte_sums, rows16, rows32, zero_ps, zero_si};
 
 /// `[stride · i + off; 8]`: the offsets of one field in 8 consecutive blocks.
 const fn at(stride: usize, off: usize) -> [usize; 8] {
@@ -20,9 +20,12 @@ const fn at(stride: usize, off: usize) -> [usize; 8] {
 /// The little-endian f16 values at `src[at[i]..]` as eight f32 lanes.
 #[inline(always)]
 fn f16x8(_t: AvxVnni, src: &[u8], at: [usize; 8]) -> __m256 {
-    let h = |i: usize| i16::from_le_bytes([src[at[i]], src[at[i] + 1]]);
-    // SAFETY: `_t` proves F16C/AVX; registers only.
-    unsafe { _mm256_cvtph_ps(_mm_set_epi16(h(7), h(6), h(5), h(4), h(3), h(2), h(1), h(0))) }
+    let mut h = [0u16; 8];
+    for (v, &o) in h.iter_mut().zip(&at) {
+        *v = u16::from_le_bytes([src[o], src[o + 1]]);
+    }
+    // SAFETY: `h` holds 8 u16 (an SSE2 unaligned load); `_t` proves F16C.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr().cast())) }
 }
 
 /// The little-endian f16 at `src[0..2]`, broadcast.
@@ -51,6 +54,17 @@ fn lo_nibbles(_t: AvxVnni, v: __m256i) -> __m256i {
 fn hi_nibbles(_t: AvxVnni, v: __m256i) -> __m256i {
     // SAFETY: `_t` proves AVX2; registers only.
     unsafe { _mm256_and_si256(_mm256_srli_epi16::<4>(v), _mm256_set1_epi8(0x0f)) }
+}
+
+/// Low nibbles of `g[j]` in `q[j]`, high nibbles in `q[j + 4]`.
+#[inline(always)]
+fn split_nibbles(t: AvxVnni, g: [__m256i; 4]) -> [__m256i; 8] {
+    let mut q = [zero_si(t); 8];
+    for j in 0..4 {
+        q[j] = lo_nibbles(t, g[j]);
+        q[j + 4] = hi_nibbles(t, g[j]);
+    }
+    q
 }
 
 /// The 32 nibbles of the 16 bytes at `src[0..16]` in natural order: low nibbles (values
@@ -130,7 +144,7 @@ impl Format for Q4_0 {
     #[inline(always)]
     fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
         let g = rows16(t, src, at(18, 2));
-        let q = std::array::from_fn(|j| if j < 4 { lo_nibbles(t, g[j]) } else { hi_nibbles(t, g[j - 4]) });
+        let q = split_nibbles(t, g);
         let scale = f16x8(t, src, at(18, 0));
         WGroup { q, scale, scale2: scale, min: scale }
     }
@@ -172,7 +186,7 @@ impl Format for Q4_1 {
     #[inline(always)]
     fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
         let g = rows16(t, src, at(20, 4));
-        let q = std::array::from_fn(|j| if j < 4 { lo_nibbles(t, g[j]) } else { hi_nibbles(t, g[j - 4]) });
+        let q = split_nibbles(t, g);
         let scale = f16x8(t, src, at(20, 0));
         WGroup { q, scale, scale2: scale, min: f16x8(t, src, at(20, 2)) }
     }
@@ -271,17 +285,18 @@ impl Format for Q5_0 {
     #[inline(always)]
     fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
         let g = rows16(t, src, at(22, 6));
-        let qh = |b: usize| {
+        let mut qh = [0i32; 8];
+        for (b, h) in qh.iter_mut().enumerate() {
             let o = 22 * b + 2;
-            i32::from_le_bytes([src[o], src[o + 1], src[o + 2], src[o + 3]])
-        };
-        // SAFETY: `t` proves AVX; registers only.
-        let h = unsafe { _mm256_setr_epi32(qh(0), qh(1), qh(2), qh(3), qh(4), qh(5), qh(6), qh(7)) };
-        let q = std::array::from_fn(|j| {
-            let nib = if j < 4 { lo_nibbles(t, g[j]) } else { hi_nibbles(t, g[j - 4]) };
+            *h = i32::from_le_bytes([src[o], src[o + 1], src[o + 2], src[o + 3]]);
+        }
+        // SAFETY: `qh` holds 8 i32; AVX load, unaligned.
+        let h = unsafe { _mm256_loadu_si256(qh.as_ptr().cast()) };
+        let mut q = split_nibbles(t, g);
+        for (j, v) in q.iter_mut().enumerate() {
             // SAFETY: as above.
-            unsafe { _mm256_or_si256(nib, q5_high(t, h, j)) }
-        });
+            *v = unsafe { _mm256_or_si256(*v, q5_high(t, h, j)) };
+        }
         let scale = f16x8(t, src, at(22, 0));
         WGroup { q, scale, scale2: scale, min: scale }
     }
@@ -342,7 +357,11 @@ impl Format for Q8_0 {
     fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
         let g = rows32(t, src, at(34, 2));
         let scale = f16x8(t, src, at(34, 0));
-        WGroup { q: g.map(|v| flip(t, v)), scale, scale2: scale, min: scale }
+        let mut q = g;
+        for v in q.iter_mut() {
+            *v = flip(t, *v);
+        }
+        WGroup { q, scale, scale2: scale, min: scale }
     }
 
     #[inline(always)]
@@ -409,8 +428,11 @@ impl Format for Q4K {
         let g = rows32(t, src, [16, 16, 48, 48, 80, 80, 112, 112]);
         // SAFETY: `t` proves AVX2; registers only.
         let odd = unsafe { _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4) };
-        // SAFETY: as above.
-        let q = g.map(|v| lo_nibbles(t, unsafe { _mm256_srlv_epi32(v, odd) }));
+        let mut q = g;
+        for v in q.iter_mut() {
+            // SAFETY: as above.
+            *v = lo_nibbles(t, unsafe { _mm256_srlv_epi32(*v, odd) });
+        }
         let (sc, m) = q4_k_scales(&src[4..16]);
         let d = f16x1(t, src);
         // SAFETY: as above.
@@ -464,7 +486,7 @@ impl Format for Q6K {
 
     #[inline(always)]
     fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
-        let mut q = [zero_bits(t); 8];
+        let mut q = [zero_si(t); 8];
         // SAFETY: `t` proves AVX2; registers only.
         unsafe {
             let nibble = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
@@ -473,8 +495,10 @@ impl Format for Q6K {
             for h in 0..2 {
                 // Lane L: `ql` row 16 (L % 4) of the half (quarters 2, 3 reuse 0, 1's bytes,
                 // high nibbles), `qh` row 16 (L % 2).
-                let ql = rows16(t, src, std::array::from_fn(|l| 64 * h + 16 * (l % 4)));
-                let qh = rows16(t, src, std::array::from_fn(|l| 128 + 32 * h + 16 * (l % 2)));
+                let o = 64 * h;
+                let ql = rows16(t, src, [o, o + 16, o + 32, o + 48, o, o + 16, o + 32, o + 48]);
+                let o = 128 + 32 * h;
+                let qh = rows16(t, src, [o, o + 16, o, o + 16, o, o + 16, o, o + 16]);
                 for v in 0..4 {
                     let nib = lo_nibbles(t, _mm256_srlv_epi32(ql[v], nibble));
                     let hb = _mm256_srlv_epi32(_mm256_sllv_epi32(qh[v], up), down);
@@ -482,15 +506,8 @@ impl Format for Q6K {
                 }
             }
             let d = _mm256_cvtss_f32(f16x1(t, &src[208..]));
-            let sc = |o: usize| {
-                let b = i64::from_le_bytes(std::array::from_fn(|i| src[o + i]));
-                _mm256_mul_ps(
-                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(b))),
-                    _mm256_set1_ps(d),
-                )
-            };
-            let scale = sc(192);
-            WGroup { q, scale, scale2: sc(200), min: scale }
+            let scale = q6_k_scales(t, &src[192..200], d);
+            WGroup { q, scale, scale2: q6_k_scales(t, &src[200..208], d), min: scale }
         }
     }
 
@@ -517,8 +534,12 @@ impl Format for Q6K {
     }
 }
 
-/// A zero integer vector.
+/// Eight signed 8-bit Q6_K scales times `d`.
 #[inline(always)]
-fn zero_bits(t: AvxVnni) -> __m256i {
-    bits(t, zero_ps(t))
+fn q6_k_scales(_t: AvxVnni, s: &[u8], d: f32) -> __m256 {
+    let b = i64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]);
+    // SAFETY: `_t` proves AVX2; registers only.
+    unsafe {
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(b))), _mm256_set1_ps(d))
+    }
 }
