@@ -347,6 +347,12 @@ class CpuMeter:
             self.others += max(0.0, (b1 - b0) - (o1 - o0))
         self.wall += w1 - w0
 
+    def add(self, other):
+        """Adds another meter's measured intervals to this one's."""
+        self.known = self.known and other.known
+        self.others += other.others
+        self.wall += other.wall
+
     def share(self):
         """Share (0-1) of all CPUs used by other processes in the measured intervals; None if unknown."""
         if not self.known or self.wall <= 0:
@@ -404,6 +410,9 @@ def fmt_ts(s):
 
 # Rows measured while other processes used more than this share of the CPUs are flagged.
 BUSY_SHARE = 0.05
+# With --wait-idle, a pair of runs (or a bandwidth probe) disturbed by other processes is
+# discarded and run again, at most this many times.
+MAX_RETRIES = 5
 
 
 def fmt_share(row):
@@ -430,7 +439,8 @@ def main():
     ap.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth probe")
     ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
                     help="before each pair of runs, wait up to SECONDS for other processes to use at most "
-                    f"{100 * BUSY_SHARE:.0f}%% of the CPUs (default 0: do not wait)")
+                    f"{100 * BUSY_SHARE:.0f}%% of the CPUs, and run a pair again (up to {MAX_RETRIES} times) "
+                    "when they used more during it (default 0: neither)")
     ap.add_argument("--build-only", action="store_true", help="build (or find) both binaries and stop")
     ap.add_argument("--json", metavar="FILE", help="write every sample and the summary to FILE")
     args = ap.parse_args()
@@ -469,13 +479,18 @@ def main():
         bandwidth, bandwidth_load = {}, {}
         if not args.no_bandwidth and any(n for _, n in tests):
             for t in threads:
-                if args.wait_idle > 0:
-                    wait_for_quiet(args.wait_idle)
-                meter = CpuMeter()
-                meter.start()
-                bandwidth[t] = read_bandwidth(args.cache_dir, t)
-                meter.stop()
-                share = meter.share()
+                for attempt in range(1 + (MAX_RETRIES if args.wait_idle > 0 else 0)):
+                    if args.wait_idle > 0:
+                        wait_for_quiet(args.wait_idle)
+                    meter = CpuMeter()
+                    meter.start()
+                    bandwidth[t] = read_bandwidth(args.cache_dir, t)
+                    meter.stop()
+                    share = meter.share()
+                    if args.wait_idle > 0 and share is not None and share > BUSY_SHARE and attempt < MAX_RETRIES:
+                        log(f"bandwidth probe disturbed (other processes: {100 * share:.0f}% of the CPUs); again")
+                        continue
+                    break
                 bandwidth_load[t] = share
                 log(f"read bandwidth with {t} thread(s): {bandwidth[t] / 1e9:.2f} GB/s"
                     f" (other processes: {'?' if share is None else f'{100 * share:.0f}%'} of the CPUs)")
@@ -491,24 +506,36 @@ def main():
                     fcmd = [ferrolm, "bench", "-m", model] + a
                     samples = {"llama.cpp": [], "ferrolm": []}
                     meter = CpuMeter()
+                    discarded = 0
                     for i in range(args.reps):
-                        if args.wait_idle > 0:
-                            wait_for_quiet(args.wait_idle)
-                        log(f"{os.path.basename(model)} {name} t={t}: run {i + 1}/{args.reps}")
-                        meter.start()
-                        ts, obj = one_run(lcmd, "llama-bench")
-                        samples["llama.cpp"].append(ts)
-                        llama_info = llama_info or obj
-                        ts, obj = one_run(fcmd, "ferrolm bench")
-                        ferrolm_info = ferrolm_info or obj
-                        samples["ferrolm"].append(ts)
-                        meter.stop()
+                        for attempt in range(1 + (MAX_RETRIES if args.wait_idle > 0 else 0)):
+                            if args.wait_idle > 0:
+                                wait_for_quiet(args.wait_idle)
+                            log(f"{os.path.basename(model)} {name} t={t}: run {i + 1}/{args.reps}")
+                            pair = CpuMeter()
+                            pair.start()
+                            lts, lobj = one_run(lcmd, "llama-bench")
+                            fts, fobj = one_run(fcmd, "ferrolm bench")
+                            pair.stop()
+                            share = pair.share()
+                            if args.wait_idle > 0 and share is not None and share > BUSY_SHARE \
+                                    and attempt < MAX_RETRIES:
+                                log(f"  discarded (other processes used {100 * share:.0f}% of the CPUs): "
+                                    f"llama.cpp {lts:.2f}, ferrolm {fts:.2f} t/s")
+                                discarded += 1
+                                continue
+                            break
+                        meter.add(pair)
+                        samples["llama.cpp"].append(lts)
+                        samples["ferrolm"].append(fts)
+                        llama_info, ferrolm_info = llama_info or lobj, ferrolm_info or fobj
                     row = {
                         "model": os.path.basename(model), "path": model, "test": name, "threads": t,
                         "n_prompt": n_prompt, "n_gen": n_gen, "samples_ts": samples,
                         "llama.cpp": summary(samples["llama.cpp"]), "ferrolm": summary(samples["ferrolm"]),
                         "commands": {"llama.cpp": lcmd, "ferrolm": fcmd},
                         "other_cpu_share": meter.share(),
+                        "discarded_pairs": discarded,
                     }
                     row["ratio"] = row["ferrolm"]["median"] / row["llama.cpp"]["median"]
                     if n_gen and t in bandwidth:
@@ -578,6 +605,9 @@ def print_report(r):
               f"{fmt_ts(row['ferrolm'])} | {row['ratio']:.3f} | {fmt_share(row)}{flag} |")
     print()
     print("other load: the share of all CPUs used by other processes during that row's runs.")
+    discarded = sum(row["discarded_pairs"] for row in r["results"])
+    if discarded:
+        print(f"{discarded} pair(s) of runs disturbed by other processes were discarded and run again.")
     if busy:
         print(f"(!) above {100 * BUSY_SHARE:.0f}%: the machine was not quiet; these numbers are not reliable.")
     bw = [row for row in r["results"] if "bandwidth" in row]
