@@ -159,13 +159,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Runs `f` with the kernels using `n` threads. The one place the thread count is applied.
-fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> anyhow::Result<R> {
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .thread_name(|i| format!("ferrolm-bench-{i}"))
-        .build()
-        .with_context(|| format!("cannot start {n} worker threads"))?;
-    Ok(pool.install(f))
+fn with_threads<R>(n: usize, f: impl FnOnce() -> R) -> anyhow::Result<R> {
+    ferrolm::threads::set_num_threads(n).with_context(|| format!("cannot start {n} worker threads"))?;
+    Ok(f())
 }
 
 /// The warm-up and the timed repetitions of one test; returns each repetition's nanoseconds.
