@@ -3,8 +3,12 @@
 //! - [`AttnKernels::gemm`]: a small GEMM `C = β∘C + A·B` where `A` is read one element at a time
 //!   (any strides, so a transposed operand costs nothing) and `B` row by row (f32 or f16,
 //!   converted on load) — the score and the value products of a tiled attention;
-//! - [`AttnKernels::dots`]: dot products of rows against rows (one query's scores);
+//! - [`AttnKernels::dots`]: dot products of rows against rows (one query's scores), summed in
+//!   exactly [`crate::simd::dot_f32`]'s order;
 //! - [`AttnKernels::softmax_lanes`]: one block of a column-wise online softmax;
+//! - [`AttnKernels::scan_row`], [`AttnKernels::accumulate_f16`]: the key-by-key online softmax
+//!   with an f16 accumulator of llama.cpp's CPU flash attention (for f16 values), computed a run
+//!   of keys at a time;
 //! - [`AttnKernels::max`], [`AttnKernels::exp_sum`], [`AttnKernels::softcap`]: row helpers;
 //! - [`AttnKernels::f16_rows_to_f32`], [`AttnKernels::round_f16`]: f16 conversions (F16C).
 //!
@@ -16,6 +20,7 @@ use half::f16;
 
 use crate::Isa;
 use crate::simd_attn_generic::{self as generic, BetaRaw, DotsArgs, GemmArgs, SoftmaxArgs};
+use crate::simd_attn_seq::AccArgs;
 
 /// Elements of a matrix, stored as f32 or f16.
 #[derive(Clone, Copy, Debug)]
@@ -113,6 +118,9 @@ pub struct AttnKernels {
     softcap: unsafe fn(&mut [f32], f32),
     f16_rows: F16RowsFn,
     round_f16: unsafe fn(&mut [f32]),
+    scan_row: unsafe fn(&mut [f32], &mut [f32], &mut f32, &mut f32),
+    acc_f32: unsafe fn(&AccArgs<f32>),
+    acc_f16: unsafe fn(&AccArgs<f16>),
 }
 
 impl std::fmt::Debug for AttnKernels {
@@ -135,6 +143,9 @@ macro_rules! table {
             softcap: generic::$m::softcap,
             f16_rows: generic::$m::f16_rows,
             round_f16: generic::$m::round_f16,
+            scan_row: generic::$m::scan_row,
+            acc_f32: generic::$m::acc_f32,
+            acc_f16: generic::$m::acc_f16,
         }
     };
 }
@@ -143,7 +154,7 @@ impl AttnKernels {
     /// The kernels of the best level this CPU supports (capped by `FERROLM_ISA`, see [`Isa::best`]).
     pub fn best() -> Self {
         static BEST: std::sync::OnceLock<AttnKernels> = std::sync::OnceLock::new();
-        *BEST.get_or_init(|| Self::for_isa(Isa::best()).unwrap_or_else(|| Self::portable()))
+        *BEST.get_or_init(|| Self::for_isa(Isa::best()).unwrap_or_else(Self::portable))
     }
 
     /// The portable kernels (the reference).
@@ -219,11 +230,14 @@ impl AttnKernels {
         }
     }
 
-    /// `c[i][j] = a_i · b_j` (rows of `a` against rows of `b`).
+    /// `c[i][j] = scale · (a_i · b_j)` (rows of `a` against rows of `b`), each dot product summed
+    /// in exactly the order of [`crate::simd::dot_f32`] on CPUs of this level (its AVX2 kernel on
+    /// the x86 levels, its portable one otherwise), so that scores match a per-key loop calling
+    /// it bit for bit.
     ///
     /// # Panics
     /// If `a.cols != b.cols`, `c` is not `a.rows × b.rows`, or a matrix reaches past its slice.
-    pub fn dots(&self, a: Rows<'_>, b: Rows<'_>, c: RowsMut<'_>) {
+    pub fn dots(&self, a: Rows<'_>, b: Rows<'_>, c: RowsMut<'_>, scale: f32) {
         let Elems::F32(ad) = a.data else { panic!("dots: a must be f32") };
         assert!(a.cols == b.cols && c.rows == a.rows && c.cols == b.rows, "dots: shapes disagree");
         assert!(ad.len() >= extent(a.rows, a.cols, a.stride, 1), "dots: a too short");
@@ -241,6 +255,7 @@ impl AttnKernels {
                     ldb: b.stride,
                     c: c.data.as_mut_ptr(),
                     ldc: c.stride,
+                    scale,
                 }
             };
         }
@@ -262,7 +277,14 @@ impl AttnKernels {
     /// # Panics
     /// If `n` is not a multiple of 16, `s.len()` is not a multiple of `n`, or `max`, `sum`,
     /// `alpha` hold fewer than `n` values.
-    pub fn softmax_lanes(&self, s: &mut [f32], n: usize, max: &mut [f32], sum: &mut [f32], alpha: &mut [f32]) {
+    pub fn softmax_lanes(
+        &self,
+        s: &mut [f32],
+        n: usize,
+        max: &mut [f32],
+        sum: &mut [f32],
+        alpha: &mut [f32],
+    ) {
         assert!(n % 16 == 0 && n > 0 && s.len() % n == 0, "softmax_lanes: bad width");
         assert!(max.len() >= n && sum.len() >= n && alpha.len() >= n, "softmax_lanes: short state");
         let a = SoftmaxArgs {
@@ -308,6 +330,66 @@ impl AttnKernels {
         assert!(dst.len() >= extent(src.rows, src.cols, dst_stride, 1), "f16_rows_to_f32: dst too short");
         // SAFETY: supported level; extents checked above.
         unsafe { (self.f16_rows)(s.as_ptr(), src.stride, src.rows, src.cols, dst.as_mut_ptr(), dst_stride) }
+    }
+
+    /// The key-by-key softmax factors of one query over consecutive keys (`s` holds its scores,
+    /// `max`, `sum` its running maximum and denominator). For each key `j` in order:
+    /// `M' = max(M, s_j)`, `ms_j = exp(M - M')`, `vs_j = exp(s_j - M')`. Writes `vs` over `s`
+    /// and `ms` into `ms`, and advances `max` and `sum` (`sum = sum·exp(M_in - M_out) +
+    /// Σ vs_j·exp(M_j - M_out)`). A -∞ score gives `ms = 1, vs = 0`; an unchanged maximum gives
+    /// exactly `ms = 1`.
+    ///
+    /// # Panics
+    /// If `ms` is shorter than `s`.
+    pub fn scan_row(&self, s: &mut [f32], ms: &mut [f32], max: &mut f32, sum: &mut f32) {
+        assert!(ms.len() >= s.len(), "scan_row: short factors");
+        // SAFETY: supported level; length checked above.
+        unsafe { (self.scan_row)(s, ms, max, sum) }
+    }
+
+    /// Applies the factors of a scan to f16 accumulators (f32 storage): for each row `i` and key
+    /// `j` in order, `c_i = f16(c_i·ms(i, j))` when `ms(i, j) ≠ 1`, then
+    /// `c_i = f16(b_j·vs(i, j) + c_i)` (fused, rounded to nearest) — llama.cpp's
+    /// `ggml_vec_scale_f16` and `ggml_vec_mad_f16`.
+    ///
+    /// # Panics
+    /// If `ms` and `vs` differ in shape or strides, the shapes disagree (`ms` is
+    /// `c.rows × b.rows`, `b` is `b.rows × c.cols`), or a matrix reaches past its slice.
+    pub fn accumulate_f16(&self, ms: Strided<'_>, vs: Strided<'_>, b: Rows<'_>, c: RowsMut<'_>) {
+        let same = (ms.rows, ms.cols, ms.row_stride, ms.col_stride)
+            == (vs.rows, vs.cols, vs.row_stride, vs.col_stride);
+        assert!(
+            same && ms.rows == c.rows && ms.cols == b.rows && b.cols == c.cols,
+            "accumulate_f16: shapes disagree"
+        );
+        let ext = extent(ms.rows, ms.cols, ms.row_stride, ms.col_stride);
+        assert!(ms.data.len() >= ext && vs.data.len() >= ext, "accumulate_f16: factors too short");
+        assert!(b.data.len() >= extent(b.rows, b.cols, b.stride, 1), "accumulate_f16: b too short");
+        assert!(c.data.len() >= extent(c.rows, c.cols, c.stride, 1), "accumulate_f16: c too short");
+        macro_rules! args {
+            ($b:expr) => {
+                AccArgs {
+                    m: c.rows,
+                    n: c.cols,
+                    k: b.rows,
+                    ms: ms.data.as_ptr(),
+                    vs: vs.data.as_ptr(),
+                    rs: ms.row_stride,
+                    cs: ms.col_stride,
+                    b: $b.as_ptr(),
+                    ldb: b.stride,
+                    c: c.data.as_mut_ptr(),
+                    ldc: c.stride,
+                }
+            };
+        }
+        // SAFETY: supported level; extents checked above.
+        unsafe {
+            match b.data {
+                Elems::F32(x) => (self.acc_f32)(&args!(x)),
+                Elems::F16(x) => (self.acc_f16)(&args!(x)),
+            }
+        }
     }
 
     /// Rounds every element to the nearest f16 (ties to even), keeping it as f32.

@@ -9,6 +9,8 @@ use crate::simd_vec::{FVec, exp_scalar};
 
 /// An element type the kernels read matrices in (converted to f32 on load).
 pub(crate) trait Elem: Copy {
+    /// Whether the type is f32 (rows can be used in place).
+    const IS_F32: bool;
     /// `V::W` elements from `p`, as f32.
     ///
     /// # Safety
@@ -19,6 +21,7 @@ pub(crate) trait Elem: Copy {
 }
 
 impl Elem for f32 {
+    const IS_F32: bool = true;
     #[inline(always)]
     unsafe fn load<V: FVec>(p: *const f32) -> V {
         // SAFETY: forwarded caller contract.
@@ -31,6 +34,7 @@ impl Elem for f32 {
 }
 
 impl Elem for f16 {
+    const IS_F32: bool = false;
     #[inline(always)]
     unsafe fn load<V: FVec>(p: *const f16) -> V {
         // SAFETY: forwarded caller contract.
@@ -68,7 +72,7 @@ pub(crate) struct GemmArgs<B> {
     pub beta: BetaRaw,
 }
 
-/// `c[i·ldc + j] = Σ_t a[i·lda + t] · b[j·ldb + t]` for `i < na`, `j < nb`, `t < k`.
+/// `c[i·ldc + j] = scale · Σ_t a[i·lda + t] · b[j·ldb + t]` for `i < na`, `j < nb`, `t < k`.
 pub(crate) struct DotsArgs<B> {
     pub na: usize,
     pub nb: usize,
@@ -79,6 +83,7 @@ pub(crate) struct DotsArgs<B> {
     pub ldb: usize,
     pub c: *mut f32,
     pub ldc: usize,
+    pub scale: f32,
 }
 
 /// Lane-wise online softmax step over `s: [kb][n]` (see `AttnKernels::softmax_lanes`).
@@ -136,7 +141,7 @@ pub(crate) unsafe fn gemm<V: FVec, B: Elem, const MR: usize, const NV: usize>(g:
 #[inline(always)]
 unsafe fn gemm_rows<V: FVec, B: Elem, const MR: usize, const NV: usize>(g: &GemmArgs<B>, l0: usize) {
     let mut i = 0;
-    // SAFETY (all blocks): rows `i..i + R ≤ m`, lanes `l0..l0 + NV·W ≤ n`; caller contract.
+    // SAFETY: every block has rows `i..i + R ≤ m` and lanes `l0..l0 + NV·W ≤ n`; caller contract.
     unsafe {
         while i + MR <= g.m {
             gemm_block::<V, B, MR, NV>(g, i, l0);
@@ -202,37 +207,54 @@ unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
     }
 }
 
-/// Row-against-row dot products.
+/// Row-against-row dot products, each in [`FVec::dot`]'s order (f16 rows converted first), times
+/// `d.scale`.
 ///
 /// # Safety
 /// `V`'s features; every index the arguments describe in bounds.
 #[inline(always)]
 pub(crate) unsafe fn dots<V: FVec, B: Elem>(d: &DotsArgs<B>) {
-    let w = V::W;
+    const STACK: usize = 512;
+    let mut stack = [0f32; STACK];
+    let mut heap = Vec::new();
+    let row: &mut [f32] = if d.k <= STACK {
+        &mut stack[..d.k]
+    } else {
+        heap.resize(d.k, 0.0);
+        &mut heap
+    };
     // SAFETY: indices within the described bounds (caller contract); V's features.
     unsafe {
         for j in 0..d.nb {
             let bp = d.b.add(j * d.ldb);
+            let b: &[f32] = if B::IS_F32 {
+                std::slice::from_raw_parts(bp.cast::<f32>(), d.k)
+            } else {
+                convert_row::<V, B>(bp, row);
+                row
+            };
             for i in 0..d.na {
-                let ap = d.a.add(i * d.lda);
-                let (mut s0, mut s1) = (V::zero(), V::zero());
-                let mut t = 0;
-                while t + 2 * w <= d.k {
-                    s0 = V::load(ap.add(t)).fma(B::load::<V>(bp.add(t)), s0);
-                    s1 = V::load(ap.add(t + w)).fma(B::load::<V>(bp.add(t + w)), s1);
-                    t += 2 * w;
-                }
-                if t + w <= d.k {
-                    s0 = V::load(ap.add(t)).fma(B::load::<V>(bp.add(t)), s0);
-                    t += w;
-                }
-                let mut s = s0.add(s1).hsum();
-                while t < d.k {
-                    s += *ap.add(t) * (*bp.add(t)).to_f32();
-                    t += 1;
-                }
-                *d.c.add(i * d.ldc + j) = s;
+                let a = std::slice::from_raw_parts(d.a.add(i * d.lda), d.k);
+                *d.c.add(i * d.ldc + j) = V::dot(a, b) * d.scale;
             }
+        }
+    }
+}
+
+/// `dst.len()` elements of `src` as f32.
+///
+/// # Safety
+/// `V`'s features; `dst.len()` elements readable at `src`.
+#[inline(always)]
+unsafe fn convert_row<V: FVec, B: Elem>(src: *const B, dst: &mut [f32]) {
+    let n = dst.len() / V::W * V::W;
+    // SAFETY: vector accesses at `t + W ≤ n ≤ dst.len()`; V's features.
+    unsafe {
+        for t in (0..n).step_by(V::W) {
+            B::load::<V>(src.add(t)).store(dst.as_mut_ptr().add(t));
+        }
+        for (t, x) in dst.iter_mut().enumerate().skip(n) {
+            *x = (*src.add(t)).to_f32();
         }
     }
 }
@@ -395,12 +417,37 @@ pub(crate) unsafe fn round_f16<V: FVec>(x: &mut [f32]) {
 
 /// One instruction-set level's entry points: every generic kernel instantiated for a vector type
 /// under the level's `#[target_feature]` attribute (none for the portable level). `$mr`, `$nv`:
-/// the GEMM's register block (rows × vectors of lanes).
+/// the GEMM's register block (rows × vectors of lanes); `$amr`, `$anv`: the f16 accumulation's.
 macro_rules! level {
-    ($name:ident, $v:ty, $mr:literal, $nv:literal $(, $feat:literal)?) => {
+    ($name:ident, $v:ty, $mr:literal, $nv:literal, $amr:literal, $anv:literal $(, $feat:literal)?) => {
         /// Entry points of one instruction-set level.
         pub(crate) mod $name {
             use super::*;
+            use crate::simd_attn_seq::{self as seq, AccArgs};
+
+            /// # Safety
+            /// The level's features; `ms.len() >= s.len()`.
+            $(#[target_feature(enable = $feat)])?
+            pub(crate) unsafe fn scan_row(s: &mut [f32], ms: &mut [f32], max: &mut f32, sum: &mut f32) {
+                // SAFETY: forwarded contract.
+                unsafe { seq::scan_row::<$v>(s, ms, max, sum) }
+            }
+
+            /// # Safety
+            /// The level's features; `a` describes in-bounds matrices.
+            $(#[target_feature(enable = $feat)])?
+            pub(crate) unsafe fn acc_f32(a: &AccArgs<f32>) {
+                // SAFETY: forwarded contract.
+                unsafe { seq::accumulate_f16::<$v, f32, $amr, $anv>(a) }
+            }
+
+            /// # Safety
+            /// The level's features; `a` describes in-bounds matrices.
+            $(#[target_feature(enable = $feat)])?
+            pub(crate) unsafe fn acc_f16(a: &AccArgs<f16>) {
+                // SAFETY: forwarded contract.
+                unsafe { seq::accumulate_f16::<$v, f16, $amr, $anv>(a) }
+            }
 
             /// # Safety
             /// The level's features; `g` describes in-bounds matrices.
@@ -492,8 +539,8 @@ macro_rules! level {
     };
 }
 
-level!(portable, crate::simd_vec::Portable, 4, 2);
+level!(portable, crate::simd_vec::Portable, 4, 2, 2, 2);
 #[cfg(target_arch = "x86_64")]
-level!(avx2, crate::simd_vec::Avx2, 6, 2, "avx2,fma,f16c");
+level!(avx2, crate::simd_vec::Avx2, 6, 2, 4, 2, "avx2,fma,f16c");
 #[cfg(target_arch = "x86_64")]
-level!(avx512, crate::simd_vec::Avx512, 6, 4, "avx512f");
+level!(avx512, crate::simd_vec::Avx512, 6, 4, 4, 4, "avx512f");

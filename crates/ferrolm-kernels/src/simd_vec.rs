@@ -46,6 +46,9 @@ pub(crate) trait FVec: Copy {
     unsafe fn hsum(self) -> f32;
     /// Maximum of the lanes.
     unsafe fn hmax(self) -> f32;
+    /// `a · b` (equal lengths) with exactly the summation order of [`crate::simd::dot_f32`] on
+    /// this level's CPUs: its AVX2 kernel on x86 levels, its portable kernel otherwise.
+    unsafe fn dot(a: &[f32], b: &[f32]) -> f32;
 }
 
 /// Cephes `expf` constants: Cody-Waite split of ln 2 and the polynomial for `e^r`, |r| ≤ ln2/2.
@@ -58,7 +61,7 @@ pub(crate) mod exp_consts {
     pub const LN2_LO: f32 = -2.121_944_4e-4;
     /// Polynomial coefficients, highest degree first: `e^r ≈ 1 + r + r²·P(r)`.
     pub const P: [f32; 6] =
-        [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.000_000_1e-1];
+        [1.987_569_1e-4, 1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 5.0e-1];
     /// Inputs below this give 0 (e^x would be subnormal).
     pub const MIN_X: f32 = -87.336_55;
     /// Inputs above this are clamped (so that 2ⁿ stays a normal number).
@@ -156,8 +159,8 @@ impl FVec for Portable {
     unsafe fn fma(self, b: Self, c: Self) -> Self {
         // Separate multiply and add: `mul_add` without hardware FMA is a slow library call.
         let mut o = self.0;
-        for k in 0..8 {
-            o[k] = o[k] * b.0[k] + c.0[k];
+        for ((x, y), z) in o.iter_mut().zip(b.0).zip(c.0) {
+            *x = *x * y + z;
         }
         Portable(o)
     }
@@ -177,6 +180,10 @@ impl FVec for Portable {
     #[inline(always)]
     unsafe fn hmax(self) -> f32 {
         self.0.into_iter().fold(f32::NEG_INFINITY, f32::max)
+    }
+    #[inline(always)]
+    unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+        crate::simd::dot_f32_scalar(a, b)
     }
 }
 
@@ -293,12 +300,22 @@ mod x86 {
             let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
             _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)))
         }
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+            // SAFETY: AVX2 and FMA are enabled here; equal lengths (caller contract).
+            unsafe { crate::simd::dot_f32_avx2(a, b) }
+        }
     }
 
     /// AVX-512 F, 16 lanes.
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct Avx512(__m512);
 
+    // The AVX-512 intrinsics are stable since Rust 1.89, above the workspace's declared
+    // `rust-version` (1.85), which the lints follow; building already needs a newer compiler
+    // (intrinsics called safely under `#[target_feature]` need 1.87, as does llguidance).
+    #[allow(clippy::incompatible_msrv)]
     impl FVec for Avx512 {
         const W: usize = 16;
         #[inline]
@@ -400,6 +417,12 @@ mod x86 {
         #[target_feature(enable = "avx512f")]
         unsafe fn hmax(self) -> f32 {
             _mm512_reduce_max_ps(self.0)
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+            // SAFETY: AVX-512 F implies AVX2 and FMA; equal lengths (caller contract).
+            unsafe { crate::simd::dot_f32_avx2(a, b) }
         }
     }
 }
