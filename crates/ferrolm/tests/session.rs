@@ -166,11 +166,9 @@ fn seeded_sampling_is_the_same_across_runs_and_thread_counts() {
         ..GenerateParams::default()
     };
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        pool.install(|| {
-            let mut session = Session::new(&model, opts(256)).unwrap();
-            session.generate("My favourite animal is", &params).unwrap().tokens
-        })
+        ferrolm::threads::set_num_threads(threads).unwrap();
+        let mut session = Session::new(&model, opts(256)).unwrap();
+        session.generate("My favourite animal is", &params).unwrap().tokens
     };
     let a = run(1);
     assert_eq!(a.len(), 40);

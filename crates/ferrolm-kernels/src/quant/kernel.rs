@@ -136,6 +136,10 @@ kernels! {
 fn kernels_for(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
     match isa {
         Isa::Scalar | Isa::Neon | Isa::NeonDotprod => {
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            if let Some(k) = super::aarch64_neon::kernels(ty, isa) {
+                return Some(k);
+            }
             base_kernels(ty, false).map(|(d, g)| (Isa::Scalar, d, g))
         }
         Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => base_kernels(ty, true).map(|(d, g)| (Isa::Avx2, d, g)),

@@ -118,3 +118,18 @@ fn unsupported_levels_and_types_are_errors() {
     }
     assert!(matches!(VecDot::with_isa(GgmlType::F32, Isa::Scalar), Err(QuantError::UnsupportedType(_))));
 }
+
+/// Prints the levels this CPU supports; with `FERROLM_EXPECT_ISA=<level>` (as [`Isa::name`]
+/// prints it) fails unless that is exactly the best detected level, so that a test run meant
+/// for a level (e.g. under an emulated CPU model) cannot silently test a lower one only.
+#[test]
+fn detected_levels_match_the_expected_best() {
+    let names: Vec<&str> = Isa::supported().into_iter().map(Isa::name).collect();
+    println!("supported instruction-set levels: {}", names.join(" "));
+    if let Ok(want) = std::env::var("FERROLM_EXPECT_ISA") {
+        let want =
+            Isa::from_name(&want).unwrap_or_else(|| panic!("FERROLM_EXPECT_ISA={want}: unknown level"));
+        assert_eq!(Isa::best_up_to(None), want, "best detected level (supported: {names:?})");
+        println!("best level {want} detected, as FERROLM_EXPECT_ISA expects");
+    }
+}

@@ -331,7 +331,10 @@ fn prepared_kernel_equals_vec_dot_q() {
         let w = weights(ty, n, &mut rng);
         let mut xq = vec![0u8; act_row_bytes(ty, n).expect("row bytes")];
         quantize_activations(ty, &acts(n, &mut rng), &mut xq).expect("quantize");
-        let k = VecDot::new(ty).expect("kernel");
+        // `vec_dot_q` runs the AVX2 kernels where supported, else the portable ones; the other
+        // levels are checked against the portable kernels (up to rounding) in `kernel_tests.rs`.
+        let level = if crate::Isa::Avx2.is_supported() { crate::Isa::Avx2 } else { crate::Isa::Scalar };
+        let k = VecDot::with_isa(ty, level).expect("kernel");
         k.check(&w, &xq).expect("lengths");
         assert!(k.check(&w[1..], &xq).is_err());
         assert_eq!(k.dot(&w, &xq).to_bits(), vec_dot_q(ty, &w, &xq).expect("dot").to_bits(), "{ty}");

@@ -64,7 +64,7 @@ impl Batch {
 }
 
 /// Logits for the batch entries that asked for them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Logits {
     n_vocab: usize,
     /// `[n_outputs, n_vocab]`
@@ -74,9 +74,27 @@ pub struct Logits {
 }
 
 impl Logits {
-    pub(crate) fn new(n_vocab: usize, data: Vec<f32>, batch_index: Vec<usize>) -> Self {
-        debug_assert_eq!(data.len(), n_vocab * batch_index.len());
-        Self { n_vocab, data, batch_index }
+    /// Resizes for `rows.len()` rows of `n_vocab` and records their batch indices, reusing the
+    /// buffers; returns the data to fill. `[rows.len(), n_vocab]`
+    pub(crate) fn reset(&mut self, n_vocab: usize, rows: &[usize]) -> &mut [f32] {
+        self.n_vocab = n_vocab;
+        self.batch_index.clear();
+        self.batch_index.extend_from_slice(rows);
+        self.data.resize(n_vocab * rows.len(), 0.0);
+        &mut self.data
+    }
+
+    /// Moves the last row into `dst` (replacing its contents): a swap of buffers when it is the
+    /// only row (a decode step), so that alternating two buffers allocates nothing.
+    pub fn take_last_into(&mut self, dst: &mut Vec<f32>) {
+        match self.len() {
+            0 => dst.clear(),
+            1 => std::mem::swap(&mut self.data, dst),
+            n => {
+                dst.clear();
+                dst.extend_from_slice(&self.data[(n - 1) * self.n_vocab..]);
+            }
+        }
     }
 
     /// Vocabulary size (length of each row).

@@ -49,10 +49,13 @@ enum Rows {
 }
 
 impl Rows {
-    fn new(ty: KvType) -> Self {
+    /// Empty rows with room for `reserve` values. The reservation is address space only until
+    /// written (the allocator maps large blocks lazily), and it keeps appending a token from
+    /// ever reallocating.
+    fn new(ty: KvType, reserve: usize) -> Self {
         match ty {
-            KvType::F32 => Rows::F32(Vec::new()),
-            KvType::F16 => Rows::F16(Vec::new()),
+            KvType::F32 => Rows::F32(Vec::with_capacity(reserve)),
+            KvType::F16 => Rows::F16(Vec::with_capacity(reserve)),
         }
     }
 
@@ -155,9 +158,9 @@ impl SeqCache {
         Self {
             kv_dim,
             capacity,
-            positions: Vec::new(),
-            k: vec![Rows::new(types.0); n_layer],
-            v: vec![Rows::new(types.1); n_layer],
+            positions: Vec::with_capacity(capacity),
+            k: (0..n_layer).map(|_| Rows::new(types.0, capacity * kv_dim)).collect(),
+            v: (0..n_layer).map(|_| Rows::new(types.1, capacity * kv_dim)).collect(),
         }
     }
 

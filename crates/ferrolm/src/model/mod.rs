@@ -46,6 +46,8 @@ pub struct Model {
     exact_f32: bool,
     /// The vocabulary prepared for constrained output, built on first use.
     token_env: OnceLock<Arc<TokenEnv>>,
+    /// Forward-pass buffers kept between passes (one per concurrent pass).
+    workspaces: std::sync::Mutex<Vec<forward::Workspace>>,
 }
 
 impl std::fmt::Debug for Model {
@@ -111,6 +113,7 @@ impl Model {
             tensors,
             exact_f32: opts.exact_f32,
             token_env: OnceLock::new(),
+            workspaces: std::sync::Mutex::new(Vec::new()),
         })
     }
 

@@ -35,7 +35,7 @@ pub use chat::{ChatSession, ChatStream};
 pub use generation::{Completion, FinishReason, GenerateParams, GenerationStats};
 pub use stream::{StreamEvent, TokenStream};
 
-use crate::engine::Batch;
+use crate::engine::{Batch, Logits};
 use crate::kv::{KvCache, KvType, SeqId};
 use crate::model::Model;
 use crate::{Error, Result};
@@ -94,6 +94,9 @@ pub struct Session<'m> {
     tokens: Vec<u32>,
     /// Logits after the last token of `tokens` (empty when unknown). `[n_vocab]`
     logits: Vec<f32>,
+    /// The batch and output of the last forward pass, kept so a decode step allocates nothing.
+    batch: Batch,
+    out: Logits,
     cancel: CancelHandle,
 }
 
@@ -125,7 +128,16 @@ impl<'m> Session<'m> {
             return Err(Error::InvalidInput("the context size and batch size must be at least 1".into()));
         }
         let kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
-        Ok(Self { model, opts, kv, tokens: Vec::new(), logits: Vec::new(), cancel: CancelHandle::default() })
+        Ok(Self {
+            model,
+            opts,
+            kv,
+            tokens: Vec::new(),
+            logits: Vec::new(),
+            batch: Batch::new(),
+            out: Logits::default(),
+            cancel: CancelHandle::default(),
+        })
     }
 
     /// The model.
@@ -258,10 +270,13 @@ impl<'m> Session<'m> {
         if start + tokens.len() > self.opts.n_ctx {
             return Err(Error::InvalidInput("the context is full".into()));
         }
-        let batch = Batch::from_prompt(SEQ, start as u32, tokens);
-        let out = self.model.forward(&batch, &mut self.kv)?;
+        self.batch.clear();
+        for (i, &t) in tokens.iter().enumerate() {
+            self.batch.push(SEQ, (start + i) as u32, t, i + 1 == tokens.len());
+        }
+        self.model.forward_into(&self.batch, &mut self.kv, &mut self.out)?;
         self.tokens.extend_from_slice(tokens);
-        self.logits = out.into_last().unwrap_or_default();
+        self.out.take_last_into(&mut self.logits);
         Ok(())
     }
 }

@@ -1,12 +1,12 @@
 //! CPU operators: matrix multiplication on quantized weights, attention, norms, RoPE,
-//! activations. Parallel regions run on rayon's pool (sized by the caller).
+//! activations. Parallel regions run on the worker pool of [`crate::threads`].
 
 mod attention;
 mod matmul;
 mod ops;
 
 pub use attention::{AttentionShape, attention};
-pub use matmul::matmul;
+pub use matmul::{MatmulJob, matmul, matmul_many};
 pub use ops::{
     add_bias_rows, add_inplace, gated_activation, gelu_tanh, rms_norm_inplace, rms_norm_rows, rope_apply,
     rope_cos_sin, silu, softcap,

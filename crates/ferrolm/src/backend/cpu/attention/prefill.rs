@@ -10,7 +10,9 @@
 
 use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
 
-use super::{Ctx, Scratch, SeqWork, Task, grow};
+use std::ops::Range;
+
+use super::{Ctx, Plan, Scratch, SharedOut, Task, grow};
 
 /// Slots per key block for a head dimension (a block's f32 keys stay within 32 KiB).
 pub(super) fn block_len(head_dim: usize) -> usize {
@@ -20,14 +22,12 @@ pub(super) fn block_len(head_dim: usize) -> usize {
 /// Query rows per tile (tokens × group), before padding to a multiple of 16.
 const TILE_ROWS: usize = 64;
 
-/// A query tile and the output rows it alone writes.
-pub(super) struct TileTask<'a> {
-    seq: &'a SeqWork<'a>,
+/// A query tile: `tokens` (a range of `Plan::tokens`) of sequence `seq` (an index in
+/// `Plan::seqs`) for KV head `kvh`. It alone writes those tokens' outputs for that KV head.
+pub(super) struct Tile {
+    seq: usize,
     kvh: usize,
-    /// Batch indices of the tile's tokens.
-    tokens: &'a [usize],
-    /// Per token: its `[group, head_dim]` output for this KV head.
-    out: Vec<&'a mut [f32]>,
+    tokens: Range<usize>,
 }
 
 /// Smallest and largest of a non-empty slice of positions.
@@ -44,39 +44,35 @@ pub(super) fn rows_at(data: Elems<'_>, start: usize, rows: usize, cols: usize, s
     Rows { data, rows, cols, stride }
 }
 
-/// Adds the tiles of a sequence (every KV head), taking their outputs from `dest` (indexed by
-/// `token * n_head_kv + kvh`).
-pub(super) fn push_tiles<'a, 'o: 'a>(
-    tasks: &mut Vec<Task<'a>>,
-    seq: &'a SeqWork<'a>,
-    ctx: &Ctx<'_>,
-    dest: &mut [Option<&'o mut [f32]>],
-) {
-    let n_kv = ctx.shape.n_head_kv;
+/// Adds the tiles of sequence `si` (every KV head), the last tokens first (they see the most
+/// keys).
+pub(super) fn push_tiles(plan: &mut Plan, si: usize, ctx: &Ctx<'_>) {
     let per_tile = (TILE_ROWS / ctx.group).max(1);
-    // Later tiles see more keys: queue them first.
-    for tokens in seq.tokens.chunks(per_tile).rev() {
-        for kvh in 0..n_kv {
-            let out: Option<Vec<&'a mut [f32]>> =
-                tokens.iter().map(|&t| dest[t * n_kv + kvh].take().map(|o| &mut o[..])).collect();
-            if let Some(out) = out {
-                tasks.push(Task::Tile(TileTask { seq, kvh, tokens, out }));
-            }
+    let tokens = plan.seqs[si].tokens.clone();
+    let n_tiles = tokens.len().div_ceil(per_tile);
+    for i in (0..n_tiles).rev() {
+        let t0 = tokens.start + i * per_tile;
+        let range = t0..(t0 + per_tile).min(tokens.end);
+        for kvh in 0..ctx.shape.n_head_kv {
+            plan.tasks.push(Task::Tile(Tile { seq: si, kvh, tokens: range.clone() }));
         }
     }
 }
 
 /// Attends one tile: writes its output rows.
-pub(super) fn run(t: &mut TileTask<'_>, ctx: &Ctx<'_>, sc: &mut Scratch) {
+pub(super) fn run(t: &Tile, plan: &Plan, ctx: &Ctx<'_>, out: SharedOut, sc: &mut Scratch) {
     let (g, hd, kv_dim) = (ctx.group, ctx.shape.head_dim, ctx.kv_dim);
     let k = &ctx.kernels;
-    let real = t.tokens.len() * g;
+    let seq = &plan.seqs[t.seq];
+    let Some((cache, keys, values)) = ctx.seq(seq.id) else { return };
+    let tokens = &plan.tokens[t.tokens.clone()];
+    let real = tokens.len() * g;
     let r = real.next_multiple_of(16);
 
     // Query rows `i * g + h` (token i, head h), scaled and transposed; zero padding rows.
     let qt = grow(&mut sc.qt, hd * r);
     let scale = ctx.shape.scale;
-    for (i, &tok) in t.tokens.iter().enumerate() {
+    for (i, &tok) in tokens.iter().enumerate() {
         for (h, qr) in ctx.q_group(tok, t.kvh).chunks_exact(hd).enumerate() {
             let row = i * g + h;
             for (d, &x) in qr.iter().enumerate() {
@@ -88,8 +84,11 @@ pub(super) fn run(t: &mut TileTask<'_>, ctx: &Ctx<'_>, sc: &mut Scratch) {
         qt[d * r + real..(d + 1) * r].fill(0.0);
     }
     let qt = Rows { data: Elems::F32(qt), rows: hd, cols: r, stride: r };
-    let qpos: Vec<u32> = t.tokens.iter().map(|&tok| ctx.entries[tok].pos).collect();
-    let (qmin, qmax) = min_max(&qpos);
+    let qpos = grow(&mut sc.qpos, tokens.len());
+    for (p, &tok) in qpos.iter_mut().zip(tokens) {
+        *p = ctx.entries[tok].pos;
+    }
+    let (qmin, qmax) = min_max(qpos);
 
     let o = grow(&mut sc.o, r * hd);
     o.fill(0.0);
@@ -100,10 +99,10 @@ pub(super) fn run(t: &mut TileTask<'_>, ctx: &Ctx<'_>, sc: &mut Scratch) {
     let alpha = grow(&mut sc.alpha, r);
 
     let kb = block_len(hd);
-    let pos = t.seq.cache.positions();
+    let pos = cache.positions();
     let window = ctx.shape.window.map(|w| w as u64);
     let off = t.kvh * hd;
-    for (b, &(pmin, pmax)) in t.seq.blocks.iter().enumerate() {
+    for (b, &(pmin, pmax)) in plan.blocks[seq.blocks.clone()].iter().enumerate() {
         if pmin > qmax || window.is_some_and(|w| pmax as u64 + w <= qmin as u64) {
             continue; // no query of the tile sees any key of the block
         }
@@ -111,13 +110,13 @@ pub(super) fn run(t: &mut TileTask<'_>, ctx: &Ctx<'_>, sc: &mut Scratch) {
         let j0 = b * kb;
         let n = kb.min(pos.len() - j0);
         let start = j0 * kv_dim + off;
-        let keys = match t.seq.keys {
+        let keys = match keys {
             Elems::F32(x) => {
                 Strided { data: &x[start..], rows: n, cols: hd, row_stride: kv_dim, col_stride: 1 }
             }
             Elems::F16(_) => {
                 let kf = grow(&mut sc.k, n * hd);
-                k.f16_rows_to_f32(rows_at(t.seq.keys, start, n, hd, kv_dim), kf, hd);
+                k.f16_rows_to_f32(rows_at(keys, start, n, hd, kv_dim), kf, hd);
                 Strided { data: kf, rows: n, cols: hd, row_stride: hd, col_stride: 1 }
             }
         };
@@ -138,12 +137,14 @@ pub(super) fn run(t: &mut TileTask<'_>, ctx: &Ctx<'_>, sc: &mut Scratch) {
         k.softmax_lanes(s, r, max, sum, alpha);
         // Probabilities (row, key) at `key * r + row`.
         let p = Strided { data: s, rows: r, cols: n, row_stride: 1, col_stride: r };
-        let values = rows_at(t.seq.values, start, n, hd, kv_dim);
+        let values = rows_at(values, start, n, hd, kv_dim);
         k.gemm(p, values, RowsMut { data: o, rows: r, cols: hd, stride: hd }, Beta::Rows(alpha));
     }
 
-    for (i, out) in t.out.iter_mut().enumerate() {
-        for (h, dst) in out.chunks_exact_mut(hd).enumerate() {
+    for (i, &tok) in tokens.iter().enumerate() {
+        // SAFETY: this tile is the only task writing token `tok`'s outputs for KV head `kvh`.
+        let dst = unsafe { out.region(ctx.out_offset(tok, t.kvh), g * hd) };
+        for (h, dst) in dst.chunks_exact_mut(hd).enumerate() {
             let row = i * g + h;
             let inv = if sum[row] > 0.0 { 1.0 / sum[row] } else { 0.0 };
             for (d, &x) in dst.iter_mut().zip(&o[row * hd..(row + 1) * hd]) {
