@@ -142,7 +142,17 @@ fn kernels_for(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
             }
             base_kernels(ty, false).map(|(d, g)| (Isa::Scalar, d, g))
         }
-        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => base_kernels(ty, true).map(|(d, g)| (Isa::Avx2, d, g)),
+        Isa::Avx2 => base_kernels(ty, true).map(|(d, g)| (Isa::Avx2, d, g)),
+        #[cfg(target_arch = "x86_64")]
+        Isa::AvxVnni => super::x86_avxvnni::kernels(ty)
+            .map(|(d, g)| (Isa::AvxVnni, d, g))
+            .or_else(|| kernels_for(ty, Isa::Avx2)),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => super::x86_avx512::kernels(ty)
+            .map(|(d, g)| (Isa::Avx512, d, g))
+            .or_else(|| kernels_for(ty, Isa::Avx2)),
+        #[cfg(not(target_arch = "x86_64"))]
+        Isa::AvxVnni | Isa::Avx512 => None,
     }
 }
 
@@ -197,7 +207,7 @@ impl VecDot {
         if nr == 0 || nt == 0 {
             return;
         }
-        assert!(w.len() % nr == 0 && xq.len() % nt == 0, "gemm: partial rows");
+        assert!(w.len().is_multiple_of(nr) && xq.len().is_multiple_of(nt), "gemm: partial rows");
         assert!(out.len() >= (nt - 1) * ldo + nr && ldo >= nr, "gemm: output too short");
         (self.gemm)(w, w.len() / nr, xq, xq.len() / nt, out, ldo);
     }

@@ -11,19 +11,20 @@ const WEIGHT_TYPES: [GgmlType; 12] = {
     [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
 };
 
-/// Random weight rows: quantized from uniform data where a quantizer exists, otherwise random
-/// bytes with every block's f16 scales set to moderate values.
-fn weights(ty: GgmlType, n: usize, rows: usize, rng: &mut StdRng) -> Vec<u8> {
+/// Random weight rows: quantized from uniform data where a quantizer exists (unless `raw`),
+/// otherwise random bytes (every value of the format, extremes included) with every block's f16
+/// scales set to moderate values.
+fn weights(ty: GgmlType, n: usize, rows: usize, raw: bool, rng: &mut StdRng) -> Vec<u8> {
     let rb = ty.row_bytes(n as u64).expect("whole blocks") as usize;
     let mut out = vec![0u8; rb * rows];
     for row in out.chunks_exact_mut(rb) {
         let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        if quantize_row(ty, &x, row).is_ok() {
+        if !raw && quantize_row(ty, &x, row).is_ok() {
             continue;
         }
         rng.fill(&mut row[..]);
         let fields: &[usize] = match ty {
-            GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
             GgmlType::Q6_K => &[208],
             GgmlType::Q2_K => &[80, 82],
             GgmlType::Q3_K => &[108],
@@ -67,10 +68,15 @@ fn every_level_matches_the_portable_kernels() {
         for ty in WEIGHT_TYPES {
             let reference = VecDot::with_isa(ty, Isa::Scalar).expect("portable kernel");
             let k = VecDot::with_isa(ty, isa).expect("supported level");
-            for nb in [1usize, 2, 3, 5, 7, 12] {
+            // Block counts below, at and above the AVX-512 kernels' 16-block groups, with odd
+            // remainders; tile counts below, at and above their 8-token tiles.
+            for nb in [1usize, 2, 3, 5, 7, 12, 16, 18, 35] {
                 let n = nb * ty.block_size();
-                for (nr, nt) in [(1, 1), (1, 5), (2, 3), (3, 4), (5, 1), (8, 8), (7, 17), (16, 33)] {
-                    let w = weights(ty, n, nr, &mut rng);
+                for (i, (nr, nt)) in [(1, 1), (1, 5), (2, 3), (3, 4), (5, 1), (8, 8), (7, 17), (16, 33)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let w = weights(ty, n, nr, i % 2 == 1, &mut rng);
                     let xq = activations(ty, n, nt, &mut rng);
                     let (w_rb, x_rb) = (w.len() / nr, xq.len() / nt);
                     k.check(&w[..w_rb], &xq[..x_rb]).expect("lengths");

@@ -40,6 +40,14 @@ pub mod q6_k;
 pub mod q8_0;
 pub mod q8_act;
 pub mod vec_dot;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512;
+#[cfg(target_arch = "x86_64")]
+mod x86_avx512_formats;
+#[cfg(target_arch = "x86_64")]
+mod x86_avxvnni;
+#[cfg(target_arch = "x86_64")]
+mod x86_avxvnni_formats;
 
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
@@ -209,7 +217,7 @@ fn check(ty: GgmlType, supported: bool, elements: usize, bytes: usize) -> Result
 /// Validates `elements` values against `bytes` bytes of type `ty`: whole blocks, exact size.
 pub(crate) fn check_len(ty: GgmlType, elements: usize, bytes: usize) -> Result<(), QuantError> {
     let block = ty.block_size();
-    if elements % block != 0 {
+    if !elements.is_multiple_of(block) {
         return Err(QuantError::PartialBlock { ty, elements, block });
     }
     let expected = (elements / block).saturating_mul(ty.type_size());
@@ -377,7 +385,7 @@ fn quantize_blocks_into<B: QuantizeBlock>(src: &[f32], dst: &mut [u8]) {
 
 /// Quantizes a row into a vector of blocks; `x.len()` must be a multiple of `B::ELEMS`.
 pub(crate) fn quantize_row_blocks<B: QuantizeBlock>(ty: GgmlType, x: &[f32]) -> Result<Vec<B>, QuantError> {
-    if x.len() % B::ELEMS != 0 {
+    if !x.len().is_multiple_of(B::ELEMS) {
         return Err(QuantError::PartialBlock { ty, elements: x.len(), block: B::ELEMS });
     }
     Ok(x.chunks_exact(B::ELEMS).map(B::quantize_from).collect())

@@ -56,7 +56,7 @@ pub fn vec_dot_type(ty: GgmlType) -> Option<GgmlType> {
 pub fn act_row_bytes(ty: GgmlType, n: usize) -> Option<usize> {
     let vt = vec_dot_type(ty)?;
     let block = vt.block_size();
-    if n % block != 0 {
+    if !n.is_multiple_of(block) {
         return None;
     }
     (n / block).checked_mul(vt.type_size())
@@ -153,7 +153,7 @@ pub fn vec_dot_q_rows(ty: GgmlType, w_row: &[u8], xq: &[u8], out: &mut [f32]) ->
 pub(super) fn check_dot(ty: GgmlType, w_row: &[u8], xq: &[u8]) -> Result<(), QuantError> {
     let vt = vec_dot_type(ty).ok_or(QuantError::UnsupportedType(ty))?;
     let (vblock, vsize) = (vt.block_size(), vt.type_size());
-    if xq.len() % vsize != 0 {
+    if !xq.len().is_multiple_of(vsize) {
         return Err(QuantError::BadLength {
             ty: vt,
             elements: xq.len() / vsize * vblock,
