@@ -285,7 +285,7 @@ impl AttnKernels {
         sum: &mut [f32],
         alpha: &mut [f32],
     ) {
-        assert!(n % 16 == 0 && n > 0 && s.len() % n == 0, "softmax_lanes: bad width");
+        assert!(n.is_multiple_of(16) && n > 0 && s.len().is_multiple_of(n), "softmax_lanes: bad width");
         assert!(max.len() >= n && sum.len() >= n && alpha.len() >= n, "softmax_lanes: short state");
         let a = SoftmaxArgs {
             s: s.as_mut_ptr(),

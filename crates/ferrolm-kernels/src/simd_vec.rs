@@ -312,10 +312,6 @@ mod x86 {
     #[derive(Clone, Copy, Debug)]
     pub(crate) struct Avx512(__m512);
 
-    // The AVX-512 intrinsics are stable since Rust 1.89, above the workspace's declared
-    // `rust-version` (1.85), which the lints follow; building already needs a newer compiler
-    // (intrinsics called safely under `#[target_feature]` need 1.87, as does llguidance).
-    #[allow(clippy::incompatible_msrv)]
     impl FVec for Avx512 {
         const W: usize = 16;
         #[inline]
