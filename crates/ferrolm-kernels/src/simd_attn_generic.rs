@@ -214,29 +214,45 @@ unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
 /// `V`'s features; every index the arguments describe in bounds.
 #[inline(always)]
 pub(crate) unsafe fn dots<V: FVec, B: Elem>(d: &DotsArgs<B>) {
+    // Rows are dotted eight at a time; f16 rows are converted into a buffer first, on the stack
+    // when they are short enough (always, for the usual head sizes), else one at a time on the
+    // heap.
     const STACK: usize = 512;
-    let mut stack = [0f32; STACK];
+    let mut stack = [0f32; 8 * STACK];
     let mut heap = Vec::new();
-    let row: &mut [f32] = if d.k <= STACK {
-        &mut stack[..d.k]
-    } else {
+    let batch = if B::IS_F32 || d.k <= STACK { 8 } else { 1 };
+    if batch == 1 && !B::IS_F32 {
         heap.resize(d.k, 0.0);
-        &mut heap
-    };
+    }
+    let buf: &mut [f32] = if d.k <= STACK { &mut stack[..8 * d.k] } else { &mut heap };
     // SAFETY: indices within the described bounds (caller contract); V's features.
     unsafe {
-        for j in 0..d.nb {
-            let bp = d.b.add(j * d.ldb);
-            let b: &[f32] = if B::IS_F32 {
-                std::slice::from_raw_parts(bp.cast::<f32>(), d.k)
-            } else {
-                convert_row::<V, B>(bp, row);
-                row
-            };
+        let mut j = 0;
+        while j < d.nb {
+            let n = if j + 8 <= d.nb { batch } else { 1 };
+            let mut rows = [std::ptr::null::<f32>(); 8];
+            for (r, row) in rows.iter_mut().enumerate().take(n) {
+                let bp = d.b.add((j + r) * d.ldb);
+                *row = if B::IS_F32 {
+                    bp.cast::<f32>()
+                } else {
+                    let dst = &mut buf[r * d.k..(r + 1) * d.k];
+                    convert_row::<V, B>(bp, dst);
+                    dst.as_ptr()
+                };
+            }
             for i in 0..d.na {
                 let a = std::slice::from_raw_parts(d.a.add(i * d.lda), d.k);
-                *d.c.add(i * d.ldc + j) = V::dot(a, b) * d.scale;
+                let c = d.c.add(i * d.ldc + j);
+                if n == 8 {
+                    for (r, v) in V::dot8(a, rows).into_iter().enumerate() {
+                        *c.add(r) = v * d.scale;
+                    }
+                } else {
+                    *c = V::dot(a, std::slice::from_raw_parts(rows[0], d.k)) * d.scale;
+                }
             }
+            j += n;
         }
     }
 }

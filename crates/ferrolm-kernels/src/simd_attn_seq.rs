@@ -123,9 +123,18 @@ unsafe fn acc_rows<V: FVec, B: Elem, const MR: usize, const NV: usize>(a: &AccAr
             acc_block::<V, B, MR, NV>(a, i, l0);
             i += MR;
         }
-        while i < a.m {
-            acc_block::<V, B, 1, NV>(a, i, l0);
-            i += 1;
+        // The rest in one block (a decode group of 3 heads converts each value row once).
+        match a.m - i {
+            0 => {}
+            1 => acc_block::<V, B, 1, NV>(a, i, l0),
+            2 => acc_block::<V, B, 2, NV>(a, i, l0),
+            3 if MR > 3 => acc_block::<V, B, 3, NV>(a, i, l0),
+            _ => {
+                while i < a.m {
+                    acc_block::<V, B, 1, NV>(a, i, l0);
+                    i += 1;
+                }
+            }
         }
     }
 }

@@ -49,6 +49,16 @@ pub(crate) trait FVec: Copy {
     /// `a · b` (equal lengths) with exactly the summation order of [`crate::simd::dot_f32`] on
     /// this level's CPUs: its AVX2 kernel on x86 levels, its portable kernel otherwise.
     unsafe fn dot(a: &[f32], b: &[f32]) -> f32;
+    /// `a · b_r` for eight rows `b_r` of `a.len()` elements each, every dot product exactly as
+    /// [`FVec::dot`] computes it (levels override this to compute the eight together).
+    ///
+    /// # Safety
+    /// The level's features; `a.len()` elements readable at each `b_r`.
+    #[inline(always)]
+    unsafe fn dot8(a: &[f32], b: [*const f32; 8]) -> [f32; 8] {
+        // SAFETY: forwarded caller contract.
+        b.map(|r| unsafe { Self::dot(a, std::slice::from_raw_parts(r, a.len())) })
+    }
 }
 
 /// Cephes `expf` constants: Cody-Waite split of ln 2 and the polynomial for `e^r`, |r| ≤ ln2/2.
@@ -419,6 +429,85 @@ mod x86 {
         unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
             // SAFETY: AVX-512 F implies AVX2 and FMA; equal lengths (caller contract).
             unsafe { crate::simd::dot_f32_avx2(a, b) }
+        }
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn dot8(a: &[f32], b: [*const f32; 8]) -> [f32; 8] {
+            // `dot_f32_avx2`'s arithmetic for eight rows at once: its accumulators s0|s1 and
+            // s2|s3 (elements 0-15 and 16-31 of each 32-element chunk) are the two halves of
+            // `lo[r]` and `hi[r]`, 8-element chunks go into s0 (the low half, the high one
+            // gaining exact zeros), and its final lane sums run across rows after an 8×8
+            // transpose; the scalar tail is added last, as there.
+            let n = a.len();
+            let (mut lo, mut hi) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
+            let mut i = 0;
+            // SAFETY: every load reads elements `< n` of `a` or of a row (caller contract).
+            unsafe {
+                while i + 32 <= n {
+                    let (qa, qb) =
+                        (_mm512_loadu_ps(a.as_ptr().add(i)), _mm512_loadu_ps(a.as_ptr().add(i + 16)));
+                    for r in 0..8 {
+                        lo[r] = _mm512_fmadd_ps(qa, _mm512_loadu_ps(b[r].add(i)), lo[r]);
+                        hi[r] = _mm512_fmadd_ps(qb, _mm512_loadu_ps(b[r].add(i + 16)), hi[r]);
+                    }
+                    i += 32;
+                }
+                while i + 8 <= n {
+                    let qa = _mm512_maskz_loadu_ps(0xff, a.as_ptr().add(i));
+                    for (l, row) in lo.iter_mut().zip(b) {
+                        *l = _mm512_fmadd_ps(qa, _mm512_maskz_loadu_ps(0xff, row.add(i)), *l);
+                    }
+                    i += 8;
+                }
+            }
+            let half = |x: __m512, upper: bool| {
+                let d = _mm512_castps_pd(x);
+                _mm256_castpd_ps(if upper {
+                    _mm512_extractf64x4_pd::<1>(d)
+                } else {
+                    _mm512_castpd512_pd256(d)
+                })
+            };
+            let v: [__m256; 8] = std::array::from_fn(|r| {
+                let s01 = _mm256_add_ps(half(lo[r], false), half(lo[r], true));
+                let s23 = _mm256_add_ps(half(hi[r], false), half(hi[r], true));
+                _mm256_add_ps(s01, s23)
+            });
+            // Transpose: c[l] holds lane l of every row.
+            let t = |x, y, lohi: bool| if lohi { _mm256_unpackhi_ps(x, y) } else { _mm256_unpacklo_ps(x, y) };
+            let (t0, t1, t2, t3) =
+                (t(v[0], v[1], false), t(v[0], v[1], true), t(v[2], v[3], false), t(v[2], v[3], true));
+            let (t4, t5, t6, t7) =
+                (t(v[4], v[5], false), t(v[4], v[5], true), t(v[6], v[7], false), t(v[6], v[7], true));
+            let (u0, u1) = (_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xee>(t0, t2));
+            let (u2, u3) = (_mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xee>(t1, t3));
+            let (u4, u5) = (_mm256_shuffle_ps::<0x44>(t4, t6), _mm256_shuffle_ps::<0xee>(t4, t6));
+            let (u6, u7) = (_mm256_shuffle_ps::<0x44>(t5, t7), _mm256_shuffle_ps::<0xee>(t5, t7));
+            let c = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            let s = _mm256_add_ps(
+                _mm256_add_ps(_mm256_add_ps(c[0], c[4]), _mm256_add_ps(c[1], c[5])),
+                _mm256_add_ps(_mm256_add_ps(c[2], c[6]), _mm256_add_ps(c[3], c[7])),
+            );
+            let mut out = [0f32; 8];
+            // SAFETY: `out` holds 8 floats; the tail reads elements `i..n` of `a` and the rows.
+            unsafe {
+                _mm256_storeu_ps(out.as_mut_ptr(), s);
+                for (o, row) in out.iter_mut().zip(b) {
+                    for k in i..n {
+                        *o += a[k] * *row.add(k);
+                    }
+                }
+            }
+            out
         }
     }
 }
