@@ -502,8 +502,8 @@ mod x86 {
             unsafe {
                 _mm256_storeu_ps(out.as_mut_ptr(), s);
                 for (o, row) in out.iter_mut().zip(b) {
-                    for k in i..n {
-                        *o += a[k] * *row.add(k);
+                    for (k, &x) in a.iter().enumerate().skip(i) {
+                        *o += x * *row.add(k);
                     }
                 }
             }
