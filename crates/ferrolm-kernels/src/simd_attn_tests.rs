@@ -295,17 +295,17 @@ fn scans_and_f16_accumulation_follow_the_sequential_loop() {
     let mut rng = StdRng::seed_from_u64(11);
     let (keys, hd) = (300, 40);
     for k in levels() {
-        let scores: Vec<Vec<f32>> = (0..3).map(|_| seq_scores(keys, &mut rng)).collect();
+        let row = seq_scores(keys, &mut rng);
         let values: Vec<Vec<f32>> = (0..keys)
             .map(|_| random(hd, &mut rng).into_iter().map(|x| f16::from_f32(x + 0.5).to_f32()).collect())
             .collect();
         let vflat: Vec<f16> = values.iter().flat_map(|v| to_f16(v)).collect();
         {
-            let (m, _, want) = sequential_f16(&scores[0], &values, vec![0.0; hd]);
+            let (m, _, want) = sequential_f16(&row, &values, vec![0.0; hd]);
             // An f32 accumulator would not pass the f16 check below: the test tells them apart.
             let exact: Vec<f64> = (0..hd)
                 .map(|d| {
-                    let ws = scores[0].iter().map(|&s| ((s - m) as f64).exp());
+                    let ws = row.iter().map(|&s| ((s - m) as f64).exp());
                     ws.zip(&values).map(|(w, v)| w * v[d] as f64).sum::<f64>()
                 })
                 .collect();
@@ -313,7 +313,6 @@ fn scans_and_f16_accumulation_follow_the_sequential_loop() {
         }
 
         // Spans of consecutive keys, carried from span to span.
-        let row = &scores[0];
         let (mut m, mut z) = (f32::NEG_INFINITY, 0f32);
         let mut acc = vec![0f32; 2 * hd];
         for b0 in (0..keys).step_by(77) {
@@ -331,7 +330,7 @@ fn scans_and_f16_accumulation_follow_the_sequential_loop() {
                 RowsMut { data: &mut acc, rows: 2, cols: hd, stride: hd },
             );
         }
-        let (wm, wz, want) = sequential_f16(row, &values, vec![0.0; hd]);
+        let (wm, wz, want) = sequential_f16(&row, &values, vec![0.0; hd]);
         assert_eq!(m, wm, "{k:?}");
         assert!(rel_err(z, wz as f64) <= 1e-5, "{k:?}: {z} vs {wz}");
         for r in 0..2 {

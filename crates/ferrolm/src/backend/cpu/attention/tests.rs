@@ -112,6 +112,19 @@ fn check(
     entries: &[BatchEntry],
     seed: u64,
 ) {
+    check_tol(shape, types, seqs, entries, seed, 1.0);
+}
+
+/// [`check`] with the tolerance multiplied by `loose` (scores far from 1 carry a larger f32
+/// error into the weights).
+fn check_tol(
+    shape: AttentionShape,
+    types: (KvType, KvType),
+    seqs: &[(SeqId, Vec<u32>)],
+    entries: &[BatchEntry],
+    seed: u64,
+    loose: f64,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
     let kv = cache(&shape, types, seqs, &mut rng);
     let qd = shape.n_head * shape.head_dim;
@@ -129,7 +142,7 @@ fn check(
                 let tiled = entries.iter().filter(|x| x.seq == entries[t].seq).count() >= TILE_MIN_TOKENS;
                 // An f16 accumulator: a few f16 ulps (long contexts are split into ranges,
                 // accumulated separately, then merged).
-                let tol = if types.1 == KvType::F16 && !tiled { 4.0 * 2f64.powi(-11) } else { 2e-5 };
+                let tol = loose * if types.1 == KvType::F16 && !tiled { 4.0 * 2f64.powi(-11) } else { 2e-5 };
                 assert!(
                     (got as f64 - w).abs() <= tol * (1.0 + w.abs()),
                     "{shape:?} {types:?} layer {layer} threads {threads}: token {t} head {h}: {got} vs {w}"
@@ -245,8 +258,9 @@ fn long_decode_splits_into_merged_ranges() {
 
 #[test]
 fn outputs_are_finite_for_large_scores() {
-    // Scores far beyond exp's range: the online softmax must not overflow.
+    // Scores far beyond exp's range (hundreds): the online softmax must not overflow. Their
+    // f32 rounding (~1e-5 absolute) moves the weights by as much, hence the looser tolerance.
     let s = AttentionShape { scale: 40.0, ..shape(3, 1, 32) };
-    check(s, F32, &[(0, (0..130).collect())], &prompt(0, 0..130), 20);
-    check(s, F32, &[(0, (0..130).collect())], &prompt(0, [129]), 21);
+    check_tol(s, F32, &[(0, (0..130).collect())], &prompt(0, 0..130), 20, 50.0);
+    check_tol(s, F32, &[(0, (0..130).collect())], &prompt(0, [129]), 21, 50.0);
 }
