@@ -5,10 +5,15 @@
 //!   dot product — dispatched by type.
 //! - [`Isa`]: instruction-set levels and run-time detection.
 //! - [`simd`]: plain f32 vector kernels with run-time CPU feature dispatch.
+//! - [`simd_attn`]: f32 kernels for attention (small GEMMs, online softmax, f16 conversions).
 
 mod isa;
 pub mod quant;
 pub mod simd;
+pub mod simd_attn;
+mod simd_attn_generic;
+mod simd_attn_seq;
+mod simd_vec;
 mod types;
 
 pub use isa::Isa;

@@ -40,6 +40,7 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 
 /// Portable dot product: `ACC_LANES` independent accumulators (which LLVM vectorises), then a
 /// pairwise reduction. Requires `a.len() == b.len()` (extra elements of the longer one are ignored).
+#[inline]
 pub(crate) fn dot_f32_scalar(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; ACC_LANES];
     let ca = a.chunks_exact(ACC_LANES);
@@ -85,6 +86,7 @@ pub(crate) fn reduce_lanes(acc: &[f32; ACC_LANES]) -> f32 {
 /// # Safety
 /// The CPU must support AVX2 and FMA. `a.len()` must equal `b.len()`.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::*;

@@ -121,10 +121,18 @@ impl<'a> RowsView<'a> {
     }
 
     /// The rows as f32, if that is their storage type (no conversion needed).
-    pub fn as_f32(&self) -> Option<&[f32]> {
+    pub fn as_f32(&self) -> Option<&'a [f32]> {
         match self.rows {
             Rows::F32(v) => Some(v),
             Rows::F16(_) => None,
+        }
+    }
+
+    /// The rows as f16, if that is their storage type.
+    pub fn as_f16(&self) -> Option<&'a [f16]> {
+        match self.rows {
+            Rows::F16(v) => Some(v),
+            Rows::F32(_) => None,
         }
     }
 }

@@ -1,0 +1,89 @@
+//! Attention alone, on two threads, with the head geometry of the test models and random
+//! queries, keys and values: a 512-token prompt (one batch) and one decode step at context 512,
+//! with f16 and f32 caches. Needs no model file.
+//!
+//! `cargo bench -p ferrolm --bench attention`
+
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use ferrolm::backend::cpu::{AttentionShape, attention};
+use ferrolm::engine::Batch;
+use ferrolm::kv::{KvCache, KvType};
+
+const THREADS: usize = 2;
+const CONTEXT: u32 = 512;
+
+/// (name, shape): SmolLM2-135M (9 query heads, 3 KV heads of 64) and Gemma-3-270M (4 and 1
+/// of 256, a global layer).
+fn shapes() -> [(&'static str, AttentionShape); 2] {
+    let shape = |n_head, n_head_kv, head_dim: usize| AttentionShape {
+        n_head,
+        n_head_kv,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+        softcap: None,
+    };
+    [("smollm2", shape(9, 3, 64)), ("gemma3", shape(4, 1, 256))]
+}
+
+/// Deterministic values in [-1, 1).
+fn noise(n: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// A one-layer cache holding `n` tokens of sequence 0.
+fn filled_cache(shape: &AttentionShape, n: u32, ty: KvType) -> KvCache {
+    let kv_dim = shape.n_head_kv * shape.head_dim;
+    let mut kv = KvCache::new(1, kv_dim, CONTEXT as usize + 1, ty, ty);
+    for p in 0..n {
+        let slot = kv.push_slot(0, p).expect("slot");
+        let (k, v) = (noise(kv_dim, 2 * p + 1), noise(kv_dim, 2 * p + 2));
+        kv.seq_mut(0).write(0, slot, &k, &v);
+    }
+    kv
+}
+
+fn bench(c: &mut Criterion) {
+    ferrolm::threads::set_num_threads(THREADS).expect("pool");
+    let mut g = c.benchmark_group("attention");
+    g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3)).sample_size(20);
+    for (name, shape) in shapes() {
+        let qd = shape.n_head * shape.head_dim;
+        for (ty, ty_name) in [(KvType::F16, "f16"), (KvType::F32, "f32")] {
+            // Prompt: 512 queries against the 512 slots they were written to.
+            let kv = filled_cache(&shape, CONTEXT, ty);
+            let tokens: Vec<u32> = (0..CONTEXT).collect();
+            let batch = Batch::from_prompt(0, 0, &tokens);
+            let q = noise(CONTEXT as usize * qd, 7);
+            let mut out = vec![0.0f32; q.len()];
+            g.bench_function(format!("{name}/{ty_name}/prefill_512"), |b| {
+                b.iter(|| attention(shape, batch.entries(), &kv, 0, black_box(&q), &mut out))
+            });
+            // Decode: the query at position 512 against 513 slots.
+            let kv = filled_cache(&shape, CONTEXT + 1, ty);
+            let batch = Batch::from_prompt(0, CONTEXT, &[0]);
+            let q = noise(qd, 9);
+            let mut out = vec![0.0f32; qd];
+            g.bench_function(format!("{name}/{ty_name}/decode_at_512"), |b| {
+                b.iter(|| attention(shape, batch.entries(), &kv, 0, black_box(&q), &mut out))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

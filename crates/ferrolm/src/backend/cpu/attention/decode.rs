@@ -1,0 +1,183 @@
+//! The decode path: one query against a sequence's cache, per KV head, split into ranges of
+//! slots that run as separate tasks and are merged afterwards (so that even a model with one KV
+//! head uses every thread).
+//!
+//! A range is processed in spans of at most [`SPAN`] slots: the group's query heads are scored
+//! against each visible key row, the scores exponentiated in place, and the values accumulated
+//! (f32 values: a small GEMM, spans combined by an online softmax; f16 values: llama.cpp's
+//! key-by-key f16 accumulator, see the module above). Scratch memory is bounded by the span,
+//! not the context.
+
+use std::ops::Range;
+
+use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
+
+use super::prefill::rows_at;
+use super::{Ctx, Plan, Scratch, SharedOut, Task, grow};
+
+/// Slots scored at once.
+const SPAN: usize = 256;
+
+/// A query that sees fewer slots is attended in one range (llama.cpp splits at 512 cells).
+pub(super) const SPLIT_MIN_SLOTS: usize = 512;
+
+/// A split range has at least this many slots.
+const MIN_RANGE: usize = 128;
+
+/// One query (batch entry `token`) and one KV head of sequence `seq` (an index in
+/// `Plan::seqs`); its range tasks wrote partial results `parts` (indices into `Plan::parts`).
+pub(super) struct Job {
+    pub seq: usize,
+    pub token: usize,
+    pub kvh: usize,
+    pub parts: Range<usize>,
+}
+
+/// One range of cache slots of job `job` (an index in `Plan::jobs`); it alone writes partial
+/// result `part`: `[max; group]`, `[sum; group]`, `[out; group * head_dim]` (see
+/// [`part_len`]).
+pub(super) struct RangeTask {
+    job: usize,
+    slots: Range<usize>,
+    part: usize,
+}
+
+/// Length of a partial result.
+pub(super) fn part_len(group: usize, head_dim: usize) -> usize {
+    group * (2 + head_dim)
+}
+
+/// Adds the range tasks of every job: the slots from its first to its last visible one, split
+/// (from [`SPLIT_MIN_SLOTS`] slots on) so that all jobs together make about two tasks per
+/// thread, in ranges of at least [`MIN_RANGE`] slots. A job that sees no slot gets none.
+pub(super) fn push_ranges(plan: &mut Plan, ctx: &Ctx<'_>, threads: usize) {
+    let per_job = (2 * threads.max(1)).div_ceil(plan.jobs.len().max(1));
+    let mut part = 0;
+    for (ji, job) in plan.jobs.iter_mut().enumerate() {
+        job.parts = part..part;
+        let qpos = ctx.entries[job.token].pos;
+        let Some(cache) = ctx.kv.seq(plan.seqs[job.seq].id) else { continue };
+        let pos = cache.positions();
+        let Some(first) = pos.iter().position(|&p| ctx.visible(qpos, p)) else { continue };
+        let last = pos.iter().rposition(|&p| ctx.visible(qpos, p)).unwrap_or(first);
+        let span = last + 1 - first;
+        let n = if span < SPLIT_MIN_SLOTS { 1 } else { per_job.min(span.div_ceil(MIN_RANGE)).max(1) };
+        let len = span.div_ceil(n);
+        for a in (first..=last).step_by(len) {
+            plan.tasks.push(Task::Range(RangeTask { job: ji, slots: a..(a + len).min(last + 1), part }));
+            part += 1;
+        }
+        job.parts.end = part;
+    }
+}
+
+/// Attends one range: fills the task's partial result.
+pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut, sc: &mut Scratch) {
+    let (g, hd, kv_dim) = (ctx.group, ctx.shape.head_dim, ctx.kv_dim);
+    let k = &ctx.kernels;
+    let job = &plan.jobs[task.job];
+    // SAFETY: this task is the only one writing partial result `task.part`.
+    let part = unsafe { parts.region(task.part * plan.part_len, plan.part_len) };
+    let Some((cache, keys, values)) = ctx.seq(plan.seqs[job.seq].id) else { return };
+    let qpos = ctx.entries[job.token].pos;
+    let q = grow(&mut sc.q, g * hd);
+    q.copy_from_slice(ctx.q_group(job.token, job.kvh));
+    if ctx.round_q {
+        k.round_f16(q);
+    }
+    let q = Rows { data: Elems::F32(q), rows: g, cols: hd, stride: hd };
+    let (m, rest) = part.split_at_mut(g);
+    let (l, o) = rest.split_at_mut(g);
+    m.fill(f32::NEG_INFINITY);
+    l.fill(0.0);
+    o.fill(0.0);
+    let pos = cache.positions();
+    let off = job.kvh * hd;
+    let s = grow(&mut sc.s, g * SPAN);
+    for start in task.slots.clone().step_by(SPAN) {
+        let end = (start + SPAN).min(task.slots.end);
+        // Maximal runs of visible slots, relative to `start`.
+        sc.runs.clear();
+        let mut j = start;
+        while j < end {
+            if !ctx.visible(qpos, pos[j]) {
+                j += 1;
+                continue;
+            }
+            let a = j;
+            while j < end && ctx.visible(qpos, pos[j]) {
+                j += 1;
+            }
+            sc.runs.push(a - start..j - start);
+        }
+        if sc.runs.is_empty() {
+            continue;
+        }
+        let n = end - start;
+        for h in 0..g {
+            s[h * SPAN..h * SPAN + n].fill(f32::NEG_INFINITY);
+        }
+        for r in &sc.runs {
+            let keys = rows_at(keys, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
+            let scores = RowsMut { data: &mut s[r.start..], rows: g, cols: r.len(), stride: SPAN };
+            k.dots(q, keys, scores, ctx.shape.scale);
+            if let Some(c) = ctx.shape.softcap {
+                for h in 0..g {
+                    k.softcap(&mut s[h * SPAN + r.start..h * SPAN + r.end], c);
+                }
+            }
+        }
+        if let Elems::F16(_) = values {
+            let ms = grow(&mut sc.ms, g * SPAN);
+            for h in 0..g {
+                let row = h * SPAN..h * SPAN + n;
+                k.scan_row(&mut s[row.clone()], &mut ms[row], &mut m[h], &mut l[h]);
+            }
+            for r in &sc.runs {
+                let values = rows_at(values, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
+                let f = |d| Strided { data: d, rows: g, cols: r.len(), row_stride: SPAN, col_stride: 1 };
+                let o = RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd };
+                k.accumulate_f16(f(&ms[r.start..]), f(&s[r.start..]), values, o);
+            }
+            continue;
+        }
+        for h in 0..g {
+            let row = &mut s[h * SPAN..h * SPAN + n];
+            let m_new = m[h].max(k.max(row));
+            let alpha = (m[h] - m_new).exp();
+            l[h] = l[h] * alpha + k.exp_sum(row, m_new);
+            if alpha != 1.0 {
+                o[h * hd..(h + 1) * hd].iter_mut().for_each(|x| *x *= alpha);
+            }
+            m[h] = m_new;
+        }
+        for r in &sc.runs {
+            let values = rows_at(values, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
+            let p = Strided { data: &s[r.start..], rows: g, cols: r.len(), row_stride: SPAN, col_stride: 1 };
+            k.gemm(p, values, RowsMut { data: o, rows: g, cols: hd, stride: hd }, Beta::One);
+        }
+    }
+}
+
+/// Combines a job's partial results (`parts`, `part_len` floats each) into `out`
+/// (`[group, head_dim]`): zeros when no range saw a slot.
+pub(super) fn merge(parts: &[f32], part_len: usize, g: usize, hd: usize, out: &mut [f32]) {
+    for h in 0..g {
+        let o = &mut out[h * hd..(h + 1) * hd];
+        o.fill(0.0);
+        let mx = parts.chunks_exact(part_len).map(|p| p[h]).fold(f32::NEG_INFINITY, f32::max);
+        if mx == f32::NEG_INFINITY {
+            continue;
+        }
+        let mut sum = 0.0f32;
+        for p in parts.chunks_exact(part_len) {
+            let w = (p[h] - mx).exp();
+            sum += p[g + h] * w;
+            for (d, &x) in o.iter_mut().zip(&p[2 * g + h * hd..2 * g + (h + 1) * hd]) {
+                *d += w * x;
+            }
+        }
+        let inv = 1.0 / sum;
+        o.iter_mut().for_each(|x| *x *= inv);
+    }
+}
