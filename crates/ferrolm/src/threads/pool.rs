@@ -6,6 +6,12 @@
 //! jobs) would cost as much as the work. Here a job is published by bumping a generation
 //! counter that idle workers spin on; workers only block on a condition variable after a
 //! couple of milliseconds without work, so a running generation never sleeps between ops.
+//!
+//! Workers join a job only until the caller has finished its own share: the caller then closes
+//! the job and waits only for the workers already inside it. With more busy threads than cores
+//! (other processes, parallel tests), a worker that is not scheduled in time is simply left
+//! out instead of making every operation wait for its next time slice. Jobs must therefore
+//! share their work dynamically ([`super::parallel_for`]).
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -16,17 +22,24 @@ use std::time::{Duration, Instant};
 /// How long an idle worker spins before blocking.
 const SPIN_BEFORE_SLEEP: Duration = Duration::from_millis(3);
 
-/// A job: called once per thread with the thread's index.
+/// Set in [`Shared::state`] once the caller has finished its share: no worker may join.
+const CLOSED: u64 = 1 << 31;
+
+/// The low bits of [`Shared::state`]: workers inside the job.
+const ACTIVE: u64 = CLOSED - 1;
+
+/// A job: called with the index of each thread that takes part.
 type Job<'a> = &'a (dyn Fn(usize) + Sync);
 
 /// State shared between the pool and its workers.
 struct Shared {
     /// Bumped once per published job.
     generation: AtomicU64,
-    /// The job of the current generation, valid while `pending > 0` or the publisher waits.
+    /// The job of the current generation, valid while it is open or has workers inside.
     job: UnsafeCell<Option<Job<'static>>>,
-    /// Workers that have not finished the current job.
-    pending: AtomicUsize,
+    /// The current job's admission state: its generation in the high 32 bits, [`CLOSED`], and
+    /// the number of workers inside the job in the low bits.
+    state: AtomicU64,
     /// Workers blocked (or about to block) on `wake`.
     sleepers: AtomicUsize,
     /// Set when the pool is dropped.
@@ -37,10 +50,11 @@ struct Shared {
     wake: Condvar,
 }
 
-// SAFETY: `job` is written only by the publisher while every worker is idle (between the end of
-// one generation, `pending == 0`, and the bump of the next, serialised by `ThreadPool::dispatch`),
-// and read by workers only after they observe the new generation (Acquire pairs with the
-// publisher's Release). The job itself is `Sync`.
+// SAFETY: `job` is written only by the publisher while no worker is inside a job (after the
+// previous job was closed with no active worker, and before the next is opened, serialised by
+// `ThreadPool::dispatch`), and read by a worker only after it joined the open job by a CAS on
+// `state` carrying that job's generation (Acquire pairs with the publisher's SeqCst store).
+// The job itself is `Sync`.
 unsafe impl Sync for Shared {}
 
 thread_local! {
@@ -78,7 +92,7 @@ impl ThreadPool {
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
             job: UnsafeCell::new(None),
-            pending: AtomicUsize::new(0),
+            state: AtomicU64::new(CLOSED),
             sleepers: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
@@ -101,8 +115,10 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
-    /// Runs `f(i)` once on each thread `i` in `0..n_threads()` (the calling thread is 0) and
-    /// returns when every call has returned. A panic in any call is re-raised here.
+    /// Runs `f(0)` on the calling thread and `f(i)` on each worker `i` that joins before
+    /// `f(0)` returns (each at most once), and returns when every call has returned. `f` must
+    /// share its work dynamically, so that any subset of threads completes it (the caller alone
+    /// included). A panic in any call is re-raised here.
     ///
     /// Called from inside a job of any pool (nested parallelism), it runs every index on the
     /// calling thread instead of waiting for workers that are busy with the outer job.
@@ -112,7 +128,7 @@ impl ThreadPool {
             return;
         }
         if IN_JOB.with(|c| c.get()) {
-            (0..self.n_threads()).for_each(&f);
+            f(0);
             return;
         }
         let f = |i: usize| {
@@ -124,20 +140,23 @@ impl ThreadPool {
         let _guard = self.dispatch.lock().unwrap_or_else(|e| e.into_inner());
         let sh = &*self.shared;
         let job: Job<'_> = &f;
-        // SAFETY: every worker is idle (the previous `run` waited for `pending == 0` and holds
-        // no reference to its job). The 'static lifetime is a lie contained by this function:
-        // the reference is cleared below before `f` goes out of scope, and no worker reads it
-        // after decrementing `pending`.
+        // SAFETY: no worker is inside a job (the previous `run` closed its job and waited for
+        // its workers) and none can join before the new state is stored below. The 'static
+        // lifetime is a lie contained by this function: the reference is cleared before `f` goes
+        // out of scope, and no worker reads it after leaving the job.
         unsafe { *sh.job.get() = Some(std::mem::transmute::<Job<'_>, Job<'static>>(job)) };
-        sh.pending.store(self.workers.len(), Ordering::Relaxed);
-        sh.generation.fetch_add(1, Ordering::SeqCst);
+        let generation = sh.generation.load(Ordering::Relaxed).wrapping_add(1);
+        sh.state.store((generation & 0xffff_ffff) << 32, Ordering::SeqCst);
+        sh.generation.store(generation, Ordering::SeqCst);
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
             let _l = sh.lock.lock().unwrap_or_else(|e| e.into_inner());
             sh.wake.notify_all();
         }
         let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0)));
+        // Close the job, then wait for the workers inside it.
+        sh.state.fetch_or(CLOSED, Ordering::SeqCst);
         let mut spins = 0u32;
-        while sh.pending.load(Ordering::Acquire) != 0 {
+        while sh.state.load(Ordering::Acquire) & ACTIVE != 0 {
             spins = spins.wrapping_add(1);
             if spins % 64 == 0 {
                 // A worker may have been descheduled (more threads than free cores).
@@ -146,7 +165,7 @@ impl ThreadPool {
                 std::hint::spin_loop();
             }
         }
-        // SAFETY: all workers finished this generation (`pending == 0`), none reads `job` now.
+        // SAFETY: the job is closed and no worker is inside it, so none reads `job` now.
         unsafe { *sh.job.get() = None };
         if let Err(p) = mine {
             std::panic::resume_unwind(p);
@@ -211,16 +230,31 @@ fn worker(sh: &Shared, index: usize) {
             drop(l);
             idle_since = None;
         }
-        // SAFETY: the publisher wrote `job` before bumping the generation we just observed
-        // (Acquire), and keeps it alive until `pending` reaches zero, which we have not yet
-        // signalled.
+        // Join the job unless it is already closed (or a newer one replaced it).
+        let tag = (seen & 0xffff_ffff) << 32;
+        let mut st = sh.state.load(Ordering::Acquire);
+        let joined = loop {
+            if st & !(CLOSED | ACTIVE) != tag || st & CLOSED != 0 {
+                break false;
+            }
+            match sh.state.compare_exchange_weak(st, st + 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break true,
+                Err(now) => st = now,
+            }
+        };
+        if !joined {
+            continue;
+        }
+        // SAFETY: we joined the open job of generation `seen`: the publisher wrote `job` before
+        // opening it and keeps it alive until the job is closed with no worker inside, which
+        // cannot happen before our decrement below.
         let job = unsafe { *sh.job.get() };
         if let Some(job) = job
             && std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(index))).is_err()
         {
             sh.panicked.store(true, Ordering::Relaxed);
         }
-        sh.pending.fetch_sub(1, Ordering::Release);
+        sh.state.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -229,16 +263,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_thread_runs_each_job_once() {
+    fn every_job_runs_once_on_the_caller_and_at_most_once_per_worker() {
         for n in [1, 2, 3, 5] {
             let pool = ThreadPool::new(n).expect("spawn");
             assert_eq!(pool.n_threads(), n);
+            let mut joined = 0;
             for round in 0..200 {
                 let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
                 pool.run(|i| {
                     hits[i].fetch_add(round + 1, Ordering::Relaxed);
+                    if i == 0 {
+                        // Give the workers time to join.
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
                 });
-                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == round + 1));
+                assert_eq!(hits[0].load(Ordering::Relaxed), round + 1);
+                assert!(hits.iter().all(|h| [0, round + 1].contains(&h.load(Ordering::Relaxed))));
+                joined += hits[1..].iter().filter(|h| h.load(Ordering::Relaxed) > 0).count();
+            }
+            if n > 1 {
+                assert!(joined > 0, "workers never joined a job");
             }
         }
     }
@@ -248,11 +292,11 @@ mod tests {
         let pool = ThreadPool::new(3).expect("spawn");
         for _ in 0..3 {
             std::thread::sleep(SPIN_BEFORE_SLEEP * 3);
-            let count = AtomicUsize::new(0);
-            pool.run(|_| {
-                count.fetch_add(1, Ordering::Relaxed);
+            let items = AtomicUsize::new(0);
+            crate::threads::parallel_for(&pool, 1000, |_| {
+                items.fetch_add(1, Ordering::Relaxed);
             });
-            assert_eq!(count.load(Ordering::Relaxed), 3);
+            assert_eq!(items.load(Ordering::Relaxed), 1000);
         }
     }
 
@@ -265,7 +309,7 @@ mod tests {
                 let (pool, total) = (Arc::clone(&pool), Arc::clone(&total));
                 std::thread::spawn(move || {
                     for _ in 0..100 {
-                        pool.run(|_| {
+                        crate::threads::parallel_for(&pool, 10, |_| {
                             total.fetch_add(1, Ordering::Relaxed);
                         });
                     }
@@ -275,20 +319,28 @@ mod tests {
         for h in handles {
             h.join().expect("no panic");
         }
-        assert_eq!(total.load(Ordering::Relaxed), 4 * 100 * 2);
+        assert_eq!(total.load(Ordering::Relaxed), 4 * 100 * 10);
     }
 
     #[test]
     fn a_panicking_job_is_reported_and_the_pool_survives() {
         let pool = ThreadPool::new(2).expect("spawn");
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pool.run(|i| assert_ne!(i, 1, "worker fails"));
-        }));
-        assert!(r.is_err());
-        let count = AtomicUsize::new(0);
-        pool.run(|_| {
-            count.fetch_add(1, Ordering::Relaxed);
+        for failing in [0, 1] {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.run(|i| {
+                    // The caller waits so that the worker joins before the job closes.
+                    if i == 0 {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    assert_ne!(i, failing, "thread fails");
+                });
+            }));
+            assert!(r.is_err(), "thread {failing}'s panic is reported");
+        }
+        let items = AtomicUsize::new(0);
+        crate::threads::parallel_for(&pool, 100, |_| {
+            items.fetch_add(1, Ordering::Relaxed);
         });
-        assert_eq!(count.load(Ordering::Relaxed), 2);
+        assert_eq!(items.load(Ordering::Relaxed), 100);
     }
 }
