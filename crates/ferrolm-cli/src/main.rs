@@ -1,5 +1,6 @@
 //! The `ferrolm` command-line tool.
 
+mod bench;
 mod chat;
 mod constraint_args;
 mod convert;
@@ -41,6 +42,8 @@ enum Command {
     Convert(convert::Args),
     /// Render conversations with chat templates.
     Template(template::Args),
+    /// Measure prompt-processing and generation speed (like llama.cpp's llama-bench).
+    Bench(bench::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +61,7 @@ fn main() -> std::process::ExitCode {
         Command::Convert(a) => convert::run(a),
         Command::Template(a) => template::run(a),
         Command::Embed(a) => embed::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -36,8 +36,10 @@ fn quantize32(x: &[f32], qs: &mut [i8]) -> (f32, i32) {
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(x) {
-        // |v · id| <= 127 (plus an ulp), so the conversion never saturates for finite inputs.
-        let r = (v * id).round_ties_even() as i32;
+        // |v · id| <= 127 (plus an ulp) for finite inputs. `nearest_int` rounds half to even
+        // in plain float/integer arithmetic that vectorises (`round_ties_even` becomes a libm
+        // call on targets without SSE4.1); the clamp keeps non-finite inputs in range.
+        let r = nearest_int(v * id).clamp(-127, 127);
         sum += r;
         *q = r as i8;
     }

@@ -249,6 +249,9 @@ fn tile<F: Format, const T: usize>(
     let (gs, us) = (F::NQ + 3, F::UNIT_NQ + 3);
     let units_at = split.groups * gs;
     for (r, row) in w.chunks_exact(w_rb).enumerate() {
+        if T == 1 {
+            prefetch_next(t, row);
+        }
         let mut acc = [zero_ps(t); T];
         for g in 0..split.groups {
             let wg = F::unpack(t, &row[g * F::W_GROUP..(g + 1) * F::W_GROUP]);
@@ -328,6 +331,19 @@ fn same_bytes(_t: Avx512, a: &[u8], b: &[u8]) -> bool {
             diff |= _mm512_cmpneq_epi8_mask(x, y);
         }
         diff == 0
+    }
+}
+
+/// Prefetches the bytes after `row` (the next row of a matrix stored row after row, as the
+/// decode matvec walks it): streaming one row at a time, the unpacking work of a row would
+/// otherwise delay the loads of the next.
+#[inline(always)]
+fn prefetch_next(_t: Avx512, row: &[u8]) {
+    let next = row.as_ptr().wrapping_add(row.len());
+    for off in (0..row.len()).step_by(64) {
+        // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and the
+        // pointer is not dereferenced (`wrapping_add` keeps its computation defined).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
     }
 }
 

@@ -231,6 +231,9 @@ fn tile<F: Format, const T: usize>(
     let (gs, us) = (F::NQ + 3, F::UNIT_NQ + 3);
     let units_at = split.groups * gs;
     for (r, row) in w.chunks_exact(w_rb).enumerate() {
+        if T == 1 {
+            prefetch_next(t, row);
+        }
         let mut acc = [zero_ps(t); T];
         for g in 0..split.groups {
             let wg = F::unpack(t, &row[g * F::W_GROUP..(g + 1) * F::W_GROUP]);
@@ -292,6 +295,19 @@ fn group_dot<F: Format, const T: usize>(
         let f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), wg.scale);
         let a = _mm256_fmadd_ps(f, _mm256_castsi256_ps(x[nq]), acc);
         if F::MIN { _mm256_fmadd_ps(wg.min, _mm256_castsi256_ps(x[nq + 1]), a) } else { a }
+    }
+}
+
+/// Prefetches the bytes after `row` (the next row of a matrix stored row after row, as the
+/// decode matvec walks it): streaming one row at a time, the unpacking work of a row would
+/// otherwise delay the loads of the next.
+#[inline(always)]
+fn prefetch_next(_t: AvxVnni, row: &[u8]) {
+    let next = row.as_ptr().wrapping_add(row.len());
+    for off in (0..row.len()).step_by(64) {
+        // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and the
+        // pointer is not dereferenced (`wrapping_add` keeps its computation defined).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast()) };
     }
 }
 

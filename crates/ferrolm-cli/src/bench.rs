@@ -1,0 +1,274 @@
+//! `ferrolm bench`: prompt-processing and text-generation speed, measured like llama.cpp's
+//! `llama-bench` and reported with its field names (see docs/benchmarks.md).
+//!
+//! Each test is either `ppN` (N random prompt tokens fed in forward passes of at most
+//! `--batch-size` tokens, logits only after the last token of each pass) or `tgN` (N random
+//! tokens fed one per forward pass, logits after each). A test runs once per thread count: one
+//! unrecorded warm-up (the whole prompt for pp, one token for tg, as llama-bench does), then
+//! `--repetitions` timed runs, each from an empty KV cache.
+
+mod info;
+mod output;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use ferrolm::engine::Batch;
+use ferrolm::kv::{KvCache, KvType, SeqId};
+use ferrolm::model::{LoadOptions, Model};
+use rand::rngs::StdRng;
+use rand::{Rng as _, SeedableRng as _};
+
+use info::{BuildInfo, ModelInfo};
+use output::{OutputFormat, Printer, TestResult};
+
+/// The sequence the benchmark runs in.
+const SEQ: SeqId = 0;
+/// Seed of the random token ids: every run of a test feeds the same tokens.
+const SEED: u64 = 1234;
+
+/// Arguments of `ferrolm bench`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Model: GGUF file, Hugging Face model folder or catalog name. Repeat to bench several.
+    #[arg(short = 'm', long = "model", required = true)]
+    pub models: Vec<String>,
+    /// Prompt lengths to test (comma list; 0 skips prompt tests).
+    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    pub n_prompt: Vec<usize>,
+    /// Numbers of tokens to generate (comma list; 0 skips generation tests).
+    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    pub n_gen: Vec<usize>,
+    /// Thread counts (comma list; default: all available cores).
+    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Timed runs per test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: usize,
+    /// Largest number of prompt tokens per forward pass.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
+    pub batch_size: usize,
+    /// Output format: md (a table), json, jsonl or csv.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
+    pub output: OutputFormat,
+    /// Storage type of cached keys: f16 or f32.
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
+    pub cache_type_k: KvType,
+    /// Storage type of cached values: f16 or f32.
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
+    pub cache_type_v: KvType,
+    /// Skip the warm-up run before each test's repetitions.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// Seconds to sleep before each test after the first (lets the CPU cool down).
+    #[arg(long, default_value_t = 0.0)]
+    pub delay: f64,
+}
+
+fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16 or f32)"))
+}
+
+/// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Test {
+    n_prompt: usize,
+    n_gen: usize,
+}
+
+/// The validated plan: thread counts and tests, in llama-bench's order.
+#[derive(Debug)]
+struct Plan {
+    threads: Vec<usize>,
+    tests: Vec<Test>,
+    delay: Duration,
+}
+
+impl Args {
+    fn plan(&self) -> anyhow::Result<Plan> {
+        if self.repetitions == 0 {
+            anyhow::bail!("--repetitions must be at least 1");
+        }
+        if self.batch_size == 0 {
+            anyhow::bail!("--batch-size must be at least 1");
+        }
+        if self.threads.contains(&0) {
+            anyhow::bail!("--threads values must be at least 1");
+        }
+        if !self.delay.is_finite() || self.delay < 0.0 {
+            anyhow::bail!("--delay must be a number of seconds, 0 or more");
+        }
+        let threads = if self.threads.is_empty() {
+            vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
+        } else {
+            self.threads.clone()
+        };
+        let pp = self.n_prompt.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: n, n_gen: 0 });
+        let tg = self.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: 0, n_gen: n });
+        let tests: Vec<Test> = pp.chain(tg).collect();
+        if tests.is_empty() {
+            anyhow::bail!("nothing to run: every --n-prompt and --n-gen value is 0");
+        }
+        Ok(Plan { threads, tests, delay: Duration::from_secs_f64(self.delay) })
+    }
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let plan = args.plan()?;
+    let build = BuildInfo::current();
+    let cpu = info::cpu_info();
+    let mut printer = Printer::new(args.output, std::io::stdout().lock());
+    let mut first = true;
+    for (i, spec) in args.models.iter().enumerate() {
+        let path = crate::pull::resolve_model(Some(spec))?;
+        let model = Model::load_with(&path, &LoadOptions::default())
+            .with_context(|| format!("loading {}", path.display()))?;
+        let minfo = ModelInfo::new(&path, &model);
+        if i == 0 {
+            // After the first model loaded, so that a bad path prints nothing on stdout.
+            printer.begin(&build, &cpu)?;
+        }
+        printer.model(&minfo)?;
+        for &n_threads in &plan.threads {
+            for &test in &plan.tests {
+                if !first && !plan.delay.is_zero() {
+                    std::thread::sleep(plan.delay);
+                }
+                first = false;
+                tracing::info!(model = %minfo.filename, n_threads, n_prompt = test.n_prompt, n_gen = test.n_gen, "bench");
+                let test_time = info::rfc3339_now();
+                let samples_ns = with_threads(n_threads, || run_test(&model, &args, test))??;
+                printer.result(&TestResult {
+                    build: &build,
+                    cpu: &cpu,
+                    model: &minfo,
+                    n_batch: args.batch_size,
+                    n_threads,
+                    type_k: args.cache_type_k,
+                    type_v: args.cache_type_v,
+                    n_prompt: test.n_prompt,
+                    n_gen: test.n_gen,
+                    test_time,
+                    samples_ns,
+                })?;
+            }
+        }
+    }
+    printer.finish()
+}
+
+/// Runs `f` with the kernels using `n` threads. The one place the thread count is applied.
+fn with_threads<R>(n: usize, f: impl FnOnce() -> R) -> anyhow::Result<R> {
+    ferrolm::threads::set_num_threads(n).with_context(|| format!("cannot start {n} worker threads"))?;
+    Ok(f())
+}
+
+/// The warm-up and the timed repetitions of one test; returns each repetition's nanoseconds.
+fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> {
+    let n_vocab = model.config().n_vocab;
+    let tok = model.tokenizer();
+    // Like llama-bench: the sequence starts with BOS when the model adds one, then random ids.
+    let bos = tok.bos().filter(|_| tok.add_bos());
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let mut tokens = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|i| match bos {
+                Some(b) if i == 0 => b,
+                _ => rng.random_range(0..n_vocab as u32),
+            })
+            .collect()
+    };
+    let mut kv = model.new_kv_cache_typed(test.n_prompt + test.n_gen, args.cache_type_k, args.cache_type_v);
+    if !args.no_warmup {
+        if test.n_prompt > 0 {
+            prompt(model, &mut kv, &tokens(test.n_prompt), args.batch_size).context("warm-up prompt run")?;
+        }
+        if test.n_gen > 0 {
+            generate(model, &mut kv, &tokens(1)).context("warm-up generation run")?;
+        }
+    }
+    let mut samples = Vec::with_capacity(args.repetitions);
+    for rep in 0..args.repetitions {
+        let ids = tokens(test.n_prompt + test.n_gen);
+        kv.clear();
+        let t0 = Instant::now();
+        if test.n_prompt > 0 {
+            prompt(model, &mut kv, &ids, args.batch_size)
+        } else {
+            generate(model, &mut kv, &ids)
+        }
+        .with_context(|| format!("repetition {}", rep + 1))?;
+        let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+        tracing::debug!(rep = rep + 1, ms = ns as f64 / 1e6, "repetition done");
+        samples.push(ns);
+    }
+    Ok(samples)
+}
+
+/// Feeds `ids` as a prompt in forward passes of at most `n_batch` tokens.
+fn prompt(model: &Model, kv: &mut KvCache, ids: &[u32], n_batch: usize) -> anyhow::Result<()> {
+    for (i, chunk) in ids.chunks(n_batch).enumerate() {
+        let batch = Batch::from_prompt(SEQ, (i * n_batch) as u32, chunk);
+        model.forward(&batch, kv)?;
+    }
+    Ok(())
+}
+
+/// Feeds `ids` one per forward pass, asking for the logits after each.
+fn generate(model: &Model, kv: &mut KvCache, ids: &[u32]) -> anyhow::Result<()> {
+    let mut batch = Batch::new();
+    for (pos, &id) in ids.iter().enumerate() {
+        batch.clear();
+        batch.push(SEQ, pos as u32, id, true);
+        model.forward(&batch, kv)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn plan(argv: &[&str]) -> anyhow::Result<Plan> {
+        let cli = Cli::try_parse_from(std::iter::once("bench").chain(argv.iter().copied()))?;
+        cli.args.plan()
+    }
+
+    #[test]
+    fn plan_orders_prompt_tests_before_generation_and_skips_zeros() {
+        let p = plan(&["-m", "x", "-p", "0,64,16", "-n", "8,0", "-t", "2,1"]).expect("valid");
+        assert_eq!(p.threads, vec![2, 1]);
+        let t = |n_prompt, n_gen| Test { n_prompt, n_gen };
+        assert_eq!(p.tests, vec![t(64, 0), t(16, 0), t(0, 8)]);
+    }
+
+    #[test]
+    fn plan_rejects_bad_values() {
+        for argv in [
+            &["-m", "x", "-t", "0"][..],
+            &["-m", "x", "-r", "0"],
+            &["-m", "x", "-b", "0"],
+            &["-m", "x", "-p", "0", "-n", "0"],
+            &["-m", "x", "--delay", "-1"],
+            &["-m", "x", "-p", "1,a"],
+            &["-m", "x", "--cache-type-k", "q8_0"],
+        ] {
+            assert!(plan(argv).is_err(), "{argv:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn default_threads_are_the_available_cores() {
+        let p = plan(&["-m", "x"]).expect("valid");
+        assert_eq!(p.threads, vec![std::thread::available_parallelism().map_or(1, |n| n.get())]);
+        assert_eq!(p.tests, vec![Test { n_prompt: 512, n_gen: 0 }, Test { n_prompt: 0, n_gen: 128 }]);
+    }
+}

@@ -1,0 +1,329 @@
+//! Results of `ferrolm bench` and their printing: a Markdown table, JSON, JSON lines or CSV,
+//! with llama-bench's field names.
+
+use std::io::Write;
+
+use anyhow::Context as _;
+use ferrolm::kv::KvType;
+use serde_json::{Value, json};
+
+use super::info::{BuildInfo, ModelInfo};
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// A Markdown table with a header naming the model, CPU and build.
+    Md,
+    /// One JSON array of result objects.
+    Json,
+    /// One JSON object per line.
+    Jsonl,
+    /// Comma-separated values with a header line.
+    Csv,
+}
+
+/// One test's measurements and what they were measured on.
+#[derive(Debug)]
+pub struct TestResult<'a> {
+    /// The build.
+    pub build: &'a BuildInfo,
+    /// The CPU's name.
+    pub cpu: &'a str,
+    /// The model.
+    pub model: &'a ModelInfo,
+    /// Largest prompt chunk per forward pass.
+    pub n_batch: usize,
+    /// Threads.
+    pub n_threads: usize,
+    /// Key storage type.
+    pub type_k: KvType,
+    /// Value storage type.
+    pub type_v: KvType,
+    /// Prompt tokens (0 for a generation test).
+    pub n_prompt: usize,
+    /// Generated tokens (0 for a prompt test).
+    pub n_gen: usize,
+    /// When the test started (RFC 3339).
+    pub test_time: String,
+    /// Nanoseconds of each repetition.
+    pub samples_ns: Vec<u64>,
+}
+
+impl TestResult<'_> {
+    /// `ppN` or `tgN`.
+    pub fn name(&self) -> String {
+        match (self.n_prompt, self.n_gen) {
+            (p, 0) => format!("pp{p}"),
+            (0, g) => format!("tg{g}"),
+            (p, g) => format!("pp{p}+tg{g}"),
+        }
+    }
+
+    /// Tokens per second of each repetition.
+    pub fn samples_ts(&self) -> Vec<f64> {
+        let n = (self.n_prompt + self.n_gen) as f64;
+        self.samples_ns.iter().map(|&ns| 1e9 * n / ns as f64).collect()
+    }
+
+    /// The fields, in llama-bench's order and with its names, plus `median_ts`.
+    pub fn fields(&self) -> Vec<(&'static str, Value)> {
+        let ns: Vec<f64> = self.samples_ns.iter().map(|&v| v as f64).collect();
+        let ts = self.samples_ts();
+        vec![
+            ("build_commit", json!(self.build.commit)),
+            ("build_number", json!(0)),
+            ("cpu_info", json!(self.cpu)),
+            ("backends", json!("CPU")),
+            ("model_filename", json!(self.model.filename)),
+            ("model_type", json!(self.model.model_type())),
+            ("model_size", json!(self.model.size)),
+            ("model_n_params", json!(self.model.n_params)),
+            ("n_batch", json!(self.n_batch)),
+            ("n_threads", json!(self.n_threads)),
+            ("type_k", json!(kv_type_name(self.type_k))),
+            ("type_v", json!(kv_type_name(self.type_v))),
+            ("n_prompt", json!(self.n_prompt)),
+            ("n_gen", json!(self.n_gen)),
+            ("test_time", json!(self.test_time)),
+            ("avg_ns", json!(mean(&ns).round() as u64)),
+            ("stddev_ns", json!(stddev(&ns).round() as u64)),
+            ("avg_ts", json!(mean(&ts))),
+            ("stddev_ts", json!(stddev(&ts))),
+            ("median_ts", json!(median(&ts))),
+            ("samples_ns", json!(self.samples_ns)),
+            ("samples_ts", json!(ts)),
+        ]
+    }
+
+    fn to_json(&self) -> Value {
+        Value::Object(self.fields().into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    }
+}
+
+/// llama.cpp's name of a cache type (`f16`, `f32`).
+fn kv_type_name(t: KvType) -> &'static str {
+    match t {
+        KvType::F32 => "f32",
+        KvType::F16 => "f16",
+    }
+}
+
+/// Mean; 0 for no values.
+pub fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+}
+
+/// Sample standard deviation (n - 1 in the denominator, as llama-bench); 0 below two values.
+pub fn stddev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// Median (the mean of the two middle values for an even count); 0 for no values.
+pub fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Writes results as they come, in one format.
+pub struct Printer<W: Write> {
+    format: OutputFormat,
+    out: W,
+    /// JSON objects held until the array is closed.
+    json: Vec<Value>,
+}
+
+/// Markdown table columns and whether they are right-aligned.
+const MD_COLUMNS: [(&str, bool); 8] = [
+    ("model", false),
+    ("size", true),
+    ("params", true),
+    ("backend", false),
+    ("threads", true),
+    ("test", true),
+    ("t/s", true),
+    ("median t/s", true),
+];
+
+impl<W: Write> Printer<W> {
+    /// A printer writing `format` to `out`.
+    pub fn new(format: OutputFormat, out: W) -> Self {
+        Self { format, out, json: Vec::new() }
+    }
+
+    /// Writes what comes before the results.
+    pub fn begin(&mut self, build: &BuildInfo, cpu: &str) -> anyhow::Result<()> {
+        match self.format {
+            OutputFormat::Md => {
+                writeln!(self.out, "## ferrolm bench\n")?;
+                writeln!(self.out, "- build: ferrolm {} ({})", build.version, build.commit)?;
+                writeln!(self.out, "- CPU: {cpu}")?;
+            }
+            OutputFormat::Csv => {
+                writeln!(self.out, "{}", CSV_FIELDS.join(","))?;
+            }
+            OutputFormat::Json | OutputFormat::Jsonl => {}
+        }
+        self.flush()
+    }
+
+    /// Writes what comes before a model's results (Markdown: its description and a table head).
+    pub fn model(&mut self, m: &ModelInfo) -> anyhow::Result<()> {
+        if self.format == OutputFormat::Md {
+            writeln!(
+                self.out,
+                "\n- model: {} ({}, {}, {} params; weights {})\n",
+                m.short_name,
+                m.arch,
+                m.size_label(),
+                m.params_label(),
+                m.types_label()
+            )?;
+            let head: Vec<&str> = MD_COLUMNS.iter().map(|c| c.0).collect();
+            let rule: Vec<&str> = MD_COLUMNS.iter().map(|c| if c.1 { "---:" } else { "---" }).collect();
+            writeln!(self.out, "| {} |", head.join(" | "))?;
+            writeln!(self.out, "| {} |", rule.join(" | "))?;
+        }
+        self.flush()
+    }
+
+    /// Writes one test's result.
+    pub fn result(&mut self, r: &TestResult<'_>) -> anyhow::Result<()> {
+        match self.format {
+            OutputFormat::Md => {
+                let ts = r.samples_ts();
+                let cells = [
+                    r.model.model_type(),
+                    r.model.size_label(),
+                    r.model.params_label(),
+                    "CPU".to_string(),
+                    r.n_threads.to_string(),
+                    r.name(),
+                    format!("{:.2} ± {:.2}", mean(&ts), stddev(&ts)),
+                    format!("{:.2}", median(&ts)),
+                ];
+                writeln!(self.out, "| {} |", cells.join(" | "))?;
+            }
+            OutputFormat::Json => self.json.push(r.to_json()),
+            OutputFormat::Jsonl => writeln!(self.out, "{}", r.to_json())?,
+            OutputFormat::Csv => {
+                let cells: Vec<String> = r.fields().iter().map(|(_, v)| csv_cell(v)).collect();
+                writeln!(self.out, "{}", cells.join(","))?;
+            }
+        }
+        self.flush()
+    }
+
+    /// Writes what comes after the results.
+    pub fn finish(&mut self) -> anyhow::Result<()> {
+        match self.format {
+            OutputFormat::Md => writeln!(self.out)?,
+            OutputFormat::Json => {
+                let all = Value::Array(std::mem::take(&mut self.json));
+                writeln!(self.out, "{}", serde_json::to_string_pretty(&all)?)?;
+            }
+            OutputFormat::Jsonl | OutputFormat::Csv => {}
+        }
+        self.flush()
+    }
+
+    fn flush(&mut self) -> anyhow::Result<()> {
+        self.out.flush().context("cannot write the results")
+    }
+}
+
+/// The CSV header: the field names of [`TestResult::fields`].
+const CSV_FIELDS: [&str; 22] = [
+    "build_commit",
+    "build_number",
+    "cpu_info",
+    "backends",
+    "model_filename",
+    "model_type",
+    "model_size",
+    "model_n_params",
+    "n_batch",
+    "n_threads",
+    "type_k",
+    "type_v",
+    "n_prompt",
+    "n_gen",
+    "test_time",
+    "avg_ns",
+    "stddev_ns",
+    "avg_ts",
+    "stddev_ts",
+    "median_ts",
+    "samples_ns",
+    "samples_ts",
+];
+
+/// A CSV cell, always quoted as llama-bench does; arrays are `;`-separated.
+fn csv_cell(v: &Value) -> String {
+    let text = match v {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(Value::to_string).collect::<Vec<_>>().join(";"),
+        other => other.to_string(),
+    };
+    format!("\"{}\"", text.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics() {
+        assert_eq!(mean(&[]), 0.0);
+        assert_eq!(stddev(&[5.0]), 0.0);
+        // Sample standard deviation of 2, 4, 4, 4, 5, 5, 7, 9: sqrt(32 / 7).
+        let v = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0];
+        assert!((stddev(&v) - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(median(&v), 4.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+    }
+
+    #[test]
+    fn csv_header_matches_the_fields() {
+        let build = BuildInfo { version: "0", commit: "abc" };
+        let model = ModelInfo {
+            filename: "m.gguf".into(),
+            short_name: "m.gguf".into(),
+            arch: "llama",
+            size: 10,
+            n_params: 20,
+            types: vec![(ferrolm::GgmlType::Q4_0, 10)],
+            file_type: None,
+        };
+        let r = TestResult {
+            build: &build,
+            cpu: "cpu \"x\"",
+            model: &model,
+            n_batch: 512,
+            n_threads: 2,
+            type_k: KvType::F16,
+            type_v: KvType::F32,
+            n_prompt: 0,
+            n_gen: 4,
+            test_time: "2025-01-01T00:00:00Z".into(),
+            samples_ns: vec![1_000_000_000, 2_000_000_000],
+        };
+        let names: Vec<&str> = r.fields().iter().map(|f| f.0).collect();
+        assert_eq!(names, CSV_FIELDS);
+        let mut p = Printer::new(OutputFormat::Csv, Vec::new());
+        p.result(&r).expect("write");
+        let line = String::from_utf8(p.out).expect("utf-8");
+        assert!(line.starts_with("\"abc\",\"0\",\"cpu \"\"x\"\"\",\"CPU\""), "{line}");
+        assert!(line.trim_end().ends_with("\"1000000000;2000000000\",\"4.0;2.0\""), "{line}");
+        assert_eq!(r.name(), "tg4");
+        assert_eq!(r.samples_ts(), vec![4.0, 2.0]);
+    }
+}

@@ -1,0 +1,631 @@
+#!/usr/bin/env python3
+"""ferrolm vs llama.cpp on the CPU, side by side (see docs/benchmarks.md).
+
+Builds llama.cpp's `llama-bench` from the source llama-cpp-python ships (cached), builds
+`ferrolm` (or takes --ferrolm BIN), then for every model, thread count and test runs the two
+engines ALTERNATELY, one repetition each (`-r 1`, each run with its own warm-up), `--reps`
+times, and prints a Markdown table of medians (min-max) and the ratio ferrolm / llama.cpp.
+For text generation it also gives the share of the memory-bandwidth bound:
+t/s x weight bytes read per token / measured read bandwidth.
+
+    python3 scripts/bench_compare.py                       # both test models, -p 512 -n 128 -t 2
+    python3 scripts/bench_compare.py -m model.gguf -p 64 -n 16 -r 2 -t 1,2 --json out.json
+
+Standard library only. Needs gcc (for the bandwidth probe) and a C++ toolchain (for llama.cpp);
+cmake and ninja are installed with pip when missing.
+"""
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import tempfile
+import time
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+# The CPU features of the machine this project is measured on, named one by one instead of
+# -DGGML_NATIVE=ON because the CPU lists AMX, whose instructions fault there.
+DEFAULT_CMAKE_ARGS = [
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX512=ON",
+    "-DGGML_AVX512_VNNI=ON",
+    "-DGGML_AVX512_VBMI=ON",
+    "-DGGML_AVX512_BF16=ON",
+    "-DGGML_AVX_VNNI=ON",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+]
+# Always passed: a static release build of llama-bench alone.
+BASE_CMAKE_ARGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_CURL=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+]
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST_MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
+
+
+def log(msg):
+    print(f"[bench_compare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Failure(Exception):
+    """A step failed; the message says which and carries the tool's stderr."""
+
+
+def run_checked(cmd, what, cwd=None, env=None, capture=True):
+    """Runs `cmd`; on a non-zero exit raises Failure with its stderr. Returns stdout when captured."""
+    log(f"$ {shlex.join(cmd)}")
+    res = subprocess.run(
+        cmd, cwd=cwd, env=env, text=True,
+        stdout=subprocess.PIPE if capture else None, stderr=subprocess.PIPE if capture else None,
+    )
+    if res.returncode != 0:
+        err = (res.stderr or "").strip() if capture else "(see the output above)"
+        raise Failure(f"{what} failed (exit {res.returncode}): {shlex.join(cmd)}\n{err}")
+    return res.stdout if capture else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Tools: cmake, ninja
+
+
+def pip_tool(name):
+    """Path of `name` on PATH, else installed with `python3 -m pip install name` and found."""
+    found = shutil.which(name)
+    if found:
+        return found
+    log(f"{name} not on PATH: installing it with pip")
+    run_checked([sys.executable, "-m", "pip", "install", "--quiet", name], f"pip install {name}")
+    dirs = [sysconfig.get_path("scripts"), sysconfig.get_path("scripts", f"{os.name}_user")]
+    for d in dirs:
+        cand = os.path.join(d, name)
+        if os.access(cand, os.X_OK):
+            return cand
+    found = shutil.which(name)
+    if found:
+        return found
+    raise Failure(f"installed {name} with pip but cannot find its executable (looked in {dirs})")
+
+
+# ---------------------------------------------------------------------------------------------
+# llama.cpp
+
+
+def llama_source(cache):
+    """The llama.cpp tree vendored by the llama-cpp-python sdist, downloaded and extracted once."""
+    src_root = os.path.join(cache, f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}")
+    tree = os.path.join(src_root, "vendor", "llama.cpp")
+    if os.path.isfile(os.path.join(tree, "CMakeLists.txt")):
+        return tree
+    sdist_dir = os.path.join(cache, "sdist")
+    os.makedirs(sdist_dir, exist_ok=True)
+    sdist = os.path.join(sdist_dir, f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz")
+    if not os.path.isfile(sdist):
+        log(f"downloading the llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist with pip")
+        run_checked(
+            # `--no-binary llama-cpp-python`, not `:all:`: the latter would also build the
+            # sdist's build requirements (cmake itself) from source to read its metadata.
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
+             "--dest", sdist_dir, f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}"],
+            "pip download llama-cpp-python",
+        )
+    if not os.path.isfile(sdist):
+        raise Failure(f"pip download did not leave {sdist}")
+    log(f"extracting {sdist}")
+    tmp = tempfile.mkdtemp(dir=cache, prefix="extract-")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(tmp, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(tmp)
+    extracted = os.path.join(tmp, f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}")
+    if not os.path.isfile(os.path.join(extracted, "vendor", "llama.cpp", "CMakeLists.txt")):
+        raise Failure(f"{sdist} has no vendor/llama.cpp/CMakeLists.txt")
+    if os.path.exists(src_root):
+        shutil.rmtree(src_root)
+    os.replace(extracted, src_root)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return tree
+
+
+def llama_bench_binary(cache, cmake_args, jobs):
+    """Path of a cached llama-bench built with `cmake_args`; builds it when missing."""
+    all_args = BASE_CMAKE_ARGS + cmake_args
+    key = hashlib.sha256("\0".join(all_args).encode()).hexdigest()[:12]
+    build = os.path.join(cache, f"build-{key}")
+    binary = os.path.join(build, "bin", "llama-bench")
+    if os.access(binary, os.X_OK):
+        return binary
+    tree = llama_source(cache)
+    cmake = pip_tool("cmake")
+    ninja = pip_tool("ninja")
+    os.makedirs(build, exist_ok=True)
+    with open(os.path.join(build, "ferrolm-cmake-args.txt"), "w") as f:
+        f.write("\n".join(all_args) + "\n")
+    log(f"configuring llama.cpp in {build} (flags: {' '.join(all_args)})")
+    run_checked(
+        [cmake, "-S", tree, "-B", build, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] + all_args,
+        "cmake configure", capture=False,
+    )
+    log(f"building llama-bench with -j{jobs} (about 10 minutes on 2 cores)")
+    run_checked([cmake, "--build", build, "--target", "llama-bench", f"-j{jobs}"], "cmake build",
+                capture=False)
+    if not os.access(binary, os.X_OK):
+        raise Failure(f"the build finished but {binary} is missing")
+    return binary
+
+
+# ---------------------------------------------------------------------------------------------
+# ferrolm
+
+
+def ferrolm_binary(explicit):
+    """--ferrolm BIN, or a release build of ferrolm-cli from this checkout."""
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise Failure(f"--ferrolm {explicit} is not an executable")
+        return os.path.abspath(explicit)
+    log("building ferrolm (cargo build --release -p ferrolm-cli)")
+    run_checked(["cargo", "build", "--release", "-p", "ferrolm-cli"], "cargo build", cwd=ROOT, capture=False)
+    target = os.environ.get("CARGO_TARGET_DIR") or "target"
+    binary = os.path.join(ROOT, target, "release", "ferrolm")  # a relative target dir is under ROOT
+    if not os.access(binary, os.X_OK):
+        raise Failure(f"cargo build finished but {binary} is missing")
+    return binary
+
+
+def checkout_dirty():
+    """Whether tracked files of this checkout have uncommitted changes."""
+    try:
+        return bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                                   capture_output=True, text=True, check=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def default_models():
+    """The two test models, fetched with scripts/fetch-test-models.sh when missing."""
+    cache = os.environ.get("FERROLM_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ferrolm")
+    models_dir = os.environ.get("FERROLM_MODEL_DIR") or os.path.join(cache, "models")
+    paths = [os.path.join(models_dir, name) for name in TEST_MODELS]
+    if not all(os.path.isfile(p) for p in paths):
+        log(f"test models missing in {models_dir}: running scripts/fetch-test-models.sh")
+        run_checked(["bash", os.path.join(ROOT, "scripts", "fetch-test-models.sh")], "fetch-test-models.sh",
+                    cwd=ROOT, capture=False)
+        # The script pulls into the ferrolm cache, which is FERROLM_MODEL_DIR when that is set.
+        missing = [p for p in paths if not os.path.isfile(p)]
+        if missing:
+            raise Failure(f"fetch-test-models.sh did not provide {missing}")
+    return paths
+
+
+def weight_bytes_per_token(ferrolm, model):
+    """Bytes of weights one generated token reads, from `ferrolm inspect --json`.
+
+    Every tensor is read once per token, except the token-embedding table when the model has a
+    separate output matrix (then only one embedding row is read, counted here). With tied
+    embeddings the table is the output matrix and is read in full.
+    """
+    info = json.loads(run_checked([ferrolm, "inspect", "--json", model], "ferrolm inspect"))
+    sizes = {t["name"]: int(t["size"]) for t in info["tensors"]}
+    total = sum(sizes.values())
+    if "output.weight" in sizes and "token_embd.weight" in sizes:
+        embd = next(t for t in info["tensors"] if t["name"] == "token_embd.weight")
+        rows = int(embd["shape"][1]) if len(embd["shape"]) > 1 else 1
+        total -= sizes["token_embd.weight"] - sizes["token_embd.weight"] // max(rows, 1)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory bandwidth
+
+BANDWIDTH_C = r"""
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* Reads a buffer of argv[1] bytes with argv[2] threads argv[3] times; prints the best
+   bytes/second. The sum keeps the reads from being optimised away. */
+int main(int argc, char **argv) {
+    if (argc != 4) return 2;
+    size_t n = (size_t)strtoull(argv[1], 0, 10) / sizeof(uint64_t);
+    int threads = atoi(argv[2]), reps = atoi(argv[3]);
+    omp_set_num_threads(threads);
+    uint64_t *a = aligned_alloc(64, n * sizeof(uint64_t));
+    if (!a) return 3;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) a[i] = i * 2654435761u;
+    double best = 0;
+    uint64_t check = 0;
+    for (int r = 0; r < reps; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        uint64_t s = 0;
+        #pragma omp parallel for schedule(static) reduction(+:s)
+        for (size_t i = 0; i < n; i++) s += a[i];
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double sec = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+        double bw = n * sizeof(uint64_t) / sec;
+        if (bw > best) best = bw;
+        check += s;
+    }
+    printf("%.0f %llu\n", best, (unsigned long long)check);
+    free(a);
+    return 0;
+}
+"""
+
+
+def read_bandwidth(cache, threads, size=1 << 30, reps=5):
+    """Best-of-`reps` read bandwidth (bytes/s) of a `size`-byte buffer with `threads` threads."""
+    src = os.path.join(cache, "read_bandwidth.c")
+    binary = os.path.join(cache, "read_bandwidth")
+    current = os.access(binary, os.X_OK) and os.path.isfile(src) and open(src).read() == BANDWIDTH_C
+    if not current:
+        with open(src, "w") as f:
+            f.write(BANDWIDTH_C)
+        run_checked(["gcc", "-O3", "-fopenmp", "-march=native", src, "-o", binary], "gcc (bandwidth probe)")
+    out = run_checked([binary, str(size), str(threads), str(reps)], "bandwidth probe")
+    return float(out.split()[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+def one_run(cmd, engine):
+    """Runs one engine for one repetition of one test; returns its t/s and its JSON object."""
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise Failure(f"{engine} failed (exit {res.returncode}): {shlex.join(cmd)}\n{res.stderr.strip()}")
+    try:
+        objs = json.loads(res.stdout)
+        (obj,) = objs
+        (ts,) = obj["samples_ts"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise Failure(f"{engine} printed unexpected output ({e}): {shlex.join(cmd)}\n"
+                      f"stdout: {res.stdout[-2000:]}\nstderr: {res.stderr[-4000:]}")
+    return float(ts), obj
+
+
+class CpuMeter:
+    """How much CPU time processes other than this script's children use while it runs.
+
+    Both engines spin worker threads; on a machine where something else runs they lose far more
+    than their share, so every result carries this figure and is flagged when it is not small.
+    Measures the intervals between `start()` and `stop()` only.
+    """
+
+    def __init__(self):
+        self.hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.known = True
+        self.others = 0.0  # CPU seconds used by other processes in the measured intervals
+        self.wall = 0.0  # seconds measured
+        self.begin = None
+
+    def _busy_seconds(self):
+        try:
+            with open("/proc/stat") as f:
+                fields = f.readline().split()
+        except OSError:
+            return None
+        # user nice system idle iowait irq softirq steal ...: everything but idle and iowait.
+        v = [int(x) for x in fields[1:9]]
+        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / self.hz
+
+    def _snapshot(self):
+        t = os.times()
+        return time.monotonic(), self._busy_seconds(), t.children_user + t.children_system
+
+    def start(self):
+        self.begin = self._snapshot()
+
+    def stop(self):
+        (w0, b0, o0), (w1, b1, o1) = self.begin, self._snapshot()
+        if b0 is None or b1 is None:
+            self.known = False
+        else:
+            self.others += max(0.0, (b1 - b0) - (o1 - o0))
+        self.wall += w1 - w0
+
+    def add(self, other):
+        """Adds another meter's measured intervals to this one's."""
+        self.known = self.known and other.known
+        self.others += other.others
+        self.wall += other.wall
+
+    def share(self):
+        """Share (0-1) of all CPUs used by other processes in the measured intervals; None if unknown."""
+        if not self.known or self.wall <= 0:
+            return None
+        return self.others / (self.wall * (os.cpu_count() or 1))
+
+
+def wait_for_quiet(max_wait):
+    """Waits, up to `max_wait` seconds, until other processes use at most BUSY_SHARE of the CPUs
+    over a 2-second window."""
+    t0 = time.monotonic()
+    last_log = None
+    while True:
+        meter = CpuMeter()
+        meter.start()
+        time.sleep(2)
+        meter.stop()
+        share = meter.share()
+        now = time.monotonic()
+        if share is None or share <= BUSY_SHARE:
+            if last_log is not None:
+                log(f"quiet after {now - t0:.0f} s")
+            return
+        if now - t0 >= max_wait:
+            log(f"still busy after {max_wait:.0f} s (other processes: {100 * share:.0f}% of the CPUs); going on")
+            return
+        if last_log is None or now - last_log >= 30:
+            log(f"waiting for a quiet machine: other processes use {100 * share:.0f}% of the CPUs")
+            last_log = now
+
+
+def test_args(n_prompt, n_gen, threads, batch):
+    return ["-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads), "-b", str(batch), "-r", "1",
+            "-o", "json"]
+
+
+def summary(samples):
+    return {"median": statistics.median(samples), "min": min(samples), "max": max(samples)}
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fmt_ts(s):
+    return f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
+
+
+# Rows measured while other processes used more than this share of the CPUs are flagged.
+BUSY_SHARE = 0.05
+# With --wait-idle, a pair of runs (or a bandwidth probe) disturbed by other processes is
+# discarded and run again, at most this many times.
+MAX_RETRIES = 5
+
+
+def fmt_share(row):
+    share = row["other_cpu_share"]
+    return "?" if share is None else f"{100 * share:.0f}%"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-m", "--model", action="append", help="GGUF model (repeatable; default: the two test models)")
+    ap.add_argument("-t", "--threads", default="2", help="thread counts, comma list (default 2)")
+    ap.add_argument("-p", "--n-prompt", default="512", help="prompt lengths, comma list (0: none; default 512)")
+    ap.add_argument("-n", "--n-gen", default="128", help="generation lengths, comma list (0: none; default 128)")
+    ap.add_argument("-r", "--reps", type=int, default=5, help="alternating runs per engine and test (default 5)")
+    ap.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per forward pass (default 512)")
+    ap.add_argument("--ferrolm", help="ferrolm binary to use instead of building this checkout")
+    ap.add_argument("--llama-bench", help="llama-bench binary to use instead of building it")
+    ap.add_argument("--cmake-args", help="llama.cpp CMake flags replacing the default CPU-feature flags "
+                    f"(default: {' '.join(DEFAULT_CMAKE_ARGS)})")
+    ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/ferrolm/llama.cpp"),
+                    help="where the llama.cpp source and build are cached (default ~/.cache/ferrolm/llama.cpp)")
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel jobs for the llama.cpp build (default 2)")
+    ap.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth probe")
+    ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
+                    help="before each pair of runs, wait up to SECONDS for other processes to use at most "
+                    f"{100 * BUSY_SHARE:.0f}%% of the CPUs, and run a pair again (up to {MAX_RETRIES} times) "
+                    "when they used more during it (default 0: neither)")
+    ap.add_argument("--build-only", action="store_true", help="build (or find) both binaries and stop")
+    ap.add_argument("--json", metavar="FILE", help="write every sample and the summary to FILE")
+    args = ap.parse_args()
+
+    def int_list(s, name, minimum):
+        try:
+            v = [int(x) for x in s.split(",")]
+        except ValueError:
+            ap.error(f"{name}: not a comma list of integers: {s!r}")
+        if any(x < minimum for x in v):
+            ap.error(f"{name}: values must be at least {minimum}")
+        return v
+
+    threads = int_list(args.threads, "--threads", 1)
+    tests = [(p, 0) for p in int_list(args.n_prompt, "--n-prompt", 0) if p > 0]
+    tests += [(0, n) for n in int_list(args.n_gen, "--n-gen", 0) if n > 0]
+    if not tests:
+        ap.error("nothing to run: every --n-prompt and --n-gen value is 0")
+    if args.reps < 1 or args.batch_size < 1 or args.jobs < 1:
+        ap.error("--reps, --batch-size and --jobs must be at least 1")
+    cmake_args = shlex.split(args.cmake_args) if args.cmake_args is not None else DEFAULT_CMAKE_ARGS
+    os.makedirs(args.cache_dir, exist_ok=True)
+
+    try:
+        llama = os.path.abspath(args.llama_bench) if args.llama_bench else llama_bench_binary(
+            args.cache_dir, cmake_args, args.jobs)
+        ferrolm = ferrolm_binary(args.ferrolm)
+        log(f"llama-bench: {llama}")
+        log(f"ferrolm:     {ferrolm}")
+        if args.build_only:
+            return 0
+        models = [os.path.abspath(m) for m in args.model] if args.model else default_models()
+        for m in models:
+            if not os.path.isfile(m):
+                raise Failure(f"model {m} not found")
+        bandwidth, bandwidth_load = {}, {}
+        if not args.no_bandwidth and any(n for _, n in tests):
+            for t in threads:
+                for attempt in range(1 + (MAX_RETRIES if args.wait_idle > 0 else 0)):
+                    if args.wait_idle > 0:
+                        wait_for_quiet(args.wait_idle)
+                    meter = CpuMeter()
+                    meter.start()
+                    bandwidth[t] = read_bandwidth(args.cache_dir, t)
+                    meter.stop()
+                    share = meter.share()
+                    if args.wait_idle > 0 and share is not None and share > BUSY_SHARE and attempt < MAX_RETRIES:
+                        log(f"bandwidth probe disturbed (other processes: {100 * share:.0f}% of the CPUs); again")
+                        continue
+                    break
+                bandwidth_load[t] = share
+                log(f"read bandwidth with {t} thread(s): {bandwidth[t] / 1e9:.2f} GB/s"
+                    f" (other processes: {'?' if share is None else f'{100 * share:.0f}%'} of the CPUs)")
+        rows = []
+        llama_info = ferrolm_info = None
+        for model in models:
+            bytes_tok = weight_bytes_per_token(ferrolm, model)
+            for t in threads:
+                for n_prompt, n_gen in tests:
+                    name = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
+                    a = test_args(n_prompt, n_gen, t, args.batch_size)
+                    lcmd = [llama, "-m", model, "-ub", str(args.batch_size)] + a
+                    fcmd = [ferrolm, "bench", "-m", model] + a
+                    samples = {"llama.cpp": [], "ferrolm": []}
+                    meter = CpuMeter()
+                    discarded = 0
+                    for i in range(args.reps):
+                        for attempt in range(1 + (MAX_RETRIES if args.wait_idle > 0 else 0)):
+                            if args.wait_idle > 0:
+                                wait_for_quiet(args.wait_idle)
+                            log(f"{os.path.basename(model)} {name} t={t}: run {i + 1}/{args.reps}")
+                            pair = CpuMeter()
+                            pair.start()
+                            lts, lobj = one_run(lcmd, "llama-bench")
+                            fts, fobj = one_run(fcmd, "ferrolm bench")
+                            pair.stop()
+                            share = pair.share()
+                            if args.wait_idle > 0 and share is not None and share > BUSY_SHARE \
+                                    and attempt < MAX_RETRIES:
+                                log(f"  discarded (other processes used {100 * share:.0f}% of the CPUs): "
+                                    f"llama.cpp {lts:.2f}, ferrolm {fts:.2f} t/s")
+                                discarded += 1
+                                continue
+                            break
+                        meter.add(pair)
+                        samples["llama.cpp"].append(lts)
+                        samples["ferrolm"].append(fts)
+                        llama_info, ferrolm_info = llama_info or lobj, ferrolm_info or fobj
+                    row = {
+                        "model": os.path.basename(model), "path": model, "test": name, "threads": t,
+                        "n_prompt": n_prompt, "n_gen": n_gen, "samples_ts": samples,
+                        "llama.cpp": summary(samples["llama.cpp"]), "ferrolm": summary(samples["ferrolm"]),
+                        "commands": {"llama.cpp": lcmd, "ferrolm": fcmd},
+                        "other_cpu_share": meter.share(),
+                        "discarded_pairs": discarded,
+                    }
+                    row["ratio"] = row["ferrolm"]["median"] / row["llama.cpp"]["median"]
+                    if n_gen and t in bandwidth:
+                        bound = bandwidth[t] / bytes_tok
+                        row["bandwidth"] = {
+                            "bytes_per_token": bytes_tok, "read_bytes_per_s": bandwidth[t], "bound_ts": bound,
+                            "other_cpu_share": bandwidth_load[t],
+                            "llama.cpp_pct": 100 * row["llama.cpp"]["median"] / bound,
+                            "ferrolm_pct": 100 * row["ferrolm"]["median"] / bound,
+                        }
+                    rows.append(row)
+                    log(f"  llama.cpp {fmt_ts(row['llama.cpp'])}  ferrolm {fmt_ts(row['ferrolm'])}  "
+                        f"ratio {row['ratio']:.3f}  other processes' CPU share {fmt_share(row)}")
+    except Failure as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+    machine = {"cpu": cpu_model(), "logical_cpus": os.cpu_count(),
+               "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+               "kernel": platform.release()}
+    llama_version = (f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} vendor/llama.cpp "
+                     f"(build_commit {llama_info.get('build_commit')}, build_number {llama_info.get('build_number')})"
+                     if not args.llama_bench else
+                     f"{llama} (build_commit {llama_info.get('build_commit')}, "
+                     f"build_number {llama_info.get('build_number')})")
+    report = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": shlex.join([sys.executable] + sys.argv),
+        "machine": machine,
+        # The commit the binary reports (build.rs); a build of this checkout with uncommitted
+        # changes is marked +dirty.
+        "ferrolm_commit": ferrolm_info["build_commit"] + ("+dirty" if not args.ferrolm and checkout_dirty() else ""),
+        "llama_cpp": llama_version,
+        "llama_cpp_cmake_args": None if args.llama_bench else BASE_CMAKE_ARGS + cmake_args,
+        "reps": args.reps, "batch_size": args.batch_size,
+        "results": rows,
+    }
+    print_report(report)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        log(f"wrote {args.json}")
+    return 0
+
+
+def print_report(r):
+    m = r["machine"]
+    print(f"- machine: {m['cpu']}, {m['usable_cpus'] or m['logical_cpus']} usable CPUs, Linux {m['kernel']}")
+    print(f"- ferrolm: commit {r['ferrolm_commit']}")
+    print(f"- llama.cpp: {r['llama_cpp']}")
+    if r["llama_cpp_cmake_args"]:
+        print(f"- llama.cpp CMake flags: `{' '.join(r['llama_cpp_cmake_args'])}`")
+    print(f"- {r['reps']} alternating single-repetition runs per engine and test, batch size {r['batch_size']}; "
+          f"median t/s (min–max)")
+    print(f"- command: `{r['command']}`")
+    print(f"- date: {r['date']}")
+    print()
+    print("| model | test | threads | llama.cpp t/s | ferrolm t/s | ferrolm / llama.cpp | other load |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    busy = False
+    for row in r["results"]:
+        share = row["other_cpu_share"]
+        flag = " (!)" if share is not None and share > BUSY_SHARE else ""
+        busy = busy or bool(flag)
+        print(f"| {row['model']} | {row['test']} | {row['threads']} | {fmt_ts(row['llama.cpp'])} | "
+              f"{fmt_ts(row['ferrolm'])} | {row['ratio']:.3f} | {fmt_share(row)}{flag} |")
+    print()
+    print("other load: the share of all CPUs used by other processes during that row's runs.")
+    discarded = sum(row["discarded_pairs"] for row in r["results"])
+    if discarded:
+        print(f"{discarded} pair(s) of runs disturbed by other processes were discarded and run again.")
+    if busy:
+        print(f"(!) above {100 * BUSY_SHARE:.0f}%: the machine was not quiet; these numbers are not reliable.")
+    bw = [row for row in r["results"] if "bandwidth" in row]
+    if bw:
+        print()
+        print("Text generation against the memory-bandwidth bound (weight bytes per token / read bandwidth):")
+        print()
+        print("| model | test | threads | weight MiB/token | read GB/s (other load) | bound t/s "
+              "| llama.cpp % of bound | ferrolm % of bound |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for row in bw:
+            b = row["bandwidth"]
+            load = "?" if b["other_cpu_share"] is None else f"{100 * b['other_cpu_share']:.0f}%"
+            flag = " (!)" if b["other_cpu_share"] is not None and b["other_cpu_share"] > BUSY_SHARE else ""
+            print(f"| {row['model']} | {row['test']} | {row['threads']} | {b['bytes_per_token'] / 2**20:.1f} | "
+                  f"{b['read_bytes_per_s'] / 1e9:.2f} ({load}{flag}) | {b['bound_ts']:.1f} | "
+                  f"{b['llama.cpp_pct']:.1f} | {b['ferrolm_pct']:.1f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
