@@ -5,15 +5,15 @@
 //! A range is processed in spans of at most [`SPAN`] slots: the group's query heads are scored
 //! against each visible key row, the scores exponentiated in place, and the values accumulated
 //! (f32 values: a small GEMM, spans combined by an online softmax; f16 values: llama.cpp's
-//! key-by-key f16 accumulator, see the module above). Scratch memory is bounded by the span,
-//! not the context.
+//! key-by-key f16 accumulator, see the module above). A task's scratch memory is bounded by the
+//! span, not the context, and lives next to its partial result (see [`part_len`]).
 
 use std::ops::Range;
 
 use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
 
 use super::prefill::rows_at;
-use super::{Ctx, Plan, Scratch, SharedOut, Task, grow};
+use super::{Ctx, Plan, SharedOut, Task};
 
 /// Slots scored at once.
 const SPAN: usize = 256;
@@ -33,17 +33,25 @@ pub(super) struct Job {
     pub parts: Range<usize>,
 }
 
-/// One range of cache slots of job `job` (an index in `Plan::jobs`); it alone writes partial
-/// result `part`: `[max; group]`, `[sum; group]`, `[out; group * head_dim]` (see
-/// [`part_len`]).
+/// One range of cache slots of job `job` (an index in `Plan::jobs`); it alone writes region
+/// `part` of `Plan::parts` (see [`part_len`]): its partial result then its scratch.
 pub(super) struct RangeTask {
     job: usize,
     slots: Range<usize>,
     part: usize,
 }
 
-/// Length of a partial result.
+/// Length of a range task's region of `Plan::parts`: the partial result (`[max; group]`,
+/// `[sum; group]`, `[out; group * head_dim]`, what [`merge`] reads), then the task's scratch (its
+/// queries, `[group, head_dim]`, and the scores and factors of a span, `[group, SPAN]` each).
+/// Scratch kept with the task rather than per thread makes the memory a step uses independent
+/// of which thread runs what, so a warm decode step allocates nothing.
 pub(super) fn part_len(group: usize, head_dim: usize) -> usize {
+    result_len(group, head_dim) + group * (head_dim + 2 * SPAN)
+}
+
+/// Length of a partial result.
+fn result_len(group: usize, head_dim: usize) -> usize {
     group * (2 + head_dim)
 }
 
@@ -71,53 +79,62 @@ pub(super) fn push_ranges(plan: &mut Plan, ctx: &Ctx<'_>, threads: usize) {
     }
 }
 
+/// Maximal runs of slots in `start..end` that a query at `qpos` sees, relative to `start`.
+fn visible_runs<'a>(
+    ctx: &'a Ctx<'_>,
+    pos: &'a [u32],
+    qpos: u32,
+    start: usize,
+    end: usize,
+) -> impl Iterator<Item = Range<usize>> + 'a {
+    let mut j = start;
+    std::iter::from_fn(move || {
+        while j < end && !ctx.visible(qpos, pos[j]) {
+            j += 1;
+        }
+        let a = j;
+        while j < end && ctx.visible(qpos, pos[j]) {
+            j += 1;
+        }
+        (j > a).then(|| a - start..j - start)
+    })
+}
+
 /// Attends one range: fills the task's partial result.
-pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut, sc: &mut Scratch) {
+pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut) {
     let (g, hd, kv_dim) = (ctx.group, ctx.shape.head_dim, ctx.kv_dim);
     let k = &ctx.kernels;
     let job = &plan.jobs[task.job];
-    // SAFETY: this task is the only one writing partial result `task.part`.
-    let part = unsafe { parts.region(task.part * plan.part_len, plan.part_len) };
+    // SAFETY: this task is the only one writing region `task.part`.
+    let region = unsafe { parts.region(task.part * plan.part_len, plan.part_len) };
     let Some((cache, keys, values)) = ctx.seq(plan.seqs[job.seq].id) else { return };
+    let (result, scratch) = region.split_at_mut(result_len(g, hd));
+    let (q, scratch) = scratch.split_at_mut(g * hd);
+    let (s, ms) = scratch.split_at_mut(g * SPAN);
     let qpos = ctx.entries[job.token].pos;
-    let q = grow(&mut sc.q, g * hd);
     q.copy_from_slice(ctx.q_group(job.token, job.kvh));
     if ctx.round_q {
         k.round_f16(q);
     }
     let q = Rows { data: Elems::F32(q), rows: g, cols: hd, stride: hd };
-    let (m, rest) = part.split_at_mut(g);
+    let (m, rest) = result.split_at_mut(g);
     let (l, o) = rest.split_at_mut(g);
     m.fill(f32::NEG_INFINITY);
     l.fill(0.0);
     o.fill(0.0);
     let pos = cache.positions();
     let off = job.kvh * hd;
-    let s = grow(&mut sc.s, g * SPAN);
     for start in task.slots.clone().step_by(SPAN) {
         let end = (start + SPAN).min(task.slots.end);
-        // Maximal runs of visible slots, relative to `start`.
-        sc.runs.clear();
-        let mut j = start;
-        while j < end {
-            if !ctx.visible(qpos, pos[j]) {
-                j += 1;
-                continue;
-            }
-            let a = j;
-            while j < end && ctx.visible(qpos, pos[j]) {
-                j += 1;
-            }
-            sc.runs.push(a - start..j - start);
-        }
-        if sc.runs.is_empty() {
+        let runs = || visible_runs(ctx, pos, qpos, start, end);
+        if runs().next().is_none() {
             continue;
         }
         let n = end - start;
         for h in 0..g {
             s[h * SPAN..h * SPAN + n].fill(f32::NEG_INFINITY);
         }
-        for r in &sc.runs {
+        for r in runs() {
             let keys = rows_at(keys, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
             let scores = RowsMut { data: &mut s[r.start..], rows: g, cols: r.len(), stride: SPAN };
             k.dots(q, keys, scores, ctx.shape.scale);
@@ -128,12 +145,11 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
             }
         }
         if let Elems::F16(_) = values {
-            let ms = grow(&mut sc.ms, g * SPAN);
             for h in 0..g {
                 let row = h * SPAN..h * SPAN + n;
                 k.scan_row(&mut s[row.clone()], &mut ms[row], &mut m[h], &mut l[h]);
             }
-            for r in &sc.runs {
+            for r in runs() {
                 let values = rows_at(values, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
                 let f = |d| Strided { data: d, rows: g, cols: r.len(), row_stride: SPAN, col_stride: 1 };
                 let o = RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd };
@@ -151,15 +167,15 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
             }
             m[h] = m_new;
         }
-        for r in &sc.runs {
+        for r in runs() {
             let values = rows_at(values, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
             let p = Strided { data: &s[r.start..], rows: g, cols: r.len(), row_stride: SPAN, col_stride: 1 };
-            k.gemm(p, values, RowsMut { data: o, rows: g, cols: hd, stride: hd }, Beta::One);
+            k.gemm(p, values, RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd }, Beta::One);
         }
     }
 }
 
-/// Combines a job's partial results (`parts`, `part_len` floats each) into `out`
+/// Combines a job's partial results (the regions `parts`, `part_len` floats each) into `out`
 /// (`[group, head_dim]`): zeros when no range saw a slot.
 pub(super) fn merge(parts: &[f32], part_len: usize, g: usize, hd: usize, out: &mut [f32]) {
     for h in 0..g {

@@ -23,8 +23,9 @@
 //! decode contexts ([`decode::SPLIT_MIN_SLOTS`] slots or more) are split into ranges merged in
 //! f32, as llama.cpp splits them across threads.
 //!
-//! A call allocates nothing once warm: the work list lives in a per-thread [`Plan`] and every
-//! worker's buffers in a per-thread [`Scratch`], both kept between calls.
+//! A call allocates nothing once warm: the work list and the per-query tasks' buffers live in
+//! the calling thread's [`Plan`], kept between calls. Tiles, which need larger buffers, use a
+//! per-thread [`Scratch`] grown on first use.
 
 mod decode;
 mod prefill;
@@ -182,8 +183,9 @@ struct Plan {
     tasks: Vec<Task>,
     /// Per-query jobs, in the order of their range tasks.
     jobs: Vec<decode::Job>,
-    /// Partial results of the range tasks, [`Plan::part_len`] each.
+    /// Partial results and scratch of the range tasks, [`Plan::part_len`] each.
     parts: Vec<f32>,
+    /// See [`decode::part_len`].
     part_len: usize,
 }
 
@@ -268,13 +270,10 @@ enum Task {
 
 /// Runs one task with this thread's scratch buffers.
 fn run_task(task: &Task, plan: &Plan, ctx: &Ctx<'_>, out: SharedOut, parts: SharedOut) {
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        match task {
-            Task::Tile(t) => prefill::run(t, plan, ctx, out, &mut s),
-            Task::Range(r) => decode::run(r, plan, ctx, parts, &mut s),
-        }
-    });
+    match task {
+        Task::Tile(t) => SCRATCH.with(|s| prefill::run(t, plan, ctx, out, &mut s.borrow_mut())),
+        Task::Range(r) => decode::run(r, plan, ctx, parts),
+    }
 }
 
 /// An output buffer shared by the tasks of one parallel loop, which write disjoint regions of
@@ -309,16 +308,14 @@ impl SharedOut {
     }
 }
 
-/// Per-thread buffers, grown on demand and kept between calls.
+/// Per-thread buffers of the tiles, grown on demand and kept between calls.
 #[derive(Default)]
 struct Scratch {
-    /// Query rows of a decode group. `[group, head_dim]`
-    q: Vec<f32>,
     /// Transposed query tile. `[head_dim, rows]`
     qt: Vec<f32>,
     /// Positions of a tile's queries.
     qpos: Vec<u32>,
-    /// Scores, then probabilities. Tile: `[block, rows]`; decode: `[group, span]`.
+    /// Scores, then probabilities. `[block, rows]`
     s: Vec<f32>,
     /// A key block converted to f32. `[block, head_dim]`
     k: Vec<f32>,
@@ -330,16 +327,12 @@ struct Scratch {
     sum: Vec<f32>,
     /// Rescaling factor of the last key block per row.
     alpha: Vec<f32>,
-    /// Key-by-key rescaling factors of a decode span (f16 values), laid out like `s`.
-    ms: Vec<f32>,
-    /// Runs of visible slots of a decode span.
-    runs: Vec<Range<usize>>,
 }
 
 thread_local! {
     /// This thread's work list (the caller's of [`attention`]).
     static PLAN: RefCell<Plan> = RefCell::new(Plan::default());
-    /// This thread's task buffers.
+    /// This thread's tile buffers.
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
