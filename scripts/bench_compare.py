@@ -360,8 +360,8 @@ class CpuMeter:
         return self.others / (self.wall * (os.cpu_count() or 1))
 
 
-def wait_for_quiet(max_wait):
-    """Waits, up to `max_wait` seconds, until other processes use at most BUSY_SHARE of the CPUs
+def wait_for_quiet(max_wait, limit):
+    """Waits, up to `max_wait` seconds, until other processes use at most `limit` (0-1) of the CPUs
     over a 2-second window."""
     t0 = time.monotonic()
     last_log = None
@@ -372,7 +372,7 @@ def wait_for_quiet(max_wait):
         meter.stop()
         share = meter.share()
         now = time.monotonic()
-        if share is None or share <= BUSY_SHARE:
+        if share is None or share <= limit:
             if last_log is not None:
                 log(f"quiet after {now - t0:.0f} s")
             return
@@ -382,6 +382,28 @@ def wait_for_quiet(max_wait):
         if last_log is None or now - last_log >= 30:
             log(f"waiting for a quiet machine: other processes use {100 * share:.0f}% of the CPUs")
             last_log = now
+
+
+def measured_run(cmd, engine, args):
+    """One run of one engine, with the other processes' CPU use measured around it. With
+    --wait-idle it starts on a quiet machine and is run again (up to MAX_RETRIES times) when other
+    processes used more than --max-other-load of the CPUs meanwhile.
+    Returns (t/s, JSON object, meter, runs discarded)."""
+    limit = args.max_other_load / 100
+    discarded = 0
+    while True:
+        if args.wait_idle > 0:
+            wait_for_quiet(args.wait_idle, limit)
+        meter = CpuMeter()
+        meter.start()
+        ts, obj = one_run(cmd, engine)
+        meter.stop()
+        share = meter.share()
+        if args.wait_idle > 0 and share is not None and share > limit and discarded < MAX_RETRIES:
+            log(f"  {engine}: {ts:.2f} t/s discarded (other processes used {100 * share:.0f}% of the CPUs)")
+            discarded += 1
+            continue
+        return ts, obj, meter, discarded
 
 
 def test_args(n_prompt, n_gen, threads, batch):
@@ -408,10 +430,8 @@ def fmt_ts(s):
     return f"{s['median']:.2f} ({s['min']:.2f}–{s['max']:.2f})"
 
 
-# Rows measured while other processes used more than this share of the CPUs are flagged.
-BUSY_SHARE = 0.05
-# With --wait-idle, a pair of runs (or a bandwidth probe) disturbed by other processes is
-# discarded and run again, at most this many times.
+# With --wait-idle, a run (or a bandwidth probe) disturbed by other processes is discarded and
+# run again, at most this many times.
 MAX_RETRIES = 5
 
 
@@ -438,9 +458,12 @@ def main():
     ap.add_argument("-j", "--jobs", type=int, default=2, help="parallel jobs for the llama.cpp build (default 2)")
     ap.add_argument("--no-bandwidth", action="store_true", help="skip the memory-bandwidth probe")
     ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
-                    help="before each pair of runs, wait up to SECONDS for other processes to use at most "
-                    f"{100 * BUSY_SHARE:.0f}%% of the CPUs, and run a pair again (up to {MAX_RETRIES} times) "
-                    "when they used more during it (default 0: neither)")
+                    help="before each run, wait up to SECONDS for other processes to use at most "
+                    f"--max-other-load of the CPUs, and run it again (up to {MAX_RETRIES} times) when they "
+                    "used more during it (default 0: neither)")
+    ap.add_argument("--max-other-load", type=float, default=5, metavar="PCT",
+                    help="share of all CPUs other processes may use during a run before its row is flagged "
+                    "(and, with --wait-idle, the run is repeated); default 5")
     ap.add_argument("--build-only", action="store_true", help="build (or find) both binaries and stop")
     ap.add_argument("--json", metavar="FILE", help="write every sample and the summary to FILE")
     args = ap.parse_args()
@@ -479,15 +502,16 @@ def main():
         bandwidth, bandwidth_load = {}, {}
         if not args.no_bandwidth and any(n for _, n in tests):
             for t in threads:
+                limit = args.max_other_load / 100
                 for attempt in range(1 + (MAX_RETRIES if args.wait_idle > 0 else 0)):
                     if args.wait_idle > 0:
-                        wait_for_quiet(args.wait_idle)
+                        wait_for_quiet(args.wait_idle, limit)
                     meter = CpuMeter()
                     meter.start()
                     bandwidth[t] = read_bandwidth(args.cache_dir, t)
                     meter.stop()
                     share = meter.share()
-                    if args.wait_idle > 0 and share is not None and share > BUSY_SHARE and attempt < MAX_RETRIES:
+                    if args.wait_idle > 0 and share is not None and share > limit and attempt < MAX_RETRIES:
                         log(f"bandwidth probe disturbed (other processes: {100 * share:.0f}% of the CPUs); again")
                         continue
                     break
@@ -508,27 +532,16 @@ def main():
                     meter = CpuMeter()
                     discarded = 0
                     for i in range(args.reps):
-                        for attempt in range(1 + (MAX_RETRIES if args.wait_idle > 0 else 0)):
-                            if args.wait_idle > 0:
-                                wait_for_quiet(args.wait_idle)
-                            log(f"{os.path.basename(model)} {name} t={t}: run {i + 1}/{args.reps}")
-                            pair = CpuMeter()
-                            pair.start()
-                            lts, lobj = one_run(lcmd, "llama-bench")
-                            fts, fobj = one_run(fcmd, "ferrolm bench")
-                            pair.stop()
-                            share = pair.share()
-                            if args.wait_idle > 0 and share is not None and share > BUSY_SHARE \
-                                    and attempt < MAX_RETRIES:
-                                log(f"  discarded (other processes used {100 * share:.0f}% of the CPUs): "
-                                    f"llama.cpp {lts:.2f}, ferrolm {fts:.2f} t/s")
-                                discarded += 1
-                                continue
-                            break
-                        meter.add(pair)
-                        samples["llama.cpp"].append(lts)
-                        samples["ferrolm"].append(fts)
-                        llama_info, ferrolm_info = llama_info or lobj, ferrolm_info or fobj
+                        log(f"{os.path.basename(model)} {name} t={t}: run {i + 1}/{args.reps}")
+                        for engine, cmd in (("llama.cpp", lcmd), ("ferrolm", fcmd)):
+                            ts, obj, run_meter, retried = measured_run(cmd, engine, args)
+                            meter.add(run_meter)
+                            discarded += retried
+                            samples[engine].append(ts)
+                            if engine == "llama.cpp":
+                                llama_info = llama_info or obj
+                            else:
+                                ferrolm_info = ferrolm_info or obj
                     row = {
                         "model": os.path.basename(model), "path": model, "test": name, "threads": t,
                         "n_prompt": n_prompt, "n_gen": n_gen, "samples_ts": samples,
@@ -570,7 +583,7 @@ def main():
         "ferrolm_commit": ferrolm_info["build_commit"] + ("+dirty" if not args.ferrolm and checkout_dirty() else ""),
         "llama_cpp": llama_version,
         "llama_cpp_cmake_args": None if args.llama_bench else BASE_CMAKE_ARGS + cmake_args,
-        "reps": args.reps, "batch_size": args.batch_size,
+        "reps": args.reps, "batch_size": args.batch_size, "max_other_load": args.max_other_load / 100,
         "results": rows,
     }
     print_report(report)
@@ -597,9 +610,10 @@ def print_report(r):
     print("| model | test | threads | llama.cpp t/s | ferrolm t/s | ferrolm / llama.cpp | other load |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     busy = False
+    limit = r["max_other_load"]
     for row in r["results"]:
         share = row["other_cpu_share"]
-        flag = " (!)" if share is not None and share > BUSY_SHARE else ""
+        flag = " (!)" if share is not None and share > limit else ""
         busy = busy or bool(flag)
         print(f"| {row['model']} | {row['test']} | {row['threads']} | {fmt_ts(row['llama.cpp'])} | "
               f"{fmt_ts(row['ferrolm'])} | {row['ratio']:.3f} | {fmt_share(row)}{flag} |")
@@ -607,9 +621,9 @@ def print_report(r):
     print("other load: the share of all CPUs used by other processes during that row's runs.")
     discarded = sum(row["discarded_pairs"] for row in r["results"])
     if discarded:
-        print(f"{discarded} pair(s) of runs disturbed by other processes were discarded and run again.")
+        print(f"{discarded} run(s) disturbed by other processes were discarded and run again.")
     if busy:
-        print(f"(!) above {100 * BUSY_SHARE:.0f}%: the machine was not quiet; these numbers are not reliable.")
+        print(f"(!) above {100 * limit:.0f}%: the machine was not quiet; these numbers are not reliable.")
     bw = [row for row in r["results"] if "bandwidth" in row]
     if bw:
         print()
@@ -621,7 +635,7 @@ def print_report(r):
         for row in bw:
             b = row["bandwidth"]
             load = "?" if b["other_cpu_share"] is None else f"{100 * b['other_cpu_share']:.0f}%"
-            flag = " (!)" if b["other_cpu_share"] is not None and b["other_cpu_share"] > BUSY_SHARE else ""
+            flag = " (!)" if b["other_cpu_share"] is not None and b["other_cpu_share"] > limit else ""
             print(f"| {row['model']} | {row['test']} | {row['threads']} | {b['bytes_per_token'] / 2**20:.1f} | "
                   f"{b['read_bytes_per_s'] / 1e9:.2f} ({load}{flag}) | {b['bound_ts']:.1f} | "
                   f"{b['llama.cpp_pct']:.1f} | {b['ferrolm_pct']:.1f} |")
