@@ -36,10 +36,16 @@ impl Batch {
     /// A run of tokens of one sequence starting at `start_pos`, with logits for the last only.
     pub fn from_prompt(seq: SeqId, start_pos: u32, tokens: &[u32]) -> Self {
         let mut b = Self::new();
-        for (i, &t) in tokens.iter().enumerate() {
-            b.push(seq, start_pos + i as u32, t, i + 1 == tokens.len());
-        }
+        b.set_prompt(seq, start_pos, tokens);
         b
+    }
+
+    /// Replaces the contents by [`Batch::from_prompt`]'s, keeping the allocation.
+    pub fn set_prompt(&mut self, seq: SeqId, start_pos: u32, tokens: &[u32]) {
+        self.entries.clear();
+        for (i, &t) in tokens.iter().enumerate() {
+            self.push(seq, start_pos + i as u32, t, i + 1 == tokens.len());
+        }
     }
 
     /// The tokens.

@@ -270,10 +270,7 @@ impl<'m> Session<'m> {
         if start + tokens.len() > self.opts.n_ctx {
             return Err(Error::InvalidInput("the context is full".into()));
         }
-        self.batch.clear();
-        for (i, &t) in tokens.iter().enumerate() {
-            self.batch.push(SEQ, (start + i) as u32, t, i + 1 == tokens.len());
-        }
+        self.batch.set_prompt(SEQ, start as u32, tokens);
         self.model.forward_into(&self.batch, &mut self.kv, &mut self.out)?;
         self.tokens.extend_from_slice(tokens);
         self.out.take_last_into(&mut self.logits);

@@ -57,18 +57,9 @@ pub fn pool() -> Arc<ThreadPool> {
     }
     let n = physical_cores();
     // If threads cannot be spawned at all, fall back to the calling thread alone.
-    let p = Arc::new(ThreadPool::new(n).or_else(|_| ThreadPool::new(1)).unwrap_or_else(|_| single_thread()));
+    let p = Arc::new(ThreadPool::new(n).unwrap_or_else(|_| ThreadPool::single()));
     *g = Some(Arc::clone(&p));
     p
-}
-
-/// A pool without workers (spawns nothing, so it cannot fail).
-fn single_thread() -> ThreadPool {
-    // `new(1)` spawns no thread; its only failure mode is spawning.
-    match ThreadPool::new(1) {
-        Ok(p) => p,
-        Err(_) => unreachable!("a one-thread pool spawns no thread"),
-    }
 }
 
 /// Physical cores available to this process: distinct (package, core) pairs among the CPUs it

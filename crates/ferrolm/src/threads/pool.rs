@@ -89,6 +89,19 @@ impl ThreadPool {
     /// A pool of `n_threads` threads in all: the caller of [`ThreadPool::run`] is thread 0 and
     /// `n_threads - 1` workers are spawned. `0` is treated as 1.
     pub fn new(n_threads: usize) -> std::io::Result<Self> {
+        let mut pool = Self::single();
+        for i in 1..n_threads.max(1) {
+            let shared = Arc::clone(&pool.shared);
+            let handle = std::thread::Builder::new()
+                .name(format!("ferrolm-worker-{i}"))
+                .spawn(move || worker(&shared, i))?;
+            pool.workers.push(handle);
+        }
+        Ok(pool)
+    }
+
+    /// A pool of the calling thread alone (spawns nothing, so it cannot fail).
+    pub fn single() -> Self {
         let shared = Arc::new(Shared {
             generation: AtomicU64::new(0),
             job: UnsafeCell::new(None),
@@ -99,15 +112,7 @@ impl ThreadPool {
             lock: Mutex::new(()),
             wake: Condvar::new(),
         });
-        let mut pool = Self { shared, workers: Vec::new(), dispatch: Mutex::new(()) };
-        for i in 1..n_threads.max(1) {
-            let shared = Arc::clone(&pool.shared);
-            let handle = std::thread::Builder::new()
-                .name(format!("ferrolm-worker-{i}"))
-                .spawn(move || worker(&shared, i))?;
-            pool.workers.push(handle);
-        }
-        Ok(pool)
+        Self { shared, workers: Vec::new(), dispatch: Mutex::new(()) }
     }
 
     /// Threads in the pool, the caller included.
@@ -120,7 +125,7 @@ impl ThreadPool {
     /// share its work dynamically, so that any subset of threads completes it (the caller alone
     /// included). A panic in any call is re-raised here.
     ///
-    /// Called from inside a job of any pool (nested parallelism), it runs every index on the
+    /// Called from inside a job of any pool (nested parallelism), it runs `f(0)` alone on the
     /// calling thread instead of waiting for workers that are busy with the outer job.
     pub fn run(&self, f: impl Fn(usize) + Sync) {
         if self.workers.is_empty() {

@@ -63,19 +63,16 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
         debug_assert_eq!(job.w.cols, cols);
         debug_assert_eq!(job.out.len(), n_tok * job.w.rows);
         let act = quant::vec_dot_type(job.w.ty).zip(quant::act_row_bytes(job.w.ty, cols));
-        let offset = match act {
-            Some((vt, rb)) => match plans[..i].iter().find(|p| p.act == Some((vt, rb))) {
-                Some(p) => p.offset,
-                None => {
-                    let o = total;
-                    total += rb * n_tok;
-                    o
-                }
-            },
-            None => 0,
+        // Jobs with the same activation format share the first one's quantized rows.
+        let earlier = plans[..i].iter().find(|p| act.is_some() && p.act == act).map(|p| p.offset);
+        plans[i] = match (act, earlier) {
+            (Some(_), Some(offset)) => Plan { act, offset, fresh: false },
+            (Some((_, rb)), None) => {
+                total += rb * n_tok;
+                Plan { act, offset: total - rb * n_tok, fresh: true }
+            }
+            (None, _) => Plan::default(),
         };
-        plans[i] = Plan { act, offset, fresh: false };
-        plans[i].fresh = act.is_some() && plans[..i].iter().all(|p| p.act != act);
     }
     if xq.len() < total {
         xq.resize(total, 0);
