@@ -70,6 +70,17 @@ use crate::simd::{ACC_LANES, lanes_fma, reduce_lanes};
 /// Elements per K-quant super-block (`QK_K` in GGML).
 pub const QK_K: usize = 256;
 
+/// How far ahead of the row being multiplied the x86 decode kernels prefetch, in bytes.
+///
+/// The decode matvec walks each thread's rows as one contiguous run; the hardware prefetcher
+/// follows it, but a row is unpacked and multiplied before the next is loaded, so the stream
+/// stalls at every row start. Prefetching one row ahead (a few hundred bytes for these models)
+/// is too close to hide the memory latency; measured on SmolLM2 Q4_1 and Gemma 3 270M Q4_K_M
+/// (tg128, 2 threads, Zen 5), 4 KiB ahead was 10–20% faster than one row ahead and no worse
+/// than 8 KiB (see docs/kernels.md).
+#[cfg(target_arch = "x86_64")]
+pub(crate) const PREFETCH_AHEAD: usize = 4096;
+
 /// Errors from the quant kernels.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantError {

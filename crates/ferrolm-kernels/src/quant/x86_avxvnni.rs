@@ -17,6 +17,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
+use super::PREFETCH_AHEAD;
 use super::x86_avxvnni_formats::{Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
 use crate::GgmlType;
 
@@ -298,12 +299,11 @@ fn group_dot<F: Format, const T: usize>(
     }
 }
 
-/// Prefetches the bytes after `row` (the next row of a matrix stored row after row, as the
-/// decode matvec walks it): streaming one row at a time, the unpacking work of a row would
-/// otherwise delay the loads of the next.
+/// Prefetches as many bytes as `row` holds, [`PREFETCH_AHEAD`] bytes past its start: the
+/// rows the decode matvec will reach a few rows later, as it walks a matrix stored row after row.
 #[inline(always)]
 fn prefetch_next(_t: AvxVnni, row: &[u8]) {
-    let next = row.as_ptr().wrapping_add(row.len());
+    let next = row.as_ptr().wrapping_add(PREFETCH_AHEAD);
     for off in (0..row.len()).step_by(64) {
         // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and the
         // pointer is not dereferenced (`wrapping_add` keeps its computation defined).
