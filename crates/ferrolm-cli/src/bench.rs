@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use ferrolm::engine::Batch;
-use ferrolm::kv::{KvCache, KvType, SeqId};
+use ferrolm::kv::{CacheManager, KvCache, KvType, SeqId};
 use ferrolm::model::{LoadOptions, Model};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
@@ -57,6 +57,9 @@ pub struct Args {
     /// Storage type of cached values: f16 or f32.
     #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_v: KvType,
+    /// Eviction policy, budget and memory threshold (evictions are part of the timed work).
+    #[command(flatten)]
+    pub cache: crate::cache_args::CacheArgs,
     /// Skip the warm-up run before each test's repetitions.
     #[arg(long)]
     pub no_warmup: bool,
@@ -179,13 +182,16 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
             })
             .collect()
     };
-    let mut kv = model.new_kv_cache_typed(test.n_prompt + test.n_gen, args.cache_type_k, args.cache_type_v);
+    let cap = test.n_prompt + test.n_gen;
+    let mut kv = model.new_kv_cache_typed(cap, args.cache_type_k, args.cache_type_v);
+    let mut mgr = CacheManager::new(args.cache.options(), model.attention_shapes(), cap)?;
     if !args.no_warmup {
         if test.n_prompt > 0 {
-            prompt(model, &mut kv, &tokens(test.n_prompt), args.batch_size).context("warm-up prompt run")?;
+            prompt(model, &mut kv, &mut mgr, &tokens(test.n_prompt), args.batch_size)
+                .context("warm-up prompt run")?;
         }
         if test.n_gen > 0 {
-            generate(model, &mut kv, &tokens(1)).context("warm-up generation run")?;
+            generate(model, &mut kv, &mut mgr, &tokens(1)).context("warm-up generation run")?;
         }
     }
     let mut samples = Vec::with_capacity(args.repetitions);
@@ -194,9 +200,9 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
         kv.clear();
         let t0 = Instant::now();
         if test.n_prompt > 0 {
-            prompt(model, &mut kv, &ids, args.batch_size)
+            prompt(model, &mut kv, &mut mgr, &ids, args.batch_size)
         } else {
-            generate(model, &mut kv, &ids)
+            generate(model, &mut kv, &mut mgr, &ids)
         }
         .with_context(|| format!("repetition {}", rep + 1))?;
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
@@ -206,19 +212,30 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
     Ok(samples)
 }
 
-/// Feeds `ids` as a prompt in forward passes of at most `n_batch` tokens.
-fn prompt(model: &Model, kv: &mut KvCache, ids: &[u32], n_batch: usize) -> anyhow::Result<()> {
+/// Feeds `ids` as a prompt in forward passes of at most `n_batch` tokens (fewer when the
+/// eviction budget needs smaller chunks).
+fn prompt(
+    model: &Model,
+    kv: &mut KvCache,
+    mgr: &mut CacheManager,
+    ids: &[u32],
+    n_batch: usize,
+) -> anyhow::Result<()> {
+    let n_batch = n_batch.min(mgr.max_chunk(true));
     for (i, chunk) in ids.chunks(n_batch).enumerate() {
+        mgr.make_room(kv.seq_mut(SEQ), chunk.len(), true)?;
         let batch = Batch::from_prompt(SEQ, (i * n_batch) as u32, chunk);
         model.forward(&batch, kv)?;
     }
+    mgr.end_prompt(kv.seq_mut(SEQ));
     Ok(())
 }
 
 /// Feeds `ids` one per forward pass, asking for the logits after each.
-fn generate(model: &Model, kv: &mut KvCache, ids: &[u32]) -> anyhow::Result<()> {
+fn generate(model: &Model, kv: &mut KvCache, mgr: &mut CacheManager, ids: &[u32]) -> anyhow::Result<()> {
     let mut batch = Batch::new();
     for (pos, &id) in ids.iter().enumerate() {
+        mgr.make_room(kv.seq_mut(SEQ), 1, false)?;
         batch.clear();
         batch.push(SEQ, pos as u32, id, true);
         model.forward(&batch, kv)?;

@@ -39,6 +39,10 @@ pub struct Args {
     /// Keep generating past end-of-generation tokens.
     #[arg(long)]
     ignore_eos: bool,
+    /// Every N generated tokens, print the speed of the last N, the KV cache size and the
+    /// resident memory to stderr (0: never).
+    #[arg(long = "report-every", default_value_t = 0)]
+    report_every: usize,
 }
 
 /// Runs the command.
@@ -58,13 +62,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if tokens.is_empty() {
         bail!("the prompt tokenized to nothing");
     }
-    if tokens.len() >= n_ctx {
-        bail!("the prompt has {} tokens, which does not fit --ctx-size {n_ctx}", tokens.len());
-    }
-    let room = n_ctx - tokens.len();
-    let max_tokens = if args.n_predict < 0 { room } else { (args.n_predict as usize).min(room) };
+    let evicts = args.model.cache.options().evicts();
+    let max_tokens = if evicts {
+        // The cache stays bounded: generation may go on past the context size.
+        (args.n_predict >= 0).then_some(args.n_predict as usize)
+    } else {
+        if tokens.len() >= n_ctx {
+            bail!("the prompt has {} tokens, which does not fit --ctx-size {n_ctx}", tokens.len());
+        }
+        let room = n_ctx - tokens.len();
+        Some(if args.n_predict < 0 { room } else { (args.n_predict as usize).min(room) })
+    };
     let params = GenerateParams {
-        max_tokens: Some(max_tokens),
+        max_tokens,
         sampler,
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
@@ -79,11 +89,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         out.flush()?;
     }
     let mut stats = None;
-    for event in session.stream_tokens(&tokens, &params)? {
+    let mut report = Report::new(args.report_every);
+    let mut stream = session.stream_tokens(&tokens, &params)?;
+    while let Some(event) = stream.next() {
         let (text, done) = match event? {
             StreamEvent::Token { text, .. } => (text, None),
             StreamEvent::Finished { text, stats, .. } => (text, Some(stats)),
         };
+        report.token(stream.session_kv());
         if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 return Ok(());
@@ -94,6 +107,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     writeln!(out)?;
     drop(out);
+    drop(stream);
     let stats = stats.context("generation ended without statistics")?;
 
     let reason = match stats.finish {
@@ -126,5 +140,55 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stats.n_generated,
         ferrolm::threads::current_num_threads()
     );
+    let ev = stats.evictions;
+    eprintln!(
+        "kv cache         = {} tokens, {:.2} MiB; {} evictions ({} tokens, {:.2} ms), {} under memory pressure",
+        stats.n_kv,
+        crate::mem::mib(stats.kv_bytes as u64),
+        ev.n_events,
+        ev.n_evicted,
+        ms(ev.time),
+        ev.n_memory_events
+    );
+    if let Some((rss, peak)) = crate::mem::rss() {
+        eprintln!(
+            "memory           = {:.1} MiB resident, {:.1} MiB peak",
+            crate::mem::mib(rss),
+            crate::mem::mib(peak)
+        );
+    }
     Ok(())
+}
+
+/// Periodic progress lines of a long generation.
+struct Report {
+    every: usize,
+    n: usize,
+    since: std::time::Instant,
+}
+
+impl Report {
+    fn new(every: usize) -> Self {
+        Self { every, n: 0, since: std::time::Instant::now() }
+    }
+
+    /// Counts a token; every `every` tokens prints speed, cache size and memory.
+    fn token(&mut self, kv: (usize, usize)) {
+        self.n += 1;
+        if self.every == 0 || self.n % self.every != 0 {
+            return;
+        }
+        let tps = self.every as f64 / self.since.elapsed().as_secs_f64();
+        self.since = std::time::Instant::now();
+        let (rss, peak) = crate::mem::rss().unwrap_or((0, 0));
+        eprintln!(
+            "[{:6} tokens] {tps:7.1} tokens/s over the last {}, kv {} tokens ({:.2} MiB), rss {:.1} MiB (peak {:.1})",
+            self.n,
+            self.every,
+            kv.0,
+            crate::mem::mib(kv.1 as u64),
+            crate::mem::mib(rss),
+            crate::mem::mib(peak)
+        );
+    }
 }

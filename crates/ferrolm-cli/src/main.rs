@@ -1,13 +1,16 @@
 //! The `ferrolm` command-line tool.
 
 mod bench;
+mod cache_args;
 mod chat;
 mod constraint_args;
 mod convert;
 mod embed;
 mod generate;
 mod inspect;
+mod mem;
 mod model_args;
+mod perplexity;
 mod pull;
 mod sampling_args;
 mod template;
@@ -44,6 +47,8 @@ enum Command {
     Template(template::Args),
     /// Measure prompt-processing and generation speed (like llama.cpp's llama-bench).
     Bench(bench::Args),
+    /// Perplexity of a model over a text file, with any KV eviction policy and budget.
+    Perplexity(perplexity::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -62,6 +67,7 @@ fn main() -> std::process::ExitCode {
         Command::Template(a) => template::run(a),
         Command::Embed(a) => embed::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -30,6 +30,9 @@ pub struct ModelArgs {
     /// Storage type of cached values: f16 or f32.
     #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_v: KvType,
+    /// Eviction policy, budget and memory threshold.
+    #[command(flatten)]
+    pub cache: crate::cache_args::CacheArgs,
 }
 
 impl ModelArgs {
@@ -56,6 +59,7 @@ impl ModelArgs {
             n_batch: self.batch_size,
             type_k: self.cache_type_k,
             type_v: self.cache_type_v,
+            cache: self.cache.options(),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod chat;
 pub mod constrain;
 pub mod engine;
 mod error;
+pub mod eval;
 pub mod format;
 pub mod hub;
 pub mod kv;

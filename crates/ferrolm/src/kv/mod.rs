@@ -5,12 +5,22 @@
 //! attention mask and grow by one per token forever; physical slots are where the rows live and
 //! shrink when tokens are evicted. Keys are stored already rotated and are never re-rotated.
 
+mod manager;
+mod monitor;
+mod policy;
+mod query_log;
+
 use std::collections::BTreeMap;
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use crate::{Error, Result};
+
+pub use manager::{CacheManager, CacheOptions, EvictionEvent, EvictionReason, EvictionStats};
+pub use monitor::{FixedMonitor, ProcMonitor, SystemMonitor};
+pub use policy::{EvictionPolicy, PolicyKind, make_policy};
+pub use query_log::QueryLog;
 
 /// Storage type of cached keys or values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -70,6 +80,13 @@ impl Rows {
         match self {
             Rows::F32(v) => v.truncate(n),
             Rows::F16(v) => v.truncate(n),
+        }
+    }
+
+    fn shrink_to_fit(&mut self) {
+        match self {
+            Rows::F32(v) => v.shrink_to_fit(),
+            Rows::F16(v) => v.shrink_to_fit(),
         }
     }
 
@@ -151,6 +168,13 @@ pub struct SeqCache {
     k: Vec<Rows>,
     /// Values per layer. `[n_layer][len, n_head_kv * head_dim]`
     v: Vec<Rows>,
+    /// Attention score of each slot, kept by eviction policies (H2O's accumulated attention,
+    /// SnapKV's observation-window score). `[len]`
+    scores: Vec<f32>,
+    /// Whether the forward pass adds each query's attention to `scores` (H2O).
+    track_attention: bool,
+    /// The last queries run through the model (SnapKV's observation window), when enabled.
+    queries: Option<QueryLog>,
 }
 
 impl SeqCache {
@@ -161,6 +185,71 @@ impl SeqCache {
             positions: Vec::with_capacity(capacity),
             k: (0..n_layer).map(|_| Rows::new(types.0, capacity * kv_dim)).collect(),
             v: (0..n_layer).map(|_| Rows::new(types.1, capacity * kv_dim)).collect(),
+            scores: Vec::with_capacity(capacity),
+            track_attention: false,
+            queries: None,
+        }
+    }
+
+    /// Attention score of each slot (see [`EvictionPolicy`]). `[len]`
+    pub fn scores(&self) -> &[f32] {
+        &self.scores
+    }
+
+    /// Mutable attention scores. `[len]`
+    pub fn scores_mut(&mut self) -> &mut [f32] {
+        &mut self.scores
+    }
+
+    /// Whether the forward pass should add each query's attention probabilities to
+    /// [`SeqCache::scores`].
+    pub fn tracks_attention(&self) -> bool {
+        self.track_attention
+    }
+
+    /// Asks the forward pass to accumulate attention into [`SeqCache::scores`] (or stops it).
+    pub fn set_track_attention(&mut self, on: bool) {
+        self.track_attention = on;
+    }
+
+    /// Keeps the last `window` queries of every layer (`q_dim` wide) as they are computed, or
+    /// stops keeping them (`window == 0`).
+    pub fn set_query_log(&mut self, window: usize, n_layer: usize, q_dim: usize) {
+        self.queries = (window > 0).then(|| QueryLog::new(window, n_layer, q_dim));
+    }
+
+    /// The recent queries, when kept.
+    pub fn query_log(&self) -> Option<&QueryLog> {
+        self.queries.as_ref()
+    }
+
+    /// The recent queries, mutable (the forward pass records into it).
+    pub fn query_log_mut(&mut self) -> Option<&mut QueryLog> {
+        self.queries.as_mut()
+    }
+
+    /// Number of layers.
+    pub fn n_layer(&self) -> usize {
+        self.k.len()
+    }
+
+    /// Drops every slot whose logical position is `pos` or later (slots hold increasing
+    /// positions when tokens are appended in order, as a session does).
+    pub fn truncate_positions(&mut self, pos: u32) {
+        let keep = self.positions.iter().take_while(|&&p| p < pos).count();
+        self.truncate(keep);
+        if let Some(q) = &mut self.queries {
+            q.forget_from(pos);
+        }
+    }
+
+    /// Returns memory held beyond the occupied slots to the allocator (after an eviction under
+    /// memory pressure; appending afterwards grows the rows again).
+    pub fn shrink_to_fit(&mut self) {
+        self.positions.shrink_to_fit();
+        self.scores.shrink_to_fit();
+        for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
+            layer.shrink_to_fit();
         }
     }
 
@@ -206,6 +295,7 @@ impl SeqCache {
         }
         let slot = self.positions.len();
         self.positions.push(pos);
+        self.scores.push(0.0);
         for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
             layer.resize((slot + 1) * self.kv_dim);
         }
@@ -221,6 +311,7 @@ impl SeqCache {
     /// Drops every slot from `n` on (e.g. to rewind a conversation).
     pub fn truncate(&mut self, n: usize) {
         self.positions.truncate(n);
+        self.scores.truncate(n);
         for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
             layer.truncate(n * self.kv_dim);
         }
@@ -243,6 +334,7 @@ impl SeqCache {
             }
             if w != r {
                 self.positions[w] = self.positions[r];
+                self.scores[w] = self.scores[r];
                 for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
                     layer.copy_within(r * d..(r + 1) * d, w * d);
                 }

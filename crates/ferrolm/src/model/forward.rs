@@ -6,6 +6,7 @@
 
 use super::{Model, RopeParams};
 use crate::backend::cpu::{self, AttentionShape, MatmulJob};
+use crate::engine::BatchEntry;
 use crate::engine::{Batch, Logits};
 use crate::kv::KvCache;
 use crate::threads::{self, ThreadPool};
@@ -44,6 +45,12 @@ pub(crate) struct Workspace {
     out_idx: Vec<usize>,
     /// Output-normed rows that want logits. `[m, n_embd]`
     h: Vec<f32>,
+    /// Attention mass per head and slot, for eviction policies. `[n_head, len]`
+    mass: Vec<f32>,
+    /// Queries of one sequence, for its attention mass. `[m, n_head * head_dim]`
+    q_seq: Vec<f32>,
+    /// Positions of those queries. `[m]`
+    pos_seq: Vec<u32>,
 }
 
 /// `v[..len]`, growing `v` (zero-filled) when shorter.
@@ -186,6 +193,9 @@ impl Model {
         let gate = buf(&mut ws.gate, n * ff); // [n, n_ff]
         let up = buf(&mut ws.up, n * ff); // [n, n_ff]
         let xq = &mut ws.xq;
+        let (mass, q_seq, pos_seq) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq);
+        // Whether an eviction policy wants this batch's attention (H2O).
+        let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
         // RoPE angles depend only on the position and the layer kind: computed once per batch.
         let half = cfg.rope_dims / 2;
         let rope_factors = w.rope_factors.for_context(kv.capacity(), cfg.rope_global.n_ctx_orig);
@@ -231,17 +241,17 @@ impl Model {
                 cpu::rope_apply(&mut q[t * qd..(t + 1) * qd], hd, cos_sin, cfg.rope_style);
                 cpu::rope_apply(&mut k[t * kvd..(t + 1) * kvd], hd, cos_sin, cfg.rope_style);
                 let r = t * kvd..(t + 1) * kvd;
-                kv.seq_mut(e.seq).write(il, slots[t], &k[r.clone()], &v[r]);
+                let seq = kv.seq_mut(e.seq);
+                seq.write(il, slots[t], &k[r.clone()], &v[r]);
+                if let Some(log) = seq.query_log_mut() {
+                    log.record(il, e.pos, &q[t * qd..(t + 1) * qd]);
+                }
             }
-            let shape = AttentionShape {
-                n_head: cfg.n_head,
-                n_head_kv: cfg.n_head_kv,
-                head_dim: hd,
-                scale: cfg.attn_scale,
-                window: cfg.window_for_layer(il),
-                softcap: cfg.attn_softcap,
-            };
+            let shape = self.attention_shape(il);
             cpu::attention(shape, entries, kv, il, q, att);
+            if tracking {
+                accumulate_attention(shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq));
+            }
             cpu::matmul(pool, &lw.wo, att, n, y, xq);
             if let Some(pn) = &lw.post_attn_norm {
                 cpu::rms_norm_inplace(y, pn, cfg.norm_eps);
@@ -265,5 +275,42 @@ impl Model {
             cpu::add_inplace(x, y);
         }
         Ok(())
+    }
+}
+
+/// Adds the attention each query of the batch gave to each slot of its sequence in `layer`,
+/// averaged over heads and layers, to the slot scores of the sequences that track attention
+/// (H2O's accumulated attention). `bufs`: reused buffers (mass, queries, positions).
+fn accumulate_attention(
+    shape: AttentionShape,
+    entries: &[BatchEntry],
+    kv: &mut KvCache,
+    layer: usize,
+    q: &[f32],
+    n_layer: usize,
+    bufs: (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<u32>),
+) {
+    let (mass, q_seq, pos_seq) = bufs;
+    let qd = shape.n_head * shape.head_dim;
+    for (i, e) in entries.iter().enumerate() {
+        if entries[..i].iter().any(|x| x.seq == e.seq) {
+            continue; // this sequence is done
+        }
+        let Some(seq) = kv.seq(e.seq).filter(|s| s.tracks_attention()) else { continue };
+        q_seq.clear();
+        pos_seq.clear();
+        for (t, x) in entries.iter().enumerate().skip(i).filter(|(_, x)| x.seq == e.seq) {
+            q_seq.extend_from_slice(&q[t * qd..(t + 1) * qd]);
+            pos_seq.push(x.pos);
+        }
+        let len = seq.len();
+        mass.clear();
+        mass.resize(shape.n_head * len, 0.0);
+        cpu::attention_mass(shape, seq, layer, q_seq, pos_seq, mass);
+        let w = 1.0 / (shape.n_head * n_layer) as f32;
+        let scores = kv.seq_mut(e.seq).scores_mut();
+        for head in mass.chunks_exact(len.max(1)) {
+            scores.iter_mut().zip(head).for_each(|(s, m)| *s += m * w);
+        }
     }
 }

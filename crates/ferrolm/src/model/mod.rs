@@ -168,6 +168,24 @@ impl Model {
         self.new_kv_cache_typed(n_ctx, KvType::F16, KvType::F16)
     }
 
+    /// The attention geometry of layer `il` (heads, scale, sliding window, soft-capping).
+    pub fn attention_shape(&self, il: usize) -> crate::backend::cpu::AttentionShape {
+        let cfg = &self.config;
+        crate::backend::cpu::AttentionShape {
+            n_head: cfg.n_head,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: cfg.head_dim,
+            scale: cfg.attn_scale,
+            window: cfg.window_for_layer(il),
+            softcap: cfg.attn_softcap,
+        }
+    }
+
+    /// The attention geometry of every layer, in order.
+    pub fn attention_shapes(&self) -> Vec<crate::backend::cpu::AttentionShape> {
+        (0..self.config.n_layer).map(|il| self.attention_shape(il)).collect()
+    }
+
     /// An empty KV cache with the given storage types for keys and values.
     pub fn new_kv_cache_typed(&self, n_ctx: usize, type_k: KvType, type_v: KvType) -> KvCache {
         KvCache::new(self.config.n_layer, self.config.kv_dim(), n_ctx, type_k, type_v)

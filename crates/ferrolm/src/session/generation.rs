@@ -79,6 +79,12 @@ pub struct GenerationStats {
     pub decode_time: Duration,
     /// Why it ended.
     pub finish: FinishReason,
+    /// Tokens cached at the end.
+    pub n_kv: usize,
+    /// KV cache bytes in use at the end.
+    pub kv_bytes: usize,
+    /// Evictions of the session so far.
+    pub evictions: crate::kv::EvictionStats,
 }
 
 impl GenerationStats {

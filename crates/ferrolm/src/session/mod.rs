@@ -36,14 +36,16 @@ pub use generation::{Completion, FinishReason, GenerateParams, GenerationStats};
 pub use stream::{StreamEvent, TokenStream};
 
 use crate::engine::{Batch, Logits};
-use crate::kv::{KvCache, KvType, SeqId};
+use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvCache, KvType, SeqId};
 use crate::model::Model;
 use crate::{Error, Result};
 
 /// How a [`Session`] is set up.
 #[derive(Clone, Debug)]
 pub struct SessionOptions {
-    /// Context size: the most tokens (prompt and generated) the session's cache holds.
+    /// Context size: the most tokens (prompt and generated) the session's cache holds. With an
+    /// eviction policy, the cache stays within it (and within `cache.kv_budget`) while the
+    /// conversation goes on without limit.
     pub n_ctx: usize,
     /// Largest prompt chunk processed in one forward pass.
     pub n_batch: usize,
@@ -51,11 +53,19 @@ pub struct SessionOptions {
     pub type_k: KvType,
     /// Storage type of cached values.
     pub type_v: KvType,
+    /// Eviction policy, KV budget and memory-pressure threshold.
+    pub cache: CacheOptions,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        Self { n_ctx: 4096, n_batch: 512, type_k: KvType::F16, type_v: KvType::F16 }
+        Self {
+            n_ctx: 4096,
+            n_batch: 512,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            cache: CacheOptions::default(),
+        }
     }
 }
 
@@ -90,7 +100,10 @@ pub struct Session<'m> {
     model: &'m Model,
     opts: SessionOptions,
     kv: KvCache,
-    /// Tokens whose keys and values are in `kv`, in order (slot i holds position i).
+    /// Keeps `kv` within its budget.
+    manager: CacheManager,
+    /// Every token of the conversation so far, in order: token i has logical position i. Its
+    /// keys and values are in `kv` unless evicted.
     tokens: Vec<u32>,
     /// Logits after the last token of `tokens` (empty when unknown). `[n_vocab]`
     logits: Vec<f32>,
@@ -127,11 +140,14 @@ impl<'m> Session<'m> {
         if opts.n_ctx == 0 || opts.n_batch == 0 {
             return Err(Error::InvalidInput("the context size and batch size must be at least 1".into()));
         }
-        let kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
+        let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
+        let manager = CacheManager::new(opts.cache.clone(), model.attention_shapes(), opts.n_ctx)?;
+        manager.prepare_seq(kv.seq_mut(SEQ));
         Ok(Self {
             model,
             opts,
             kv,
+            manager,
             tokens: Vec::new(),
             logits: Vec::new(),
             batch: Batch::new(),
@@ -177,6 +193,22 @@ impl<'m> Session<'m> {
         self.kv.memory_bytes()
     }
 
+    /// Tokens whose keys and values are cached (fewer than [`Session::tokens`] once some were
+    /// evicted).
+    pub fn kv_len(&self) -> usize {
+        self.kv.seq(SEQ).map_or(0, |s| s.len())
+    }
+
+    /// Evictions so far.
+    pub fn eviction_stats(&self) -> EvictionStats {
+        self.manager.stats()
+    }
+
+    /// Whether no further token fits: the cache is at its limit and the policy never evicts.
+    pub fn is_full(&self) -> bool {
+        !self.manager.evicts() && self.kv_len() >= self.manager.limit()
+    }
+
     /// Tokenizes `prompt` as a whole prompt (the tokenizer's BOS added, special tokens such as
     /// `<|im_start|>` recognised).
     pub fn tokenize_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
@@ -189,11 +221,11 @@ impl<'m> Session<'m> {
         if prompt.is_empty() {
             return Err(Error::InvalidInput("the prompt is empty".into()));
         }
-        if prompt.len() > self.opts.n_ctx {
+        if !self.manager.evicts() && prompt.len() > self.manager.limit() {
             return Err(Error::InvalidInput(format!(
                 "the prompt has {} tokens, more than the context size of {}",
                 prompt.len(),
-                self.opts.n_ctx
+                self.manager.limit()
             )));
         }
         let n_vocab = self.model.config().n_vocab;
@@ -208,12 +240,16 @@ impl<'m> Session<'m> {
         self.truncate(common);
         let t0 = Instant::now();
         let mut cancelled = false;
-        for chunk in prompt[common..].chunks(self.opts.n_batch) {
+        let chunk_len = self.opts.n_batch.min(self.manager.max_chunk(true));
+        for chunk in prompt[common..].chunks(chunk_len) {
             if self.cancel.is_cancelled() {
                 cancelled = true;
                 break;
             }
-            self.run(chunk)?;
+            self.run(chunk, true)?;
+        }
+        if !cancelled {
+            self.manager.end_prompt(self.kv.seq_mut(SEQ));
         }
         let stats = PrefillStats {
             n_prompt: prompt.len(),
@@ -258,18 +294,17 @@ impl<'m> Session<'m> {
     /// Drops cached tokens after the first `n`.
     fn truncate(&mut self, n: usize) {
         if n < self.tokens.len() {
-            self.kv.seq_mut(SEQ).truncate(n);
+            self.kv.seq_mut(SEQ).truncate_positions(n as u32);
             self.tokens.truncate(n);
             self.logits.clear();
         }
     }
 
-    /// Runs `tokens` after the cached ones and keeps the logits after the last.
-    fn run(&mut self, tokens: &[u32]) -> Result<()> {
+    /// Runs `tokens` after the cached ones (evicting first if the cache needs room) and keeps
+    /// the logits after the last. `in_prompt`: the tokens are part of a prompt.
+    fn run(&mut self, tokens: &[u32], in_prompt: bool) -> Result<()> {
         let start = self.tokens.len();
-        if start + tokens.len() > self.opts.n_ctx {
-            return Err(Error::InvalidInput("the context is full".into()));
-        }
+        self.manager.make_room(self.kv.seq_mut(SEQ), tokens.len(), in_prompt)?;
         self.batch.set_prompt(SEQ, start as u32, tokens);
         self.model.forward_into(&self.batch, &mut self.kv, &mut self.out)?;
         self.tokens.extend_from_slice(tokens);

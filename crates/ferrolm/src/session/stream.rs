@@ -111,6 +111,11 @@ impl<'s, 'm> TokenStream<'s, 'm> {
         self.n_generated
     }
 
+    /// Tokens cached in the session's KV cache and the bytes they take.
+    pub fn session_kv(&self) -> (usize, usize) {
+        (self.session.kv_len(), self.session.kv_memory_bytes())
+    }
+
     /// What the prompt cost (cached and prefilled tokens).
     pub fn prefill_stats(&self) -> PrefillStats {
         self.prefill
@@ -125,6 +130,9 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             n_generated: self.n_generated,
             n_decode: self.n_decode,
             decode_time: self.decode_time,
+            n_kv: self.session.kv_len(),
+            kv_bytes: self.session.kv_memory_bytes(),
+            evictions: self.session.eviction_stats(),
             finish,
         }
     }
@@ -149,10 +157,10 @@ impl<'s, 'm> TokenStream<'s, 'm> {
         }
         let t0 = Instant::now();
         if let Some(tok) = self.pending.take() {
-            if self.session.tokens.len() >= self.session.opts.n_ctx {
+            if self.session.is_full() {
                 return Ok(self.finished(FinishReason::ContextFull));
             }
-            self.session.run(&[tok])?;
+            self.session.run(&[tok], false)?;
             self.n_decode += 1;
         }
         let tok = match &mut self.constraint {

@@ -5,7 +5,7 @@ mod attention;
 mod matmul;
 mod ops;
 
-pub use attention::{AttentionShape, attention};
+pub use attention::{AttentionShape, attention, attention_mass};
 pub use matmul::{MatmulJob, matmul, matmul_many};
 pub use ops::{
     add_bias_rows, add_inplace, gated_activation, gelu_tanh, rms_norm_inplace, rms_norm_rows, rope_apply,

@@ -29,6 +29,7 @@
 
 mod decode;
 mod prefill;
+mod stats;
 #[cfg(test)]
 mod tests;
 
@@ -38,6 +39,8 @@ use std::ops::Range;
 use ferrolm_kernels::simd_attn::{AttnKernels, Elems};
 
 use crate::engine::BatchEntry;
+pub use stats::attention_mass;
+
 use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId};
 
 /// Head geometry of an attention call.

@@ -1,0 +1,49 @@
+//! KV-cache eviction options shared by `generate`, `chat`, `perplexity` and `bench`.
+
+use ferrolm::kv::{CacheOptions, PolicyKind};
+
+/// How the KV cache is kept bounded.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// Which tokens to evict when the cache is full: none (stop at the context size), sliding
+    /// (keep the protected prefix and the last --eviction-window tokens), h2o (heavy hitters by
+    /// accumulated attention plus a recent window) or snapkv (compress the prompt by the
+    /// attention of its last --eviction-window tokens).
+    #[arg(long = "eviction-policy", default_value = "none", value_parser = parse_policy)]
+    pub eviction_policy: PolicyKind,
+    /// Recent window (sliding, h2o) or observation window (snapkv), in tokens.
+    #[arg(long = "eviction-window", default_value_t = 256)]
+    pub eviction_window: usize,
+    /// Tokens at the start that are never evicted (attention sinks).
+    #[arg(long = "protected-prefix", default_value_t = 4)]
+    pub protected_prefix: usize,
+    /// Most tokens cached per sequence (default: the context size).
+    #[arg(long = "kv-budget")]
+    pub kv_budget: Option<usize>,
+    /// Evict when available memory (MemAvailable, or the cgroup's limit minus its usage) falls
+    /// below this many MiB.
+    #[arg(long = "memory-threshold-mb")]
+    pub memory_threshold_mb: Option<u64>,
+    /// An eviction keeps this fraction of the limit (or of the cache, under memory pressure).
+    #[arg(long = "evict-ratio", default_value_t = 0.9)]
+    pub evict_ratio: f32,
+}
+
+impl CacheArgs {
+    /// The library's options.
+    pub fn options(&self) -> CacheOptions {
+        CacheOptions {
+            policy: self.eviction_policy,
+            window: self.eviction_window,
+            protected_prefix: self.protected_prefix,
+            kv_budget: self.kv_budget,
+            memory_threshold_mb: self.memory_threshold_mb,
+            target_ratio: self.evict_ratio,
+        }
+    }
+}
+
+fn parse_policy(s: &str) -> Result<PolicyKind, String> {
+    PolicyKind::from_name(s)
+        .ok_or_else(|| format!("unknown eviction policy '{s}' (use none, sliding, h2o or snapkv)"))
+}

@@ -1,0 +1,195 @@
+//! Perplexity of a model over a token sequence, with any KV eviction policy and budget active:
+//! the way policies are compared.
+//!
+//! The text is cut into windows of `n_ctx` tokens that start `stride` tokens apart. In each
+//! window the first `n_ctx - stride` tokens are context (a prompt: processed, not scored) and the
+//! last `stride` are scored, each predicted from everything before it in the window that the
+//! cache still holds. Every token after the first window's context is scored exactly once. As in
+//! llama.cpp, the first token of a window is replaced by BOS when the tokenizer adds one.
+//!
+//! Tokens go through the model in chunks of at most `n_batch`; before each chunk the
+//! [`CacheManager`] makes room, so the cache (chunk included) never exceeds the budget. A
+//! compressing policy (SnapKV) sees the whole context first and compresses it before the scored
+//! tokens, which is what it is designed for.
+
+use std::time::{Duration, Instant};
+
+use crate::engine::{Batch, Logits};
+use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvType, SeqId};
+use crate::model::Model;
+use crate::{Error, Result};
+
+/// How perplexity is measured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerplexityOptions {
+    /// Window length in tokens.
+    pub n_ctx: usize,
+    /// Tokens scored per window, and distance between window starts (`n_ctx / 2` when 0).
+    pub stride: usize,
+    /// Largest chunk of tokens per forward pass.
+    pub n_batch: usize,
+    /// Storage type of cached keys.
+    pub type_k: KvType,
+    /// Storage type of cached values.
+    pub type_v: KvType,
+    /// Eviction policy and budget.
+    pub cache: CacheOptions,
+    /// Stop after this many windows.
+    pub max_windows: Option<usize>,
+}
+
+impl Default for PerplexityOptions {
+    fn default() -> Self {
+        Self {
+            n_ctx: 1024,
+            stride: 0,
+            n_batch: 512,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            cache: CacheOptions::default(),
+            max_windows: None,
+        }
+    }
+}
+
+/// The outcome of a perplexity run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerplexityResult {
+    /// `exp(mean negative log-likelihood)` over the scored tokens.
+    pub perplexity: f64,
+    /// Mean negative log-likelihood (nats per token).
+    pub mean_nll: f64,
+    /// Standard error of the mean NLL.
+    pub nll_stderr: f64,
+    /// Tokens scored.
+    pub n_scored: usize,
+    /// Windows run.
+    pub n_windows: usize,
+    /// Perplexity of each window's scored tokens.
+    pub window_perplexity: Vec<f64>,
+    /// Tokens run through the model (context and scored).
+    pub n_processed: usize,
+    /// Time spent.
+    pub time: Duration,
+    /// Evictions over the run.
+    pub evictions: EvictionStats,
+}
+
+/// Progress of a run: windows done and in all.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+
+/// Measures the perplexity of `model` on `tokens` (see the module docs).
+pub fn perplexity(
+    model: &Model,
+    tokens: &[u32],
+    opts: &PerplexityOptions,
+    progress: Progress<'_>,
+) -> Result<PerplexityResult> {
+    let stride = if opts.stride == 0 { opts.n_ctx / 2 } else { opts.stride };
+    if opts.n_ctx < 2 || stride == 0 || stride >= opts.n_ctx || opts.n_batch == 0 {
+        return Err(Error::InvalidInput(format!(
+            "perplexity needs a context of at least 2 tokens and a stride below it (got context {}, stride {stride})",
+            opts.n_ctx
+        )));
+    }
+    if tokens.len() < opts.n_ctx {
+        return Err(Error::InvalidInput(format!(
+            "the text has {} tokens, fewer than one window of {}",
+            tokens.len(),
+            opts.n_ctx
+        )));
+    }
+    let mut n_windows = (tokens.len() - opts.n_ctx) / stride + 1;
+    if let Some(m) = opts.max_windows {
+        n_windows = n_windows.min(m.max(1));
+    }
+    let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
+    let mut mgr = CacheManager::new(opts.cache.clone(), model.attention_shapes(), opts.n_ctx)?;
+    let bos = model.tokenizer().bos().filter(|_| model.tokenizer().add_bos());
+    let n_vocab = model.config().n_vocab;
+    let t0 = Instant::now();
+    let (mut nlls, mut window_perplexity, mut n_processed) = (Vec::new(), Vec::new(), 0);
+    let mut batch = Batch::new();
+    let mut logits = Logits::default();
+    const SEQ: SeqId = 0;
+    progress(0, n_windows);
+    for w in 0..n_windows {
+        let mut win = tokens[w * stride..w * stride + opts.n_ctx].to_vec();
+        if let Some(b) = bos {
+            win[0] = b;
+        }
+        kv.remove_seq(SEQ);
+        let n_context = opts.n_ctx - stride;
+        let mut window_nll = 0.0;
+        let mut pos = 0;
+        while pos < opts.n_ctx - 1 {
+            let in_prompt = pos < n_context;
+            // A chunk stays inside the context or inside the scored part.
+            let end_part = if in_prompt { n_context } else { opts.n_ctx - 1 };
+            let chunk = opts.n_batch.min(mgr.max_chunk(in_prompt)).min(end_part - pos);
+            mgr.make_room(kv.seq_mut(SEQ), chunk, in_prompt)?;
+            batch.clear();
+            for (i, &t) in win[pos..pos + chunk].iter().enumerate() {
+                let p = pos + i;
+                // Logits of the last context token (it predicts the first scored one) and of
+                // every scored token but the window's last.
+                batch.push(SEQ, p as u32, t, p + 1 >= n_context);
+            }
+            model.forward_into(&batch, &mut kv, &mut logits)?;
+            let mut row = 0;
+            for i in 0..chunk {
+                let p = pos + i;
+                if p + 1 >= n_context {
+                    let nll = nll(&logits.row(row)[..n_vocab], win[p + 1]);
+                    nlls.push(nll);
+                    window_nll += nll;
+                    row += 1;
+                }
+            }
+            pos += chunk;
+            n_processed += chunk;
+            if pos == n_context {
+                mgr.end_prompt(kv.seq_mut(SEQ));
+            }
+        }
+        window_perplexity.push((window_nll / stride as f64).exp());
+        tracing::debug!(window = w, ppl = window_perplexity[w], "perplexity window done");
+        progress(w + 1, n_windows);
+    }
+    let n = nlls.len().max(1) as f64;
+    let mean = nlls.iter().sum::<f64>() / n;
+    let var = nlls.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0).max(1.0);
+    Ok(PerplexityResult {
+        perplexity: mean.exp(),
+        mean_nll: mean,
+        nll_stderr: (var / n).sqrt(),
+        n_scored: nlls.len(),
+        n_windows,
+        window_perplexity,
+        n_processed,
+        time: t0.elapsed(),
+        evictions: mgr.stats(),
+    })
+}
+
+/// `-log softmax(logits)[target]`, computed in f64.
+fn nll(logits: &[f32], target: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    let lt = logits.get(target as usize).copied().unwrap_or(f32::NEG_INFINITY) as f64;
+    (sum.ln() + max) - lt
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nll;
+
+    #[test]
+    fn nll_of_a_uniform_and_a_peaked_distribution() {
+        let u = [0.0f32; 4];
+        assert!((nll(&u, 2) - 4f64.ln()).abs() < 1e-12);
+        let p = [10.0f32, 0.0, 0.0];
+        assert!(nll(&p, 0) < 1e-3);
+        assert!(nll(&p, 1) > 9.9);
+    }
+}
