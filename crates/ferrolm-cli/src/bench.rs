@@ -51,10 +51,10 @@ pub struct Args {
     /// Output format: md (a table), json, jsonl or csv.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
     pub output: OutputFormat,
-    /// Storage type of cached keys: f16 or f32.
+    /// Storage type of cached keys: f16, f32, q8_0 or q4_0.
     #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_k: KvType,
-    /// Storage type of cached values: f16 or f32.
+    /// Storage type of cached values: f16, f32, q8_0 or q4_0.
     #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_v: KvType,
     /// Skip the warm-up run before each test's repetitions.
@@ -66,7 +66,7 @@ pub struct Args {
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16 or f32)"))
+    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
 }
 
 /// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0).
@@ -179,7 +179,8 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
             })
             .collect()
     };
-    let mut kv = model.new_kv_cache_typed(test.n_prompt + test.n_gen, args.cache_type_k, args.cache_type_v);
+    let mut kv =
+        model.new_kv_cache_typed(test.n_prompt + test.n_gen, args.cache_type_k, args.cache_type_v)?;
     if !args.no_warmup {
         if test.n_prompt > 0 {
             prompt(model, &mut kv, &tokens(test.n_prompt), args.batch_size).context("warm-up prompt run")?;

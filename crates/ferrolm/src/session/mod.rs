@@ -127,7 +127,7 @@ impl<'m> Session<'m> {
         if opts.n_ctx == 0 || opts.n_batch == 0 {
             return Err(Error::InvalidInput("the context size and batch size must be at least 1".into()));
         }
-        let kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
+        let kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v)?;
         Ok(Self {
             model,
             opts,
