@@ -239,6 +239,7 @@ mod portable {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::*;
+    use std::arch::x86_64::*;
 
     /// # Safety
     /// The CPU must support AVX2, FMA and F16C; arguments checked by [`KvKernels::dots`].
@@ -253,10 +254,71 @@ mod avx2 {
     }
 
     /// # Safety
-    /// The CPU must support AVX2, FMA and F16C.
+    /// The CPU must support AVX2, FMA and F16C; arguments checked by [`KvKernels::rows_to_f32`].
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn rows_to_f32(a: &mut ToF32Args<'_>) {
-        rows_to_f32_with(a);
+        let rb = a.ty.row_bytes(a.cols);
+        for i in 0..a.rows {
+            let src = &a.src[i * a.stride..i * a.stride + rb];
+            let dst = &mut a.dst[i * a.dst_stride..i * a.dst_stride + a.cols];
+            match a.ty {
+                KvBlocks::Q8_0 => {
+                    for (b, out) in src.chunks_exact(Q8_0_BYTES).zip(dst.chunks_exact_mut(QK8)) {
+                        q8_0_block(b, out);
+                    }
+                }
+                KvBlocks::Q4_0 => {
+                    for (b, out) in src.chunks_exact(18).zip(dst.chunks_exact_mut(QK8)) {
+                        q4_0_block(b, out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The block's scale, splatted (one F16C conversion).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn scale(b: &[u8]) -> __m256 {
+        let h = i32::from(u16::from_le_bytes([b[0], b[1]]));
+        _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))))
+    }
+
+    /// Stores `q · d` for the 32 signed bytes of `q` into `out`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn store32(q: __m256i, d: __m256, out: &mut [f32]) {
+        let out = &mut out[..QK8];
+        let (lo, hi) = (_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q));
+        let parts = [lo, _mm_srli_si128::<8>(lo), hi, _mm_srli_si128::<8>(hi)];
+        for (k, p) in parts.into_iter().enumerate() {
+            let v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(p)), d);
+            // SAFETY: `out` has 32 floats (sliced above); this stores floats 8k..8k+8, unaligned.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * k), v) };
+        }
+    }
+
+    /// One Q8_0 block (34 bytes) to 32 floats, exactly as the portable conversion.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn q8_0_block(b: &[u8], out: &mut [f32]) {
+        let q = &b[2..Q8_0_BYTES];
+        // SAFETY: `q` has 32 bytes (sliced above); the load is unaligned.
+        let q = unsafe { _mm256_loadu_si256(q.as_ptr().cast()) };
+        store32(q, scale(b), out);
+    }
+
+    /// One Q4_0 block (18 bytes) to 32 floats: low nibbles are values 0..16, high nibbles
+    /// 16..32, each minus 8.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    fn q4_0_block(b: &[u8], out: &mut [f32]) {
+        let q = &b[2..18];
+        // SAFETY: `q` has 16 bytes (sliced above); the load is unaligned.
+        let lo = unsafe { _mm_loadu_si128(q.as_ptr().cast()) };
+        let hi = _mm_srli_epi16::<4>(lo);
+        let nib = _mm256_and_si256(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(0x0f));
+        store32(_mm256_sub_epi8(nib, _mm256_set1_epi8(8)), scale(b), out);
     }
 }
 

@@ -187,6 +187,24 @@ fn rows_to_f32_is_exact_on_every_level() {
 }
 
 #[test]
+fn rows_to_f32_of_any_bytes_agree_across_levels() {
+    // Random bytes: scales include subnormals, infinities and NaNs.
+    let mut rng = StdRng::seed_from_u64(6);
+    let data: Vec<u8> = (0..34 * 8 * 9).map(|_| rng.random()).collect();
+    let portable = KvKernels::portable();
+    for k in levels() {
+        for ty in TYPES {
+            let src = BlockRows { ty, data: &data[1..], rows: 9, cols: 96, stride: 34 * 8 - 1 };
+            let (mut a, mut b) = (vec![0f32; 9 * 96], vec![0f32; 9 * 96]);
+            k.rows_to_f32(src, &mut a, 96);
+            portable.rows_to_f32(src, &mut b, 96);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "{k:?} {ty:?}");
+        }
+    }
+}
+
+#[test]
 #[should_panic(expected = "whole blocks")]
 fn partial_blocks_are_refused() {
     let data = [0u8; 34];

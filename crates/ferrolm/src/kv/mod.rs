@@ -221,6 +221,23 @@ impl<'a> RowsView<'a> {
             _ => None,
         }
     }
+
+    /// The rows as stored, for the attention kernels.
+    pub(crate) fn stored(&self) -> Stored<'a> {
+        match self.rows {
+            Rows::F32(v) => Stored::F32(v),
+            Rows::F16(v) => Stored::F16(v),
+            Rows::Blocks(b, v) => Stored::Blocks(*b, v),
+        }
+    }
+}
+
+/// One layer's rows in their storage type. `[len, kv_dim]`
+pub(crate) enum Stored<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    /// `ty.row_bytes(kv_dim)` bytes per row.
+    Blocks(KvBlocks, &'a [u8]),
 }
 
 /// Identifies one sequence (one conversation) in a batch and in the cache.

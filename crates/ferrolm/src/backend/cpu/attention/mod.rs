@@ -43,7 +43,7 @@ use ferrolm_kernels::quant::kv::{BlockRows, KvBlocks, KvKernels};
 use ferrolm_kernels::simd_attn::{AttnKernels, Elems};
 
 use crate::engine::BatchEntry;
-use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId};
+use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId, Stored};
 
 /// Head geometry of an attention call.
 #[derive(Clone, Copy, Debug)]
@@ -199,15 +199,10 @@ fn visible(window: Option<usize>, qpos: u32, kpos: u32) -> bool {
 
 /// A layer's cached rows in their storage type.
 fn cached(rows: RowsView<'_>) -> Cached<'_> {
-    if let Some(x) = rows.as_f32() {
-        return Cached::Float(Elems::F32(x));
-    }
-    if let Some(x) = rows.as_f16() {
-        return Cached::Float(Elems::F16(x));
-    }
-    match rows.as_blocks().and_then(|(ty, data)| Some((ty.blocks()?, data))) {
-        Some((ty, data)) => Cached::Blocks(ty, data),
-        None => Cached::Float(Elems::F32(&[])),
+    match rows.stored() {
+        Stored::F32(x) => Cached::Float(Elems::F32(x)),
+        Stored::F16(x) => Cached::Float(Elems::F16(x)),
+        Stored::Blocks(ty, x) => Cached::Blocks(ty, x),
     }
 }
 
