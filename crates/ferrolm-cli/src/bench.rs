@@ -260,9 +260,26 @@ mod tests {
             &["-m", "x", "-p", "0", "-n", "0"],
             &["-m", "x", "--delay", "-1"],
             &["-m", "x", "-p", "1,a"],
-            &["-m", "x", "--cache-type-k", "q8_0"],
+            &["-m", "x", "--cache-type-k", "q4_1"],
         ] {
             assert!(plan(argv).is_err(), "{argv:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn every_cache_type_is_accepted() {
+        for t in KvType::ALL {
+            let cli = Cli::try_parse_from([
+                "bench",
+                "-m",
+                "x",
+                "--cache-type-k",
+                t.name(),
+                "--cache-type-v",
+                t.name(),
+            ])
+            .expect("valid");
+            assert_eq!((cli.args.cache_type_k, cli.args.cache_type_v), (t, t));
         }
     }
 
