@@ -51,10 +51,10 @@ pub struct Args {
     /// Output format: md (a table), json, jsonl or csv.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
     pub output: OutputFormat,
-    /// Storage type of cached keys: f16 or f32.
+    /// Storage type of cached keys: f16, f32, q8_0 or q4_0.
     #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_k: KvType,
-    /// Storage type of cached values: f16 or f32.
+    /// Storage type of cached values: f16, f32, q8_0 or q4_0.
     #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_v: KvType,
     /// Eviction policy, budget and memory threshold (evictions are part of the timed work).
@@ -69,7 +69,7 @@ pub struct Args {
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16 or f32)"))
+    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
 }
 
 /// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0).
@@ -183,7 +183,7 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
             .collect()
     };
     let cap = test.n_prompt + test.n_gen;
-    let mut kv = model.new_kv_cache_typed(cap, args.cache_type_k, args.cache_type_v);
+    let mut kv = model.new_kv_cache_typed(cap, args.cache_type_k, args.cache_type_v)?;
     let mut mgr = CacheManager::new(args.cache.options(), model.attention_shapes(), cap)?;
     if !args.no_warmup {
         if test.n_prompt > 0 {
@@ -276,9 +276,26 @@ mod tests {
             &["-m", "x", "-p", "0", "-n", "0"],
             &["-m", "x", "--delay", "-1"],
             &["-m", "x", "-p", "1,a"],
-            &["-m", "x", "--cache-type-k", "q8_0"],
+            &["-m", "x", "--cache-type-k", "q4_1"],
         ] {
             assert!(plan(argv).is_err(), "{argv:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn every_cache_type_is_accepted() {
+        for t in KvType::ALL {
+            let cli = Cli::try_parse_from([
+                "bench",
+                "-m",
+                "x",
+                "--cache-type-k",
+                t.name(),
+                "--cache-type-v",
+                t.name(),
+            ])
+            .expect("valid");
+            assert_eq!((cli.args.cache_type_k, cli.args.cache_type_v), (t, t));
         }
     }
 

@@ -24,10 +24,10 @@ pub struct ModelArgs {
     /// Largest prompt chunk per forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
-    /// Storage type of cached keys: f16 (llama.cpp's default) or f32.
+    /// Storage type of cached keys: f16 (llama.cpp's default), f32, q8_0 or q4_0.
     #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_k: KvType,
-    /// Storage type of cached values: f16 or f32.
+    /// Storage type of cached values: f16, f32, q8_0 or q4_0.
     #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
     pub cache_type_v: KvType,
     /// Eviction policy, budget and memory threshold.
@@ -65,5 +65,5 @@ impl ModelArgs {
 }
 
 fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16 or f32)"))
+    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
 }

@@ -66,7 +66,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })?;
     bar.finish_and_clear();
     let c = &opts.cache;
-    let ty = |t: ferrolm::kv::KvType| format!("{t:?}").to_lowercase();
+    let ty = |t: ferrolm::kv::KvType| t.name();
     let stride = if opts.stride == 0 { opts.n_ctx / 2 } else { opts.stride };
     let tps = res.n_processed as f64 / res.time.as_secs_f64().max(1e-9);
     if args.output == "json" {

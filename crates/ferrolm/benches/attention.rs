@@ -1,6 +1,6 @@
 //! Attention alone, on two threads, with the head geometry of the test models and random
 //! queries, keys and values: a 512-token prompt (one batch) and one decode step at context 512,
-//! with f16 and f32 caches. Needs no model file.
+//! with every cache type (f32, f16, q8_0, q4_0). Needs no model file.
 //!
 //! `cargo bench -p ferrolm --bench attention`
 
@@ -62,7 +62,8 @@ fn bench(c: &mut Criterion) {
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3)).sample_size(20);
     for (name, shape) in shapes() {
         let qd = shape.n_head * shape.head_dim;
-        for (ty, ty_name) in [(KvType::F16, "f16"), (KvType::F32, "f32")] {
+        for ty in KvType::ALL {
+            let ty_name = ty.name();
             // Prompt: 512 queries against the 512 slots they were written to.
             let kv = filled_cache(&shape, CONTEXT, ty);
             let tokens: Vec<u32> = (0..CONTEXT).collect();

@@ -88,7 +88,7 @@ fn run(model: &Model, tokens: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) {
 }
 
 fn run_ctx(model: &Model, tokens: &[u32], n: usize, n_ctx: usize) -> (Vec<f32>, Vec<u32>) {
-    let mut kv = model.new_kv_cache_typed(n_ctx, KvType::F32, KvType::F32);
+    let mut kv = model.new_kv_cache_typed(n_ctx, KvType::F32, KvType::F32).unwrap();
     let first = model.forward(&Batch::from_prompt(0, 0, tokens), &mut kv).unwrap().last().unwrap().to_vec();
     let mut out = Vec::with_capacity(n);
     let mut logits = first.clone();

@@ -39,7 +39,7 @@ fn smollm2_hf_folder_matches_transformers_generate() {
     let ids = model.tokenizer().encode(&exp.prompt, true, true).unwrap();
     assert_eq!(ids, exp.prompt_ids, "prompt tokens differ from transformers' tokenizer");
 
-    let mut kv = model.new_kv_cache_typed(256, KvType::F32, KvType::F32);
+    let mut kv = model.new_kv_cache_typed(256, KvType::F32, KvType::F32).unwrap();
     let mut logits =
         model.forward(&Batch::from_prompt(0, 0, &ids), &mut kv).unwrap().last().unwrap().to_vec();
     let mut compared = 0;

@@ -1,5 +1,6 @@
 //! Loading errors name what is wrong: unsupported architectures, unsupported tensor types,
-//! missing tensors and wrong shapes. Uses tiny synthetic models written with `GgufWriter`.
+//! missing tensors and wrong shapes, and KV cache types whose blocks do not fit a head. Uses tiny
+//! synthetic models written with `GgufWriter`.
 #![allow(clippy::unwrap_used)]
 
 use ferrolm::GgmlType;
@@ -119,4 +120,25 @@ fn unsupported_tensor_type_is_named() {
 fn missing_tensor_is_named() {
     let err = load(tiny_llama("llama", None, Some("blk.0.attn_k.weight"))).unwrap_err();
     assert!(err.to_string().contains("blk.0.attn_k.weight"), "{err}");
+}
+
+#[test]
+fn quantized_cache_types_need_whole_blocks_per_head() {
+    use ferrolm::kv::{KvCache, KvType};
+    use ferrolm::session::{Session, SessionOptions};
+    // head_dim 8: blocks of 32 values do not fit a head.
+    let m = load(tiny_llama("llama", None, None)).unwrap();
+    for (k, v) in [(KvType::Q8_0, KvType::F16), (KvType::F32, KvType::Q4_0)] {
+        let err = m.new_kv_cache_typed(16, k, v).unwrap_err();
+        assert!(matches!(err, ferrolm::Error::InvalidInput(_)), "{err}");
+        assert!(err.to_string().contains("blocks of 32"), "{err}");
+        let opts = SessionOptions { type_k: k, type_v: v, ..SessionOptions::default() };
+        assert!(matches!(Session::new(&m, opts), Err(ferrolm::Error::InvalidInput(_))));
+        // A cache made by hand is refused by the forward pass, not attended.
+        let mut kv = KvCache::new(2, 16, 16, k, v);
+        let err = m.forward(&Batch::from_prompt(0, 0, &[1, 3]), &mut kv).unwrap_err();
+        assert!(matches!(err, ferrolm::Error::InvalidInput(_)), "{err}");
+        assert_eq!(kv.memory_bytes(), 0);
+    }
+    assert!(m.new_kv_cache_typed(16, KvType::F32, KvType::F16).is_ok());
 }

@@ -52,7 +52,7 @@ fn decode_steps_allocate_nothing() {
         let model = Model::load(&path).expect("model loads");
         ferrolm::threads::set_num_threads(2).expect("pool");
         let cfg = model.config();
-        for kv_type in [KvType::F32, KvType::F16] {
+        for kv_type in KvType::ALL {
             let mut kv = KvCache::new(cfg.n_layer, cfg.kv_dim(), 256, kv_type, kv_type);
             let prompt = model.tokenizer().encode("The capital of France is", true, false).expect("tokenize");
             let mut batch = Batch::from_prompt(0, 0, &prompt);

@@ -100,12 +100,9 @@ impl TestResult<'_> {
     }
 }
 
-/// llama.cpp's name of a cache type (`f16`, `f32`).
+/// llama.cpp's name of a cache type (`f16`, `f32`, `q8_0`, `q4_0`).
 fn kv_type_name(t: KvType) -> &'static str {
-    match t {
-        KvType::F32 => "f32",
-        KvType::F16 => "f16",
-    }
+    t.name()
 }
 
 /// Mean; 0 for no values.

@@ -11,7 +11,9 @@
 //!   Python package for the 32-value formats);
 //! - [`vec_dot_type`] / [`act_row_bytes`] / [`quantize_activations`] / [`vec_dot_q`]: GGML-style
 //!   integer dot products of quantized weight rows with activations quantized once to 8 bits
-//!   (Q8_0, Q8_1 or Q8_K), see [`vec_dot`].
+//!   (Q8_0, Q8_1 or Q8_K), see [`vec_dot`];
+//! - [`kv`]: KV-cache rows in Q8_0 / Q4_0 read in place by attention (integer scores against a
+//!   Q8_0 query, rows converted to f32 a few at a time).
 //!
 //! Source bytes come straight from a memory map, so they are only byte-aligned: blocks are parsed
 //! field by field from little-endian bytes (`Block*::from_bytes`), never cast in place.
@@ -28,6 +30,7 @@ pub mod fp32;
 pub mod iq4_nl;
 pub mod iq4_xs;
 mod kernel;
+pub mod kv;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;

@@ -82,7 +82,7 @@ pub fn quantize_activations(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(
 
 /// Quantizes whole blocks of the activation type `vt` (Q8_0, Q8_1 or Q8_K); lengths validated.
 #[inline(always)]
-fn quantize_any(vt: GgmlType, x: &[f32], out: &mut [u8]) {
+pub(super) fn quantize_any(vt: GgmlType, x: &[f32], out: &mut [u8]) {
     // Dispatching on the type outside the loop keeps the block quantizer inlined in it.
     match vt {
         GgmlType::Q8_1 => blocks(x, out, QK8, Q8_1_BYTES, quantize_block_q8_1),
@@ -106,7 +106,7 @@ fn blocks(x: &[f32], out: &mut [u8], elems: usize, bytes: usize, f: impl Fn(&[f3
 /// The CPU must support AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quantize_avx2(vt: GgmlType, x: &[f32], out: &mut [u8]) {
+pub(super) unsafe fn quantize_avx2(vt: GgmlType, x: &[f32], out: &mut [u8]) {
     quantize_any(vt, x, out);
 }
 

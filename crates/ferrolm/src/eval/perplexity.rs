@@ -103,7 +103,7 @@ pub fn perplexity(
     if let Some(m) = opts.max_windows {
         n_windows = n_windows.min(m.max(1));
     }
-    let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
+    let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v)?;
     let mut mgr = CacheManager::new(opts.cache.clone(), model.attention_shapes(), opts.n_ctx)?;
     let bos = model.tokenizer().bos().filter(|_| model.tokenizer().add_bos());
     let n_vocab = model.config().n_vocab;

@@ -12,6 +12,7 @@ mod query_log;
 
 use std::collections::BTreeMap;
 
+use ferrolm_kernels::quant::kv::KvBlocks;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -30,32 +31,89 @@ pub enum KvType {
     /// 16-bit floats (llama.cpp's default).
     #[default]
     F16,
+    /// GGML's Q8_0 blocks: 32 values as signed bytes with an f16 scale (34 bytes per 32 values).
+    Q8_0,
+    /// GGML's Q4_0 blocks: 32 values as 4-bit integers with an f16 scale (18 bytes per 32
+    /// values).
+    Q4_0,
 }
 
 impl KvType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// Every type, in order of decreasing size.
+    pub const ALL: [KvType; 4] = [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0];
+
+    /// llama.cpp's name of the type (`f32`, `f16`, `q8_0`, `q4_0`).
+    pub fn name(self) -> &'static str {
         match self {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
         }
     }
 
-    /// Parses `f32` / `f16`.
+    /// Parses a name of [`KvType::name`] (any case).
     pub fn from_name(name: &str) -> Option<Self> {
-        match name.to_ascii_lowercase().as_str() {
-            "f32" => Some(KvType::F32),
-            "f16" => Some(KvType::F16),
-            _ => None,
+        Self::ALL.into_iter().find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Values per block: 32 for the block formats, 1 for floats. A row (and each head of it)
+    /// must be a whole number of blocks.
+    pub fn block_size(self) -> usize {
+        match self.blocks() {
+            Some(_) => KvBlocks::BLOCK,
+            None => 1,
         }
+    }
+
+    /// Bytes of a row of `n` values (exact when `n` is a whole number of blocks; a partial block
+    /// counts as a whole one).
+    pub fn row_bytes(self, n: usize) -> usize {
+        match self {
+            KvType::F32 => 4 * n,
+            KvType::F16 => 2 * n,
+            KvType::Q8_0 | KvType::Q4_0 => self.blocks().map_or(0, |b| b.row_bytes(n)),
+        }
+    }
+
+    /// Checks that rows of `n` values (a head, a whole key row) are a whole number of blocks of
+    /// this type: an [`Error::InvalidInput`] otherwise.
+    pub fn check_width(self, n: usize) -> Result<()> {
+        if n % self.block_size() == 0 {
+            return Ok(());
+        }
+        Err(Error::InvalidInput(format!(
+            "the {self} KV cache type stores blocks of {} values, which do not divide rows of {n}",
+            self.block_size()
+        )))
+    }
+
+    /// The block format of a quantized type.
+    pub(crate) fn blocks(self) -> Option<KvBlocks> {
+        match self {
+            KvType::Q8_0 => Some(KvBlocks::Q8_0),
+            KvType::Q4_0 => Some(KvBlocks::Q4_0),
+            KvType::F32 | KvType::F16 => None,
+        }
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
 /// Rows of one layer's keys or values in their storage type. `[len, kv_dim]`
+///
+/// The methods take element indices and lengths; for the block formats they are whole numbers of
+/// blocks (the cache only uses multiples of `kv_dim`, which it checks is one).
 #[derive(Debug, Clone)]
 enum Rows {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// GGML blocks, `ty.row_bytes(kv_dim)` bytes per row.
+    Blocks(KvBlocks, Vec<u8>),
 }
 
 impl Rows {
@@ -63,9 +121,10 @@ impl Rows {
     /// written (the allocator maps large blocks lazily), and it keeps appending a token from
     /// ever reallocating.
     fn new(ty: KvType, reserve: usize) -> Self {
-        match ty {
-            KvType::F32 => Rows::F32(Vec::with_capacity(reserve)),
-            KvType::F16 => Rows::F16(Vec::with_capacity(reserve)),
+        match (ty, ty.blocks()) {
+            (_, Some(b)) => Rows::Blocks(b, Vec::with_capacity(b.row_bytes(reserve))),
+            (KvType::F32, None) => Rows::F32(Vec::with_capacity(reserve)),
+            (_, None) => Rows::F16(Vec::with_capacity(reserve)),
         }
     }
 
@@ -73,6 +132,8 @@ impl Rows {
         match self {
             Rows::F32(v) => v.resize(n, 0.0),
             Rows::F16(v) => v.resize(n, f16::ZERO),
+            // All-zero blocks: scale 0, so every value is 0.
+            Rows::Blocks(b, v) => v.resize(b.row_bytes(n), 0),
         }
     }
 
@@ -80,6 +141,7 @@ impl Rows {
         match self {
             Rows::F32(v) => v.truncate(n),
             Rows::F16(v) => v.truncate(n),
+            Rows::Blocks(b, v) => v.truncate(b.row_bytes(n)),
         }
     }
 
@@ -87,6 +149,7 @@ impl Rows {
         match self {
             Rows::F32(v) => v.shrink_to_fit(),
             Rows::F16(v) => v.shrink_to_fit(),
+            Rows::Blocks(_, v) => v.shrink_to_fit(),
         }
     }
 
@@ -94,6 +157,9 @@ impl Rows {
         match self {
             Rows::F32(v) => v.copy_within(src, dst),
             Rows::F16(v) => v.copy_within(src, dst),
+            Rows::Blocks(b, v) => {
+                v.copy_within(b.row_bytes(src.start)..b.row_bytes(src.end), b.row_bytes(dst))
+            }
         }
     }
 
@@ -101,6 +167,7 @@ impl Rows {
         match self {
             Rows::F32(v) => v[at..at + x.len()].copy_from_slice(x),
             Rows::F16(v) => v[at..at + x.len()].convert_from_f32_slice(x),
+            Rows::Blocks(b, v) => b.quantize_row(x, &mut v[b.row_bytes(at)..b.row_bytes(at + x.len())]),
         }
     }
 
@@ -108,6 +175,7 @@ impl Rows {
         match self {
             Rows::F32(v) => out.copy_from_slice(&v[at..at + out.len()]),
             Rows::F16(v) => v[at..at + out.len()].convert_to_f32_slice(out),
+            Rows::Blocks(b, v) => b.dequantize_row(&v[b.row_bytes(at)..b.row_bytes(at + out.len())], out),
         }
     }
 }
@@ -120,6 +188,10 @@ pub struct RowsView<'a> {
 
 impl<'a> RowsView<'a> {
     /// Copies `out.len()` elements starting at element `at` into `out` as f32.
+    ///
+    /// # Panics
+    /// If the range reaches past the rows, or, for a block format, `at` or `out.len()` is not a
+    /// whole number of blocks.
     #[inline]
     pub fn read(&self, at: usize, out: &mut [f32]) {
         self.rows.read(at, out);
@@ -134,6 +206,11 @@ impl<'a> RowsView<'a> {
                 v.convert_to_f32_slice(&mut out);
                 std::borrow::Cow::Owned(out)
             }
+            Rows::Blocks(b, v) => {
+                let mut out = vec![0.0f32; v.len() / b.block_bytes() * KvBlocks::BLOCK];
+                b.dequantize_row(v, &mut out);
+                std::borrow::Cow::Owned(out)
+            }
         }
     }
 
@@ -141,7 +218,7 @@ impl<'a> RowsView<'a> {
     pub fn as_f32(&self) -> Option<&'a [f32]> {
         match self.rows {
             Rows::F32(v) => Some(v),
-            Rows::F16(_) => None,
+            _ => None,
         }
     }
 
@@ -149,9 +226,36 @@ impl<'a> RowsView<'a> {
     pub fn as_f16(&self) -> Option<&'a [f16]> {
         match self.rows {
             Rows::F16(v) => Some(v),
-            Rows::F32(_) => None,
+            _ => None,
         }
     }
+
+    /// The rows' GGML blocks (`ty.row_bytes(kv_dim)` bytes per row), if stored in a block format
+    /// (`q8_0`, `q4_0`).
+    pub fn as_blocks(&self) -> Option<(KvType, &'a [u8])> {
+        match self.rows {
+            Rows::Blocks(KvBlocks::Q8_0, v) => Some((KvType::Q8_0, v)),
+            Rows::Blocks(KvBlocks::Q4_0, v) => Some((KvType::Q4_0, v)),
+            _ => None,
+        }
+    }
+
+    /// The rows as stored, for the attention kernels.
+    pub(crate) fn stored(&self) -> Stored<'a> {
+        match self.rows {
+            Rows::F32(v) => Stored::F32(v),
+            Rows::F16(v) => Stored::F16(v),
+            Rows::Blocks(b, v) => Stored::Blocks(*b, v),
+        }
+    }
+}
+
+/// One layer's rows in their storage type. `[len, kv_dim]`
+pub(crate) enum Stored<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    /// `ty.row_bytes(kv_dim)` bytes per row.
+    Blocks(KvBlocks, &'a [u8]),
 }
 
 /// Identifies one sequence (one conversation) in a batch and in the cache.
@@ -302,8 +406,15 @@ impl SeqCache {
         Ok(slot)
     }
 
-    /// Writes the key and value rows of `slot` in `layer`.
+    /// Writes the key and value rows of `slot` in `layer` (quantized to the storage type).
+    ///
+    /// # Panics
+    /// If `k` or `v` is not `kv_dim` values long, or `slot` is not occupied.
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
+        assert!(
+            k.len() == self.kv_dim && v.len() == self.kv_dim,
+            "SeqCache::write: rows are not kv_dim wide"
+        );
         self.k[layer].write(slot * self.kv_dim, k);
         self.v[layer].write(slot * self.kv_dim, v);
     }
@@ -359,6 +470,10 @@ impl KvCache {
     /// An empty cache for a model with `n_layer` layers of `kv_dim`-wide keys, holding at most
     /// `capacity` tokens per sequence, with keys and values stored as `type_k` and `type_v`.
     /// Memory grows with use, up to the capacity.
+    ///
+    /// A block type (`q8_0`, `q4_0`) needs `kv_dim` to be a whole number of its blocks, and
+    /// attention needs each head to be one: [`crate::model::Model::new_kv_cache_typed`] checks
+    /// both up front; here [`KvCache::push_slot`] refuses a `kv_dim` that is not.
     pub fn new(n_layer: usize, kv_dim: usize, capacity: usize, type_k: KvType, type_v: KvType) -> Self {
         Self { n_layer, kv_dim, capacity, types: (type_k, type_v), seqs: BTreeMap::new() }
     }
@@ -394,8 +509,12 @@ impl KvCache {
         self.seqs.entry(id).or_insert_with(|| SeqCache::new(n, d, c, t))
     }
 
-    /// Reserves a slot in sequence `id` for a token at logical position `pos`.
+    /// Reserves a slot in sequence `id` for a token at logical position `pos`. An
+    /// [`Error::InvalidInput`] when the sequence's context is full, or when `kv_dim` is not a
+    /// whole number of blocks of a storage type.
     pub fn push_slot(&mut self, id: SeqId, pos: u32) -> Result<usize> {
+        self.types.0.check_width(self.kv_dim)?;
+        self.types.1.check_width(self.kv_dim)?;
         self.seq_mut(id).push_slot(pos)
     }
 
@@ -409,10 +528,14 @@ impl KvCache {
         self.seqs.clear();
     }
 
+    /// Bytes one cached token takes: its key and value rows in every layer.
+    pub fn bytes_per_token(&self) -> usize {
+        self.n_layer * (self.types.0.row_bytes(self.kv_dim) + self.types.1.row_bytes(self.kv_dim))
+    }
+
     /// Bytes held by cached keys and values.
     pub fn memory_bytes(&self) -> usize {
-        let per_token = self.kv_dim * self.n_layer * (self.types.0.size() + self.types.1.size());
-        self.seqs.values().map(|s| s.len() * per_token).sum()
+        self.seqs.values().map(|s| s.len() * self.bytes_per_token()).sum()
     }
 }
 
@@ -446,5 +569,100 @@ mod tests {
         kv.push_slot(3, 1).expect("slot");
         assert!(kv.push_slot(3, 2).is_err());
         assert!(kv.push_slot(4, 0).is_ok());
+    }
+
+    #[test]
+    fn type_names_round_trip() {
+        for t in KvType::ALL {
+            assert_eq!(KvType::from_name(t.name()), Some(t));
+            assert_eq!(t.to_string(), t.name());
+        }
+        assert_eq!(KvType::from_name("Q8_0"), Some(KvType::Q8_0));
+        assert_eq!(KvType::from_name("q4_1"), None);
+    }
+
+    #[test]
+    fn memory_is_counted_in_blocks() {
+        for (k, v, row) in [
+            (KvType::F32, KvType::F32, 2 * 256),
+            (KvType::F16, KvType::F16, 2 * 128),
+            (KvType::Q8_0, KvType::Q8_0, 2 * 68),
+            (KvType::Q4_0, KvType::Q4_0, 2 * 36),
+            (KvType::Q8_0, KvType::F16, 68 + 128),
+        ] {
+            let mut kv = KvCache::new(3, 64, 8, k, v);
+            assert_eq!(kv.bytes_per_token(), 3 * row, "{k} {v}");
+            for p in 0..5 {
+                kv.push_slot(1, p).expect("slot");
+            }
+            kv.push_slot(2, 0).expect("slot");
+            assert_eq!(kv.memory_bytes(), 6 * 3 * row, "{k} {v}");
+        }
+    }
+
+    #[test]
+    fn block_types_need_whole_blocks() {
+        assert!(KvType::Q8_0.check_width(64).is_ok());
+        assert!(matches!(KvType::Q4_0.check_width(80), Err(Error::InvalidInput(_))));
+        assert!(KvType::F16.check_width(80).is_ok());
+        let mut kv = KvCache::new(1, 48, 8, KvType::F16, KvType::Q4_0);
+        assert!(matches!(kv.push_slot(0, 0), Err(Error::InvalidInput(_))));
+        assert_eq!(kv.memory_bytes(), 0);
+        let mut kv = KvCache::new(1, 48, 8, KvType::F16, KvType::F32);
+        assert!(kv.push_slot(0, 0).is_ok());
+    }
+
+    #[test]
+    fn quantized_rows_survive_removal_and_truncation() {
+        let d = 64;
+        for ty in [KvType::Q8_0, KvType::Q4_0] {
+            let mut kv = KvCache::new(2, d, 16, ty, ty);
+            let row = |p: u32, layer: usize, v: bool| -> Vec<f32> {
+                (0..d)
+                    .map(|i| {
+                        ((i as f32 + 1.0) * (p as f32 + 2.0) * if v { -0.01 } else { 0.013 }).sin()
+                            + layer as f32
+                    })
+                    .collect()
+            };
+            let mut want: Vec<[Vec<f32>; 4]> = Vec::new();
+            for p in 0..9 {
+                let s = kv.push_slot(0, p).expect("slot");
+                for layer in 0..2 {
+                    kv.seq_mut(0).write(layer, s, &row(p, layer, false), &row(p, layer, true));
+                }
+                // What each row reads back as right after writing (the quantized values).
+                let seq = kv.seq(0).expect("seq");
+                let mut got: [Vec<f32>; 4] = std::array::from_fn(|_| vec![0.0; d]);
+                for layer in 0..2 {
+                    seq.keys(layer).read(s * d, &mut got[2 * layer]);
+                    seq.values(layer).read(s * d, &mut got[2 * layer + 1]);
+                    let err = got[2 * layer].iter().zip(row(p, layer, false)).map(|(a, b)| (a - b).abs());
+                    let tol = if ty == KvType::Q8_0 { 0.02 } else { 0.2 };
+                    assert!(err.fold(0.0, f32::max) < tol, "{ty}: row {p} layer {layer}");
+                }
+                want.push(got);
+            }
+            kv.seq_mut(0).remove_slots(&[0, 4, 5, 8]);
+            kv.seq_mut(0).truncate(4);
+            let seq = kv.seq(0).expect("seq");
+            assert_eq!(seq.positions(), &[1, 2, 3, 6]);
+            for (slot, &p) in seq.positions().iter().enumerate() {
+                for layer in 0..2 {
+                    let mut k = vec![0.0; d];
+                    let mut v = vec![0.0; d];
+                    seq.keys(layer).read(slot * d, &mut k);
+                    seq.values(layer).read(slot * d, &mut v);
+                    assert_eq!(k, want[p as usize][2 * layer], "{ty}: keys of slot {slot}");
+                    assert_eq!(v, want[p as usize][2 * layer + 1], "{ty}: values of slot {slot}");
+                }
+            }
+            let all = seq.values(1).to_f32();
+            assert_eq!(all.len(), 4 * d);
+            assert_eq!(&all[3 * d..], &want[6][3][..]);
+            assert_eq!(seq.keys(0).as_blocks().map(|(t, b)| (t, b.len())), Some((ty, 4 * ty.row_bytes(d))));
+            assert!(seq.keys(0).as_f32().is_none() && seq.keys(0).as_f16().is_none());
+            assert_eq!(kv.memory_bytes(), 4 * 2 * 2 * ty.row_bytes(d));
+        }
     }
 }

@@ -99,7 +99,7 @@ impl Model {
     fn embed_group(&self, inputs: &[Vec<u32>], pooling: Pooling, out: &mut [Vec<f32>]) -> Result<()> {
         let d = self.config.n_embd;
         let longest = inputs.iter().map(Vec::len).max().unwrap_or(0);
-        let mut kv = self.new_kv_cache_typed(longest, KvType::F32, KvType::F32);
+        let mut kv = self.new_kv_cache_typed(longest, KvType::F32, KvType::F32)?;
         // (text index, position) of each batch row, filled chunk by chunk.
         let mut rows: Vec<(usize, usize)> = Vec::new();
         let mut batch = Batch::new();

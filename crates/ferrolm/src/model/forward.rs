@@ -153,6 +153,8 @@ impl Model {
         if kv.n_layer() != cfg.n_layer || kv.kv_dim() != kvd {
             return Err(Error::InvalidInput("KV cache was made for a different model".into()));
         }
+        kv.types().0.check_width(hd)?;
+        kv.types().1.check_width(hd)?;
         if let Some(e) = entries.iter().find(|e| e.token as usize >= cfg.n_vocab) {
             return Err(Error::InvalidInput(format!(
                 "token id {} is outside the vocabulary ({})",

@@ -165,7 +165,7 @@ impl Model {
     /// An empty KV cache shaped for this model, holding up to `n_ctx` tokens per sequence, with
     /// keys and values stored as f16 (llama.cpp's default).
     pub fn new_kv_cache(&self, n_ctx: usize) -> KvCache {
-        self.new_kv_cache_typed(n_ctx, KvType::F16, KvType::F16)
+        KvCache::new(self.config.n_layer, self.config.kv_dim(), n_ctx, KvType::F16, KvType::F16)
     }
 
     /// The attention geometry of layer `il` (heads, scale, sliding window, soft-capping).
@@ -186,8 +186,12 @@ impl Model {
         (0..self.config.n_layer).map(|il| self.attention_shape(il)).collect()
     }
 
-    /// An empty KV cache with the given storage types for keys and values.
-    pub fn new_kv_cache_typed(&self, n_ctx: usize, type_k: KvType, type_v: KvType) -> KvCache {
-        KvCache::new(self.config.n_layer, self.config.kv_dim(), n_ctx, type_k, type_v)
+    /// An empty KV cache with the given storage types for keys and values. An
+    /// [`Error::InvalidInput`] for a block type (`q8_0`, `q4_0`) whose blocks of 32 values do
+    /// not divide the model's head dimension.
+    pub fn new_kv_cache_typed(&self, n_ctx: usize, type_k: KvType, type_v: KvType) -> Result<KvCache> {
+        type_k.check_width(self.config.head_dim)?;
+        type_v.check_width(self.config.head_dim)?;
+        Ok(KvCache::new(self.config.n_layer, self.config.kv_dim(), n_ctx, type_k, type_v))
     }
 }

@@ -140,7 +140,7 @@ impl<'m> Session<'m> {
         if opts.n_ctx == 0 || opts.n_batch == 0 {
             return Err(Error::InvalidInput("the context size and batch size must be at least 1".into()));
         }
-        let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v);
+        let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v)?;
         let manager = CacheManager::new(opts.cache.clone(), model.attention_shapes(), opts.n_ctx)?;
         manager.prepare_seq(kv.seq_mut(SEQ));
         Ok(Self {

@@ -5,18 +5,24 @@
 //! A range is processed in spans of at most [`SPAN`] slots: the group's query heads are scored
 //! against each visible key row, the scores exponentiated in place, and the values accumulated
 //! (f32 values: a small GEMM, spans combined by an online softmax; f16 values: llama.cpp's
-//! key-by-key f16 accumulator, see the module above). A task's scratch memory is bounded by the
-//! span, not the context, and lives next to its partial result (see [`part_len`]).
+//! key-by-key f16 accumulator, see the module above; quantized values: as f32, converted
+//! [`V_ROWS`] rows at a time). Quantized keys are scored against the job's queries quantized
+//! once to Q8_0 ([`quantize_queries`]). A task's scratch memory is bounded by the span, not the
+//! context, and lives next to its partial result (see [`part_len`]).
 
 use std::ops::Range;
 
+use ferrolm_kernels::quant::kv::KvBlocks;
 use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
 
 use super::prefill::rows_at;
-use super::{Ctx, Plan, SharedOut, Task};
+use super::{Cached, Ctx, Plan, SharedOut, Task, block_rows};
 
 /// Slots scored at once.
 const SPAN: usize = 256;
+
+/// Quantized value rows converted to f32 at once.
+const V_ROWS: usize = 16;
 
 /// A query that sees fewer slots is attended in one range (llama.cpp splits at 512 cells).
 pub(super) const SPLIT_MIN_SLOTS: usize = 512;
@@ -43,11 +49,13 @@ pub(super) struct RangeTask {
 
 /// Length of a range task's region of `Plan::parts`: the partial result (`[max; group]`,
 /// `[sum; group]`, `[out; group * head_dim]`, what [`merge`] reads), then the task's scratch (its
-/// queries, `[group, head_dim]`, and the scores and factors of a span, `[group, SPAN]` each).
-/// Scratch kept with the task rather than per thread makes the memory a step uses independent
-/// of which thread runs what, so a warm decode step allocates nothing.
-pub(super) fn part_len(group: usize, head_dim: usize) -> usize {
-    result_len(group, head_dim) + group * (head_dim + 2 * SPAN)
+/// queries, `[group, head_dim]`, the scores and factors of a span, `[group, SPAN]` each, and
+/// for quantized values `v_blocks`, `[V_ROWS, head_dim]` converted values). Scratch kept with
+/// the task rather than per thread makes the memory a step uses independent of which thread
+/// runs what, so a warm decode step allocates nothing.
+pub(super) fn part_len(group: usize, head_dim: usize, v_blocks: bool) -> usize {
+    let values = if v_blocks { V_ROWS * head_dim } else { 0 };
+    result_len(group, head_dim) + group * (head_dim + 2 * SPAN) + values
 }
 
 /// Length of a partial result.
@@ -76,6 +84,25 @@ pub(super) fn push_ranges(plan: &mut Plan, ctx: &Ctx<'_>, threads: usize) {
             part += 1;
         }
         job.parts.end = part;
+    }
+}
+
+/// For a quantized key cache, quantizes every job's queries to Q8_0 (llama.cpp converts the
+/// query to the key type's vec-dot type once), into `Plan::q8`; its range tasks share them.
+pub(super) fn quantize_queries(plan: &mut Plan, ctx: &Ctx<'_>) {
+    plan.q8_len = 0;
+    if ctx.kv.types().0.blocks().is_none() {
+        return;
+    }
+    let len = ctx.group * KvBlocks::Q8_0.row_bytes(ctx.shape.head_dim);
+    plan.q8_len = len;
+    plan.q8.resize(plan.jobs.len() * len, 0);
+    if len == 0 {
+        return;
+    }
+    for (job, out) in plan.jobs.iter().zip(plan.q8.chunks_exact_mut(len)) {
+        // The group's query heads are consecutive rows of whole blocks: one row of blocks.
+        KvBlocks::Q8_0.quantize_row(ctx.q_group(job.token, job.kvh), out);
     }
 }
 
@@ -110,13 +137,17 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
     let Some((cache, keys, values)) = ctx.seq(plan.seqs[job.seq].id) else { return };
     let (result, scratch) = region.split_at_mut(result_len(g, hd));
     let (q, scratch) = scratch.split_at_mut(g * hd);
-    let (s, ms) = scratch.split_at_mut(g * SPAN);
+    let (s, scratch) = scratch.split_at_mut(g * SPAN);
+    let (ms, vbuf) = scratch.split_at_mut(g * SPAN);
     let qpos = ctx.entries[job.token].pos;
-    q.copy_from_slice(ctx.q_group(job.token, job.kvh));
-    if ctx.round_q {
-        k.round_f16(q);
+    if let Cached::Float(_) = keys {
+        q.copy_from_slice(ctx.q_group(job.token, job.kvh));
+        if ctx.round_q {
+            k.round_f16(q);
+        }
     }
     let q = Rows { data: Elems::F32(q), rows: g, cols: hd, stride: hd };
+    let q8 = &plan.q8[task.job * plan.q8_len..(task.job + 1) * plan.q8_len];
     let (m, rest) = result.split_at_mut(g);
     let (l, o) = rest.split_at_mut(g);
     m.fill(f32::NEG_INFINITY);
@@ -135,16 +166,25 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
             s[h * SPAN..h * SPAN + n].fill(f32::NEG_INFINITY);
         }
         for r in runs() {
-            let keys = rows_at(keys, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
             let scores = RowsMut { data: &mut s[r.start..], rows: g, cols: r.len(), stride: SPAN };
-            k.dots(q, keys, scores, ctx.shape.scale);
+            let first = start + r.start;
+            match keys {
+                Cached::Float(x) => {
+                    let keys = rows_at(x, first * kv_dim + off, r.len(), hd, kv_dim);
+                    k.dots(q, keys, scores, ctx.shape.scale);
+                }
+                Cached::Blocks(ty, x) => {
+                    let keys = block_rows(ty, x, first, off, r.len(), ctx);
+                    ctx.kv_kernels.dots(q8, keys, scores, ctx.shape.scale);
+                }
+            }
             if let Some(c) = ctx.shape.softcap {
                 for h in 0..g {
                     k.softcap(&mut s[h * SPAN + r.start..h * SPAN + r.end], c);
                 }
             }
         }
-        if let Elems::F16(_) = values {
+        if let Cached::Float(values @ Elems::F16(_)) = values {
             for h in 0..g {
                 let row = h * SPAN..h * SPAN + n;
                 k.scan_row(&mut s[row.clone()], &mut ms[row], &mut m[h], &mut l[h]);
@@ -168,9 +208,31 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
             m[h] = m_new;
         }
         for r in runs() {
-            let values = rows_at(values, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
-            let p = Strided { data: &s[r.start..], rows: g, cols: r.len(), row_stride: SPAN, col_stride: 1 };
-            k.gemm(p, values, RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd }, Beta::One);
+            // Probabilities of keys `a..b` of the span (relative to `start`).
+            let p = |a: usize, b: usize| Strided {
+                data: &s[a..],
+                rows: g,
+                cols: b - a,
+                row_stride: SPAN,
+                col_stride: 1,
+            };
+            match values {
+                Cached::Float(x) => {
+                    let values = rows_at(x, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
+                    let o = RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd };
+                    k.gemm(p(r.start, r.end), values, o, Beta::One);
+                }
+                Cached::Blocks(ty, x) => {
+                    for a in r.clone().step_by(V_ROWS) {
+                        let b = (a + V_ROWS).min(r.end);
+                        let vf = &mut vbuf[..(b - a) * hd];
+                        ctx.kv_kernels.rows_to_f32(block_rows(ty, x, start + a, off, b - a, ctx), vf, hd);
+                        let values = Rows { data: Elems::F32(vf), rows: b - a, cols: hd, stride: hd };
+                        let o = RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd };
+                        k.gemm(p(a, b), values, o, Beta::One);
+                    }
+                }
+            }
         }
     }
 }

@@ -6,8 +6,8 @@
 //!   query tiles; a tile of consecutive tokens × the query heads of one KV head is attended
 //!   against the cache in key blocks, flash-attention style ([`prefill`]): scores `S = K·Qᵀ` and
 //!   the value product `P·V` are small f32 GEMMs, the softmax is online (running maximum and sum
-//!   per query row), blocks entirely outside every query's mask are skipped, and f16 keys are
-//!   converted once per block;
+//!   per query row), blocks entirely outside every query's mask are skipped, and f16 keys and
+//!   quantized keys and values are converted to f32 once per block;
 //! - every query of a sequence with fewer queries (a decode step, a short chunk) is attended on
 //!   its own, per KV head and range of cache slots ([`decode`]): the group's query heads are
 //!   scored against each key row, then the values are accumulated; ranges run as separate tasks
@@ -17,7 +17,11 @@
 //! (llama.cpp: 64 queries or more) is f32 throughout. The per-query path (llama.cpp's one-chunk
 //! path) rounds the query to f16 for an f16 key cache (f16 dot products) and, for f16 values,
 //! keeps an f16 accumulator updated key by key in slot order (rescaled when a new maximum
-//! appears, every addition rounded). That rounding is coarse and its errors compound through a
+//! appears, every addition rounded). For a quantized key cache (q8_0, q4_0) the query is
+//! quantized once to Q8_0 and scored with integer dot products; quantized values are converted
+//! to f32 a few rows at a time and accumulated in f32 (llama.cpp's `v_to_float`), both straight
+//! from the cache's blocks ([`ferrolm_kernels::quant::kv`]). The f16 rounding is coarse and its
+//! errors compound through a
 //! model's layers, so the per-query scores are summed in exactly the order of
 //! `ferrolm_kernels::simd::dot_f32`, as this crate always has (see `AttnKernels::dots`). Long
 //! decode contexts ([`decode::SPLIT_MIN_SLOTS`] slots or more) are split into ranges merged in
@@ -36,12 +40,13 @@ mod tests;
 use std::cell::RefCell;
 use std::ops::Range;
 
+use ferrolm_kernels::quant::kv::{BlockRows, KvBlocks, KvKernels};
 use ferrolm_kernels::simd_attn::{AttnKernels, Elems};
 
 use crate::engine::BatchEntry;
 pub use stats::attention_mass;
 
-use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId};
+use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId, Stored};
 
 /// Head geometry of an attention call.
 #[derive(Clone, Copy, Debug)]
@@ -68,7 +73,9 @@ pub struct AttentionShape {
 /// `q`: `[n_tok, n_head * head_dim]` (rotated); `out`: same shape.
 ///
 /// # Panics
-/// If `q` or `out` is not `[entries.len(), n_head * head_dim]`.
+/// If `q` or `out` is not `[entries.len(), n_head * head_dim]`, or the cache stores a block
+/// type (q8_0, q4_0) whose blocks do not divide `head_dim` (`Model::forward` refuses such a
+/// cache with an error first).
 pub fn attention(
     shape: AttentionShape,
     entries: &[BatchEntry],
@@ -88,6 +95,8 @@ pub fn attention(
         kv_dim: shape.n_head_kv * shape.head_dim,
         round_q: kv.types().0 == KvType::F16,
         kernels: AttnKernels::best(),
+        kv_kernels: KvKernels::best(),
+        v_blocks: kv.types().1.blocks(),
         q,
         entries,
         kv,
@@ -127,6 +136,9 @@ struct Ctx<'a> {
     /// Round queries to f16 before scoring them one by one (f16 key cache).
     round_q: bool,
     kernels: AttnKernels,
+    kv_kernels: KvKernels,
+    /// The block format of quantized values.
+    v_blocks: Option<KvBlocks>,
     /// `[n_tok, n_head * head_dim]`
     q: &'a [f32],
     entries: &'a [BatchEntry],
@@ -153,10 +165,34 @@ impl Ctx<'_> {
     }
 
     /// A sequence's cache and this layer's keys and values.
-    fn seq(&self, id: SeqId) -> Option<(&SeqCache, Elems<'_>, Elems<'_>)> {
+    fn seq(&self, id: SeqId) -> Option<(&SeqCache, Cached<'_>, Cached<'_>)> {
         let c = self.kv.seq(id)?;
-        Some((c, elems(c.keys(self.layer)), elems(c.values(self.layer))))
+        Some((c, cached(c.keys(self.layer)), cached(c.values(self.layer))))
     }
+}
+
+/// A layer's cached keys or values as the kernels read them.
+#[derive(Clone, Copy)]
+enum Cached<'a> {
+    /// f32 or f16 elements. `[len, kv_dim]`
+    Float(Elems<'a>),
+    /// GGML blocks, `ty.row_bytes(kv_dim)` bytes per slot.
+    Blocks(KvBlocks, &'a [u8]),
+}
+
+/// `rows` rows of one head (the `head_dim` values from value `off` of each slot), from slot
+/// `slot` on, of a layer stored in blocks of type `ty`.
+fn block_rows<'a>(
+    ty: KvBlocks,
+    data: &'a [u8],
+    slot: usize,
+    off: usize,
+    rows: usize,
+    ctx: &Ctx<'_>,
+) -> BlockRows<'a> {
+    let stride = ty.row_bytes(ctx.kv_dim);
+    let start = (slot * stride + ty.row_bytes(off)).min(data.len());
+    BlockRows { ty, data: &data[start..], rows, cols: ctx.shape.head_dim, stride }
 }
 
 /// Whether a query at `qpos` sees a key at `kpos` (causal, inside the window if any).
@@ -165,11 +201,11 @@ fn visible(window: Option<usize>, qpos: u32, kpos: u32) -> bool {
 }
 
 /// A layer's cached rows in their storage type.
-fn elems(rows: RowsView<'_>) -> Elems<'_> {
-    match (rows.as_f32(), rows.as_f16()) {
-        (Some(x), _) => Elems::F32(x),
-        (None, Some(x)) => Elems::F16(x),
-        (None, None) => Elems::F32(&[]),
+fn cached(rows: RowsView<'_>) -> Cached<'_> {
+    match rows.stored() {
+        Stored::F32(x) => Cached::Float(Elems::F32(x)),
+        Stored::F16(x) => Cached::Float(Elems::F16(x)),
+        Stored::Blocks(ty, x) => Cached::Blocks(ty, x),
     }
 }
 
@@ -190,6 +226,11 @@ struct Plan {
     parts: Vec<f32>,
     /// See [`decode::part_len`].
     part_len: usize,
+    /// For a quantized key cache, each job's queries quantized to Q8_0, [`Plan::q8_len`] bytes
+    /// each (see [`decode::quantize_queries`]).
+    q8: Vec<u8>,
+    /// Bytes of one job's quantized queries (0 without a quantized key cache).
+    q8_len: usize,
 }
 
 /// One sequence of the batch.
@@ -256,8 +297,9 @@ impl Plan {
                 }
             }
         }
-        self.part_len = decode::part_len(ctx.group, ctx.shape.head_dim);
+        self.part_len = decode::part_len(ctx.group, ctx.shape.head_dim, ctx.v_blocks.is_some());
         decode::push_ranges(self, ctx, threads);
+        decode::quantize_queries(self, ctx);
         let n_parts = self.jobs.last().map_or(0, |j| j.parts.end);
         self.parts.resize(n_parts * self.part_len, 0.0);
     }
@@ -322,6 +364,8 @@ struct Scratch {
     s: Vec<f32>,
     /// A key block converted to f32. `[block, head_dim]`
     k: Vec<f32>,
+    /// A value block converted to f32 (quantized values). `[block, head_dim]`
+    v: Vec<f32>,
     /// Output accumulator of a tile. `[rows, head_dim]`
     o: Vec<f32>,
     /// Running maximum per row.

@@ -1,7 +1,8 @@
 //! The tiled path: a tile of queries (consecutive tokens of one sequence × the query heads of
 //! one KV head, `rows` in all) against the sequence's cache in blocks of slots, in f32 (the
 //! arithmetic of llama.cpp's tiled CPU flash attention: queries not rounded, keys and values
-//! converted to f32 per block, f32 accumulation).
+//! converted to f32 per block — f16 keys and quantized keys and values into the thread's
+//! scratch, f16 values as the GEMM loads them — f32 accumulation).
 //!
 //! Per block: `Sᵀ = K·Qᵀ` (`[block, rows]`, one query per column, so the softmax runs down the
 //! columns in whole vectors), the mask from logical positions where the block straddles the
@@ -12,7 +13,7 @@ use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
 
 use std::ops::Range;
 
-use super::{Ctx, Plan, Scratch, SharedOut, Task, grow};
+use super::{Cached, Ctx, Plan, Scratch, SharedOut, Task, block_rows, grow};
 
 /// Slots per key block for a head dimension (a block's f32 keys stay within 32 KiB).
 pub(super) fn block_len(head_dim: usize) -> usize {
@@ -111,12 +112,17 @@ pub(super) fn run(t: &Tile, plan: &Plan, ctx: &Ctx<'_>, out: SharedOut, sc: &mut
         let n = kb.min(pos.len() - j0);
         let start = j0 * kv_dim + off;
         let keys = match keys {
-            Elems::F32(x) => {
+            Cached::Float(Elems::F32(x)) => {
                 Strided { data: &x[start..], rows: n, cols: hd, row_stride: kv_dim, col_stride: 1 }
             }
-            Elems::F16(_) => {
+            Cached::Float(x @ Elems::F16(_)) => {
                 let kf = grow(&mut sc.k, n * hd);
-                k.f16_rows_to_f32(rows_at(keys, start, n, hd, kv_dim), kf, hd);
+                k.f16_rows_to_f32(rows_at(x, start, n, hd, kv_dim), kf, hd);
+                Strided { data: kf, rows: n, cols: hd, row_stride: hd, col_stride: 1 }
+            }
+            Cached::Blocks(ty, x) => {
+                let kf = grow(&mut sc.k, n * hd);
+                ctx.kv_kernels.rows_to_f32(block_rows(ty, x, j0, off, n, ctx), kf, hd);
                 Strided { data: kf, rows: n, cols: hd, row_stride: hd, col_stride: 1 }
             }
         };
@@ -137,7 +143,14 @@ pub(super) fn run(t: &Tile, plan: &Plan, ctx: &Ctx<'_>, out: SharedOut, sc: &mut
         k.softmax_lanes(s, r, max, sum, alpha);
         // Probabilities (row, key) at `key * r + row`.
         let p = Strided { data: s, rows: r, cols: n, row_stride: 1, col_stride: r };
-        let values = rows_at(values, start, n, hd, kv_dim);
+        let values = match values {
+            Cached::Float(x) => rows_at(x, start, n, hd, kv_dim),
+            Cached::Blocks(ty, x) => {
+                let vf = grow(&mut sc.v, n * hd);
+                ctx.kv_kernels.rows_to_f32(block_rows(ty, x, j0, off, n, ctx), vf, hd);
+                Rows { data: Elems::F32(vf), rows: n, cols: hd, stride: hd }
+            }
+        };
         k.gemm(p, values, RowsMut { data: o, rows: r, cols: hd, stride: hd }, Beta::Rows(alpha));
     }
 

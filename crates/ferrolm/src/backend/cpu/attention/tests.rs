@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::kv::SeqId;
+use ferrolm_kernels::quant::kv::KvBlocks;
 use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -27,9 +28,27 @@ fn cache(
     kv
 }
 
-/// Attention in f64 from the definition. Queries of sequences with fewer than
-/// [`TILE_MIN_TOKENS`] entries in the batch follow llama.cpp's per-query path: the query rounded
-/// to f16 when keys are f16, and with f16 values a key-by-key f16 accumulator.
+/// The query as the per-query path scores it against keys of type `ty`: rounded to f16 for f16
+/// keys, quantized to Q8_0 (per head, whole blocks) for quantized keys.
+fn scored_query(ty: KvType, q: &[f32]) -> Vec<f64> {
+    match ty {
+        KvType::F32 => q.iter().map(|&x| x as f64).collect(),
+        KvType::F16 => q.iter().map(|&x| f16::from_f32(x).to_f64()).collect(),
+        KvType::Q8_0 | KvType::Q4_0 => {
+            let b = KvBlocks::Q8_0;
+            let mut bytes = vec![0u8; b.row_bytes(q.len())];
+            b.quantize_row(q, &mut bytes);
+            let mut out = vec![0f32; q.len()];
+            b.dequantize_row(&bytes, &mut out);
+            out.into_iter().map(f64::from).collect()
+        }
+    }
+}
+
+/// Attention in f64 from the definition, over the cached rows as stored (read back as f32).
+/// Queries of sequences with fewer than [`TILE_MIN_TOKENS`] entries in the batch follow
+/// llama.cpp's per-query path: the query rounded to f16 when keys are f16 or quantized to Q8_0
+/// when keys are quantized, and with f16 values a key-by-key f16 accumulator.
 fn reference(
     shape: &AttentionShape,
     entries: &[BatchEntry],
@@ -50,10 +69,8 @@ fn reference(
         seq.values(layer).read(0, &mut vals);
         for h in 0..nh {
             let kvh = h / group;
-            let qh: Vec<f64> = q[(t * nh + h) * hd..(t * nh + h + 1) * hd]
-                .iter()
-                .map(|&x| if per_query && kv.types().0 == KvType::F16 { f16::from_f32(x).to_f32() } else { x } as f64)
-                .collect();
+            let qh = &q[(t * nh + h) * hd..(t * nh + h + 1) * hd];
+            let qh = scored_query(if per_query { kv.types().0 } else { KvType::F32 }, qh);
             let mut scores: Vec<(usize, f64)> = Vec::new();
             for (slot, &p) in seq.positions().iter().enumerate() {
                 if !visible(shape.window, e.pos, p) {
@@ -169,6 +186,8 @@ fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttentionShape {
 
 const F32: (KvType, KvType) = (KvType::F32, KvType::F32);
 const F16: (KvType, KvType) = (KvType::F16, KvType::F16);
+const Q8: (KvType, KvType) = (KvType::Q8_0, KvType::Q8_0);
+const Q4: (KvType, KvType) = (KvType::Q4_0, KvType::Q4_0);
 
 #[test]
 fn prompt_and_decode_with_grouped_heads() {
@@ -263,4 +282,81 @@ fn outputs_are_finite_for_large_scores() {
     let s = AttentionShape { scale: 40.0, ..shape(3, 1, 32) };
     check_tol(s, F32, &[(0, (0..130).collect())], &prompt(0, 0..130), 20, 50.0);
     check_tol(s, F32, &[(0, (0..130).collect())], &prompt(0, [129]), 21, 50.0);
+}
+
+#[test]
+fn quantized_caches_are_read_in_place() {
+    let mixed = [(KvType::Q8_0, KvType::F16), (KvType::F16, KvType::Q4_0), (KvType::Q4_0, KvType::F32)];
+    for types in [Q8, Q4].into_iter().chain(mixed) {
+        let s = shape(9, 3, 64);
+        // Tiled (blocks converted once), one decode step, a 3-token step and a 40-token chunk.
+        check(s, types, &[(0, (0..70).collect())], &prompt(0, 0..70), 31);
+        check(s, types, &[(0, (0..71).collect())], &prompt(0, [70]), 32);
+        check(s, types, &[(0, (0..73).collect())], &prompt(0, 70..73), 33);
+        check(s, types, &[(0, (0..40).collect())], &prompt(0, 0..40), 34);
+    }
+    // Gemma 3 geometry (one KV head, head_dim 256) with a window and soft-capping.
+    let g3 = AttentionShape { window: Some(16), softcap: Some(5.0), scale: 1.0 / 16.0, ..shape(4, 1, 256) };
+    for types in [Q8, Q4] {
+        check(g3, types, &[(0, (0..100).collect())], &prompt(0, 0..100), 35);
+        check(g3, types, &[(0, (0..300).collect())], &prompt(0, [299]), 36);
+    }
+    // A long decode split into ranges, several value chunks per span.
+    let long = AttentionShape { scale: 0.3, ..shape(4, 1, 64) };
+    check(long, Q8, &[(0, (0..1500).collect())], &prompt(0, [1499]), 37);
+    check(long, Q4, &[(0, (0..1500).collect())], &prompt(0, [1400]), 38);
+    // Slots out of position order, and a sequence whose keys all lie after the queries.
+    let mut positions: Vec<u32> = (0..150).map(|i| i * 2).collect();
+    let mut rng = StdRng::seed_from_u64(39);
+    for i in (1..positions.len()).rev() {
+        positions.swap(i, rng.random_range(0..=i));
+    }
+    let s = AttentionShape { window: Some(24), ..shape(6, 2, 32) };
+    let seqs = [(0, positions), (5, (100..110).collect())];
+    for types in [Q8, Q4] {
+        check(s, types, &seqs, &prompt(0, (0..70).map(|i| 1 + i * 5)), 40);
+        check(s, types, &seqs, &prompt(0, (0..40).map(|i| 1 + i * 7)), 41);
+        check(s, types, &seqs, &prompt(5, [3]), 42);
+    }
+}
+
+/// Relative RMS distance of `a` from `b`.
+fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
+    let d: f64 = a.iter().zip(b).map(|(&x, &y)| (x as f64 - y as f64).powi(2)).sum();
+    let n: f64 = b.iter().map(|&y| (y as f64).powi(2)).sum();
+    (d / n).sqrt()
+}
+
+#[test]
+fn quantized_caches_stay_close_to_f32() {
+    let s = shape(9, 3, 64);
+    let seqs = [(0, (0..100).collect())];
+    // Tiled, one decode step, a per-query chunk.
+    let batches = [prompt(0, 0..100), prompt(0, [99]), prompt(0, 60..100)];
+    let qd = s.n_head * s.head_dim;
+    for (types, tol) in [(Q8, 0.02), (Q4, 0.15)] {
+        for entries in &batches {
+            // The same random rows (same seed) stored as f32 and as `types`.
+            let exact = cache(&s, F32, &seqs, &mut StdRng::seed_from_u64(50));
+            let quant = cache(&s, types, &seqs, &mut StdRng::seed_from_u64(50));
+            let q: Vec<f32> = {
+                let mut rng = StdRng::seed_from_u64(51);
+                (0..entries.len() * qd).map(|_| rng.random_range(-2.0f32..2.0)).collect()
+            };
+            let run = |kv: &KvCache, layer: usize| {
+                let mut out = vec![0f32; q.len()];
+                attention(s, entries, kv, layer, &q, &mut out);
+                out
+            };
+            let want = run(&exact, 0);
+            let err = rel_rms(&run(&quant, 0), &want);
+            // Reading the wrong rows (here: another layer's) is far outside the tolerance.
+            let wrong = rel_rms(&run(&exact, 1), &want);
+            eprintln!(
+                "{types:?} {} queries: relative RMS error {err:.4} (wrong rows: {wrong:.3})",
+                entries.len()
+            );
+            assert!(err < tol && wrong > 4.0 * tol, "{types:?}: {err} (tolerance {tol}, wrong rows {wrong})");
+        }
+    }
 }
