@@ -213,15 +213,11 @@ impl EvictionPolicy for SnapKv {
         let mut pooled = vec![0.0f32; len];
         if let Some(log) = seq.query_log() {
             for (layer, &shape) in shapes.iter().enumerate().take(seq.n_layer()) {
-                let (qpos, q): (Vec<u32>, Vec<f32>) = {
-                    let mut qpos = Vec::new();
-                    let mut q = Vec::new();
-                    for (p, row) in log.queries(layer) {
-                        qpos.push(p);
-                        q.extend_from_slice(row);
-                    }
-                    (qpos, q)
-                };
+                let (mut qpos, mut q) = (Vec::new(), Vec::new());
+                for (p, row) in log.queries(layer) {
+                    qpos.push(p);
+                    q.extend_from_slice(row);
+                }
                 if qpos.is_empty() || q.len() != qpos.len() * shape.n_head * shape.head_dim {
                     continue;
                 }
