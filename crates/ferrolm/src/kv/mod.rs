@@ -163,6 +163,25 @@ impl Rows {
         }
     }
 
+    /// Whether both hold the same storage type.
+    fn same_type(&self, other: &Rows) -> bool {
+        match (self, other) {
+            (Rows::F32(_), Rows::F32(_)) | (Rows::F16(_), Rows::F16(_)) => true,
+            (Rows::Blocks(a, _), Rows::Blocks(b, _)) => a == b,
+            _ => false,
+        }
+    }
+
+    /// Appends the first `n` values of `src` (of the same type).
+    fn extend_from(&mut self, src: &Rows, n: usize) {
+        match (self, src) {
+            (Rows::F32(d), Rows::F32(s)) => d.extend_from_slice(&s[..n]),
+            (Rows::F16(d), Rows::F16(s)) => d.extend_from_slice(&s[..n]),
+            (Rows::Blocks(b, d), Rows::Blocks(_, s)) => d.extend_from_slice(&s[..b.row_bytes(n)]),
+            _ => debug_assert!(false, "Rows::extend_from: different types"),
+        }
+    }
+
     fn write(&mut self, at: usize, x: &[f32]) {
         match self {
             Rows::F32(v) => v[at..at + x.len()].copy_from_slice(x),
@@ -347,6 +366,47 @@ impl SeqCache {
         }
     }
 
+    /// Number of leading slots that hold positions `0, 1, 2, …` in order: the prefix of the
+    /// sequence that no eviction has touched, which another sequence with the same first tokens
+    /// can reuse as is.
+    pub fn contiguous_prefix(&self) -> usize {
+        self.positions.iter().enumerate().take_while(|&(i, &p)| p as usize == i).count()
+    }
+
+    /// Replaces this sequence's contents by the first `n` slots of `src` (keys, values,
+    /// positions and scores), keeping this cache's capacity and its tracking settings. An
+    /// [`Error::InvalidInput`] when the two were made for different models or storage types, or
+    /// when `src` holds fewer than `n` slots or `n` exceeds this cache's capacity.
+    pub fn copy_prefix_from(&mut self, src: &SeqCache, n: usize) -> Result<()> {
+        let same_shape = self.kv_dim == src.kv_dim
+            && self.k.len() == src.k.len()
+            && self.k.iter().zip(&src.k).all(|(a, b)| a.same_type(b))
+            && self.v.iter().zip(&src.v).all(|(a, b)| a.same_type(b));
+        if !same_shape {
+            return Err(Error::InvalidInput(
+                "cannot copy between caches of different shapes or types".into(),
+            ));
+        }
+        if n > src.len() || n > self.capacity {
+            return Err(Error::InvalidInput(format!(
+                "cannot copy {n} slots (source has {}, capacity {})",
+                src.len(),
+                self.capacity
+            )));
+        }
+        self.truncate(0);
+        if let Some(q) = &mut self.queries {
+            q.forget_from(0);
+        }
+        self.positions.extend_from_slice(&src.positions[..n]);
+        self.scores.extend_from_slice(&src.scores[..n]);
+        let d = self.kv_dim;
+        for (dst, s) in self.k.iter_mut().zip(&src.k).chain(self.v.iter_mut().zip(&src.v)) {
+            dst.extend_from(s, n * d);
+        }
+        Ok(())
+    }
+
     /// Returns memory held beyond the occupied slots to the allocator (after an eviction under
     /// memory pressure; appending afterwards grows the rows again).
     pub fn shrink_to_fit(&mut self) {
@@ -516,6 +576,23 @@ impl KvCache {
         self.types.0.check_width(self.kv_dim)?;
         self.types.1.check_width(self.kv_dim)?;
         self.seq_mut(id).push_slot(pos)
+    }
+
+    /// Takes a sequence's cache out (to keep it elsewhere, e.g. in a prefix cache).
+    pub fn take_seq(&mut self, id: SeqId) -> Option<SeqCache> {
+        self.seqs.remove(&id)
+    }
+
+    /// Puts a sequence's cache in place of whatever sequence `id` held. It must come from a
+    /// cache of the same model and types ([`KvCache::new_seq`]).
+    pub fn insert_seq(&mut self, id: SeqId, seq: SeqCache) {
+        self.seqs.insert(id, seq);
+    }
+
+    /// A new, empty sequence cache with this cache's shape, types and capacity, not yet part of
+    /// it.
+    pub fn new_seq(&self) -> SeqCache {
+        SeqCache::new(self.n_layer, self.kv_dim, self.capacity, self.types)
     }
 
     /// Forgets a sequence.

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 pub use chat::{ChatSession, ChatStream};
 pub use generation::{Completion, FinishReason, GenerateParams, GenerationStats};
+pub use stop::{StopCheck, StopMatcher};
 pub use stream::{StreamEvent, TokenStream};
 
 use crate::engine::{Batch, Logits};

@@ -3,7 +3,7 @@
 
 /// Watches generated text for stop strings.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct StopMatcher {
+pub struct StopMatcher {
     stops: Vec<String>,
     /// Text received but not yet released: a suffix that is a prefix of some stop string.
     held: String,
@@ -11,7 +11,7 @@ pub(crate) struct StopMatcher {
 
 /// What [`StopMatcher::push`] decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct StopCheck {
+pub struct StopCheck {
     /// Text that is safe to show now.
     pub text: String,
     /// The stop string found, if any (generation ends; nothing after it is shown).
