@@ -31,6 +31,25 @@ pub struct Sampler {
     mirostat: Mirostat,
     rng: StdRng,
     xtc_rng: StdRng,
+    /// Temperature 0 and no step that can change which token has the highest logit (bias,
+    /// penalties, DRY, XTC, typical-p, Mirostat): the draw is the argmax.
+    plain_greedy: bool,
+}
+
+/// Whether `p` always draws the most likely token of the raw logits (see `Sampler::plain_greedy`).
+fn is_plain_greedy(p: &SamplerParams) -> bool {
+    let step_on = |s: SamplerStep| p.order.contains(&s);
+    let penalties_off = !step_on(SamplerStep::Penalties)
+        || p.penalty_last_n == 0
+        || (p.repeat_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0);
+    p.temperature <= 0.0
+        && step_on(SamplerStep::Temperature)
+        && p.mirostat == 0
+        && p.logit_bias.is_empty()
+        && penalties_off
+        && (!step_on(SamplerStep::Dry) || p.dry_multiplier == 0.0)
+        && (!step_on(SamplerStep::Xtc) || p.xtc_probability <= 0.0)
+        && (!step_on(SamplerStep::TypicalP) || p.typical_p >= 1.0)
 }
 
 fn seeded(seed: Option<u64>, stream: u64) -> StdRng {
@@ -89,6 +108,7 @@ impl Sampler {
             rng: seeded(p.seed, 0),
             xtc_rng: seeded(p.seed, XTC_STREAM),
             cands: Candidates::default(),
+            plain_greedy: is_plain_greedy(p),
             params,
         }
     }
@@ -104,6 +124,10 @@ impl Sampler {
     /// A masked token is never drawn unless every token is masked (then the result is
     /// [`argmax`] of `logits`, token 0 when all are `-inf`); empty logits give token 0.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        if self.plain_greedy {
+            // Nothing in the chain can move the maximum: skip building the candidates.
+            return argmax(logits);
+        }
         self.cands.fill(logits);
         logit_bias::apply(&mut self.cands, &self.params.logit_bias);
         if self.cands.max_logit() == f32::NEG_INFINITY {

@@ -179,3 +179,23 @@ fn mirostat_v2_draws_and_adapts() {
 fn constructor_validates() {
     assert!(Sampler::with_breaker_tokens(SamplerParams { top_p: 2.0, ..params(1) }, &[]).is_err());
 }
+
+#[test]
+fn greedy_shortcut_equals_the_full_chain() {
+    // Temperature 0 with steps that cannot move the maximum takes the argmax shortcut; with a
+    // step that can (here a tiny logit bias, or penalties), it runs the chain. Both agree with a
+    // chain run for every random logit vector.
+    for seed in 0..50u32 {
+        let logits = logits_of(5000, seed);
+        let mut plain = sampler(SamplerParams { top_k: 40, min_p: 0.05, ..SamplerParams::greedy() });
+        let mut chain = sampler(SamplerParams { logit_bias: vec![(0, 0.0)], ..SamplerParams::greedy() });
+        let (a, b) = (plain.sample(&logits), chain.sample(&logits));
+        assert_eq!(a, argmax(&logits));
+        assert_eq!(a, b);
+    }
+    // Penalties still apply at temperature 0.
+    let logits = [1.0, 3.0, 2.9];
+    let mut s = sampler(SamplerParams { repeat_penalty: 2.0, ..SamplerParams::greedy() });
+    s.accept(1);
+    assert_eq!(s.sample(&logits), 2);
+}
