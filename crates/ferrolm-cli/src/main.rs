@@ -13,6 +13,7 @@ mod model_args;
 mod perplexity;
 mod pull;
 mod sampling_args;
+mod serve;
 mod template;
 mod tokenize;
 
@@ -49,6 +50,8 @@ enum Command {
     Bench(bench::Args),
     /// Perplexity of a model over a text file, with any KV eviction policy and budget.
     Perplexity(perplexity::Args),
+    /// Serve a model over an OpenAI-compatible HTTP API (Ctrl-C or SIGTERM stops it).
+    Serve(Box<serve::Args>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -68,6 +71,7 @@ fn main() -> std::process::ExitCode {
         Command::Embed(a) => embed::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Perplexity(a) => perplexity::run(a),
+        Command::Serve(a) => serve::run(*a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

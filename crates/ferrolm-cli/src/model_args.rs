@@ -38,6 +38,11 @@ pub struct ModelArgs {
 impl ModelArgs {
     /// Sizes the worker pool and loads the model; returns it with its load time in milliseconds.
     pub fn load(&self) -> anyhow::Result<(Model, f64)> {
+        self.load_with_path().map(|(model, ms, _)| (model, ms))
+    }
+
+    /// [`ModelArgs::load`], also returning the file or folder the model came from.
+    pub fn load_with_path(&self) -> anyhow::Result<(Model, f64, std::path::PathBuf)> {
         if self.ctx_size == 0 {
             anyhow::bail!("--ctx-size must be at least 1");
         }
@@ -49,7 +54,7 @@ impl ModelArgs {
         let t = std::time::Instant::now();
         let opts = LoadOptions { quantize: self.quantize, ..LoadOptions::default() };
         let model = Model::load_with(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
-        Ok((model, t.elapsed().as_secs_f64() * 1e3))
+        Ok((model, t.elapsed().as_secs_f64() * 1e3, path))
     }
 
     /// The session options these arguments ask for.

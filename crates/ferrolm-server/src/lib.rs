@@ -1,4 +1,10 @@
 //! OpenAI-compatible HTTP server for ferrolm.
 //!
-//! Not implemented yet: the server arrives with its own issue. This crate exists so the
-//! workspace layout matches the design from the start.
+//! [`engine`] runs the requests: N slots, one forward pass per tick mixing decode tokens and
+//! prompt chunks, and a prefix cache shared by all slots. [`api`] serves them over HTTP
+//! ([`serve`]).
+
+pub mod api;
+pub mod engine;
+
+pub use api::{ServerConfig, ServerError, serve, serve_listener};

@@ -1,0 +1,339 @@
+//! `ferrolm serve`: an OpenAI-compatible HTTP server (continuous batching over N slots, chunked
+//! prefill, a prefix cache shared by all slots). Ctrl-C or SIGTERM stops it gracefully.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use ferrolm::hub;
+use ferrolm::model::Pooling;
+use ferrolm_server::engine::{BatchStrategy, Engine, EngineConfig};
+use ferrolm_server::{ServerConfig, serve};
+
+use crate::model_args::ModelArgs;
+use crate::sampling_args::SamplingArgs;
+
+/// Arguments of `ferrolm serve`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The model; `--ctx-size` is the context of each slot.
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Defaults for the sampling fields a request leaves out.
+    #[command(flatten)]
+    sampling: Box<SamplingArgs>,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1", help_heading = "Server")]
+    host: String,
+    /// Port (0: any free port; the address is printed as `listening on http://ADDR`).
+    #[arg(long, default_value_t = 8080, help_heading = "Server")]
+    port: u16,
+    /// Slots: requests generating at the same time.
+    #[arg(long, visible_alias = "np", default_value_t = 4, help_heading = "Server")]
+    parallel: usize,
+    /// Most tokens in one forward pass, prompt chunks and decode tokens together (default:
+    /// --batch-size).
+    #[arg(long = "chunk-size", help_heading = "Server")]
+    chunk_size: Option<usize>,
+    /// How each forward pass is filled: decode-first (steady streaming), prefill-first (lowest
+    /// time to first token) or balanced.
+    #[arg(long = "batch-strategy", default_value = "decode-first", value_parser = parse_strategy, help_heading = "Server")]
+    batch_strategy: BatchStrategy,
+    /// Most requests waiting for a slot; more get 503 with Retry-After.
+    #[arg(long = "max-queue", default_value_t = 64, help_heading = "Server")]
+    max_queue: usize,
+    /// Memory for the shared prefix cache in MiB (0 disables it).
+    #[arg(long = "cache-ram", default_value_t = 1024, help_heading = "Server")]
+    cache_ram: usize,
+    /// The served model's id (repeat for more names; the first is the id). Default: the catalog
+    /// name or the file name without extension.
+    #[arg(long = "alias", help_heading = "Server")]
+    alias: Vec<String>,
+    /// Require `Authorization: Bearer KEY` (except on /health and /).
+    #[arg(long = "api-key", conflicts_with = "api_key_file", help_heading = "Server")]
+    api_key: Option<String>,
+    /// Read the API key from this file (first line).
+    #[arg(long = "api-key-file", help_heading = "Server")]
+    api_key_file: Option<std::path::PathBuf>,
+    /// Allow this origin by CORS (repeatable; `*` for any). None: no CORS headers.
+    #[arg(long = "cors-origin", help_heading = "Server")]
+    cors_origin: Vec<String>,
+    /// Largest request body in bytes.
+    #[arg(long = "max-body-bytes", default_value_t = 8 << 20, help_heading = "Server")]
+    max_body_bytes: usize,
+    /// Longest a request may take in seconds, queueing included (0: no limit); a request's
+    /// `timeout` field may lower it.
+    #[arg(long, default_value_t = 600.0, help_heading = "Server")]
+    timeout: f64,
+    /// On Ctrl-C or SIGTERM, seconds running requests get to finish before they are cancelled.
+    #[arg(long = "shutdown-timeout", default_value_t = 30.0, help_heading = "Server")]
+    shutdown_timeout: f64,
+    /// Pooling of /v1/embeddings: mean, cls or last (default: the model's, else mean).
+    #[arg(long = "embeddings-pooling", value_parser = parse_pooling, help_heading = "Server")]
+    embeddings_pooling: Option<Pooling>,
+}
+
+fn parse_strategy(s: &str) -> Result<BatchStrategy, String> {
+    BatchStrategy::from_name(s)
+        .ok_or_else(|| format!("unknown batch strategy '{s}' (use decode-first, prefill-first or balanced)"))
+}
+
+fn parse_pooling(s: &str) -> Result<Pooling, String> {
+    Pooling::from_name(s).ok_or_else(|| format!("unknown pooling '{s}' (use mean, cls or last)"))
+}
+
+/// A non-negative, finite number of seconds.
+fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
+    if !s.is_finite() || !(0.0..=1e9).contains(&s) {
+        bail!("{flag} must be a number of seconds (0 or more), not {s}");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// The model's default id: its catalog name, else its file (or folder) name without extension.
+fn default_model_id(arg: Option<&str>, path: &Path) -> String {
+    let name = arg.unwrap_or(hub::DEFAULT_MODEL);
+    if !Path::new(name).exists()
+        && let Some(entry) = hub::find(name)
+    {
+        return entry.name.to_string();
+    }
+    let stem = if path.is_dir() { path.file_name() } else { path.file_stem() };
+    stem.map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "ferrolm".into())
+}
+
+impl Args {
+    /// The engine configuration.
+    fn engine_config(&self) -> anyhow::Result<EngineConfig> {
+        if self.parallel == 0 {
+            bail!("--parallel must be at least 1");
+        }
+        let chunk_size = self.chunk_size.unwrap_or(self.model.batch_size);
+        if chunk_size == 0 {
+            bail!("--chunk-size must be at least 1");
+        }
+        Ok(EngineConfig {
+            n_slots: self.parallel,
+            n_ctx: self.model.ctx_size,
+            chunk_size,
+            strategy: self.batch_strategy,
+            max_queue: self.max_queue,
+            type_k: self.model.cache_type_k,
+            type_v: self.model.cache_type_v,
+            cache: self.model.cache.options(),
+            prefix_cache_bytes: self.cache_ram.saturating_mul(1 << 20),
+            embed_pooling: self.embeddings_pooling,
+        })
+    }
+
+    /// The server configuration (`default_id`: the model's name when no --alias is given).
+    fn server_config(&self, default_id: String) -> anyhow::Result<ServerConfig> {
+        let api_key = match (&self.api_key, &self.api_key_file) {
+            (Some(k), _) => Some(k.trim().to_string()),
+            (None, Some(f)) => {
+                let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+                Some(text.lines().next().unwrap_or_default().trim().to_string())
+            }
+            (None, None) => None,
+        };
+        if api_key.as_ref().is_some_and(String::is_empty) {
+            bail!("the API key is empty");
+        }
+        let mut names: Vec<String> = self.alias.iter().map(|a| a.trim().to_string()).collect();
+        if names.iter().any(String::is_empty) {
+            bail!("--alias must not be empty");
+        }
+        if !names.contains(&default_id) {
+            names.push(default_id);
+        }
+        let model_id = names.remove(0);
+        Ok(ServerConfig {
+            host: self.host.clone(),
+            port: self.port,
+            model_id,
+            aliases: names,
+            api_key,
+            cors_origins: self.cors_origin.clone(),
+            max_body_bytes: self.max_body_bytes,
+            timeout: seconds("--timeout", self.timeout)?,
+            shutdown_timeout: seconds("--shutdown-timeout", self.shutdown_timeout)?,
+            sampler: self.sampling.to_params()?,
+            embeddings_pooling: self.embeddings_pooling,
+        })
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    eprintln!("shutting down (running requests get --shutdown-timeout to finish)");
+}
+
+/// Runs the command.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let engine_cfg = args.engine_config()?;
+    // Check the server options before the (slower) model load.
+    args.server_config(String::new())?;
+    let (model, load_ms, path) = args.model.load_with_path()?;
+    let server_cfg = args.server_config(default_model_id(args.model.model.as_deref(), &path))?;
+    let pooling = server_cfg.embeddings_pooling.or_else(|| model.default_pooling()).unwrap_or_default();
+    let server_cfg = ServerConfig { embeddings_pooling: Some(pooling), ..server_cfg };
+    eprintln!(
+        "loaded {} in {load_ms:.0} ms; serving it as '{}' with {} slots of {} tokens",
+        path.display(),
+        server_cfg.model_id,
+        engine_cfg.n_slots,
+        engine_cfg.n_ctx
+    );
+    let engine = Engine::start(Arc::new(model), engine_cfg).context("starting the engine")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(serve(engine, server_cfg, shutdown_signal()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: Args,
+    }
+
+    fn parse(args: &[&str]) -> anyhow::Result<Args> {
+        Ok(Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?.a)
+    }
+
+    #[test]
+    fn defaults() {
+        let a = parse(&[]).expect("defaults");
+        let e = a.engine_config().expect("engine");
+        assert_eq!((e.n_slots, e.n_ctx, e.chunk_size, e.max_queue), (4, 4096, 512, 64));
+        assert_eq!((e.strategy, e.prefix_cache_bytes), (BatchStrategy::DecodeFirst, 1 << 30));
+        let s = a.server_config("smollm2-135m-instruct".into()).expect("server");
+        assert_eq!(
+            (s.host.as_str(), s.port, s.model_id.as_str()),
+            ("127.0.0.1", 8080, "smollm2-135m-instruct")
+        );
+        assert!(s.aliases.is_empty() && s.api_key.is_none() && s.cors_origins.is_empty());
+        assert_eq!(
+            (s.max_body_bytes, s.timeout, s.shutdown_timeout),
+            (8 << 20, Duration::from_secs(600), Duration::from_secs(30))
+        );
+        assert_eq!(s.sampler, ferrolm::sampling::SamplerParams::default());
+    }
+
+    #[test]
+    fn every_flag() {
+        let a = parse(&[
+            "-c",
+            "2048",
+            "--parallel",
+            "2",
+            "--chunk-size",
+            "128",
+            "--batch-strategy",
+            "balanced",
+            "--max-queue",
+            "9",
+            "--cache-ram",
+            "0",
+            "--alias",
+            "my-model",
+            "--alias",
+            "other",
+            "--api-key",
+            "k",
+            "--cors-origin",
+            "*",
+            "--max-body-bytes",
+            "1000",
+            "--timeout",
+            "2.5",
+            "--shutdown-timeout",
+            "0",
+            "--embeddings-pooling",
+            "last",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--temp",
+            "0.3",
+        ])
+        .expect("flags");
+        let e = a.engine_config().expect("engine");
+        assert_eq!(
+            (e.n_slots, e.n_ctx, e.chunk_size, e.max_queue, e.prefix_cache_bytes),
+            (2, 2048, 128, 9, 0)
+        );
+        assert_eq!(e.strategy, BatchStrategy::Balanced);
+        let s = a.server_config("file-stem".into()).expect("server");
+        assert_eq!(s.model_id, "my-model");
+        assert_eq!(s.aliases, vec!["other", "file-stem"]);
+        assert_eq!((s.api_key.as_deref(), s.cors_origins.clone()), (Some("k"), vec!["*".to_string()]));
+        assert_eq!(
+            (s.max_body_bytes, s.timeout, s.shutdown_timeout),
+            (1000, Duration::from_millis(2500), Duration::ZERO)
+        );
+        assert_eq!((s.host.as_str(), s.port, s.embeddings_pooling), ("0.0.0.0", 0, Some(Pooling::Last)));
+        assert_eq!(s.sampler.temperature, 0.3);
+        assert_eq!(parse(&["-b", "64"]).expect("b").engine_config().expect("e").chunk_size, 64);
+    }
+
+    #[test]
+    fn bad_values() {
+        assert!(parse(&["--batch-strategy", "fastest"]).is_err());
+        assert!(parse(&["--embeddings-pooling", "max"]).is_err());
+        assert!(parse(&["--api-key", "a", "--api-key-file", "f"]).is_err());
+        assert!(parse(&["--parallel", "0"]).expect("parses").engine_config().is_err());
+        assert!(parse(&["--timeout", "nan"]).expect("parses").server_config("x".into()).is_err());
+        assert!(parse(&["--alias", " "]).expect("parses").server_config("x".into()).is_err());
+        let dir = tempfile::tempdir().expect("tmp");
+        let f = dir.path().join("key");
+        std::fs::write(&f, "s3cret\nignored\n").expect("write");
+        let a = parse(&["--api-key-file", f.to_str().expect("utf8")]).expect("parses");
+        assert_eq!(a.server_config("x".into()).expect("cfg").api_key.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn model_ids() {
+        assert_eq!(
+            default_model_id(None, Path::new("/x/SmolLM2-135M-Instruct.Q4_1.gguf")),
+            "smollm2-135m-instruct"
+        );
+        assert_eq!(default_model_id(Some("smollm2"), Path::new("/x/a.gguf")), "smollm2-135m-instruct");
+        assert_eq!(
+            default_model_id(Some("/nonexistent/my.model.gguf"), Path::new("/nonexistent/my.model.gguf")),
+            "my.model"
+        );
+    }
+}

@@ -1,0 +1,173 @@
+//! What the HTTP layer needs from the model and the engine, as a trait: the real
+//! [`Engine`] in the server, a scripted one in the tests (so every route, its validation and its
+//! response shapes are tested without a model).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolm::chat::ChatTemplate;
+use ferrolm::constrain::{Constraint, ConstraintSpec};
+use ferrolm::model::Pooling;
+use tokio::sync::mpsc;
+
+use crate::engine::{Engine, EngineError, GenEvent, GenRequest, MetricsSnapshot, SlotInfo, SubmitError};
+
+/// A boxed `Send` future.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The model and engine, as the routes see them.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Context size of a slot, in tokens.
+    fn n_ctx(&self) -> usize;
+    /// Whether the slots evict (then a prompt may be longer than the context).
+    fn evicts(&self) -> bool;
+    /// Vocabulary size.
+    fn n_vocab(&self) -> usize;
+    /// The BOS token, if the model has one.
+    fn bos(&self) -> Option<u32>;
+    /// Text of the BOS and EOS tokens (the template's `bos_token`, `eos_token`).
+    fn bos_eos_text(&self) -> (String, String);
+    /// Tokenizes text.
+    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, String>;
+    /// The bytes a token stands for.
+    fn piece(&self, id: u32) -> Vec<u8>;
+    /// The model's chat template, if it has one (or it does not compile: the message).
+    fn chat_template(&self) -> Result<&ChatTemplate, String>;
+    /// Compiles a constraint, to reject a bad schema or grammar before queueing.
+    fn check_constraint(&self, spec: &ConstraintSpec) -> Result<(), String>;
+    /// Queues a generation.
+    fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError>;
+    /// Embeds texts.
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        pooling: Option<Pooling>,
+        normalize: bool,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>>;
+    /// Counters.
+    fn metrics(&self) -> MetricsSnapshot;
+    /// Slots.
+    fn slots(&self) -> Vec<SlotInfo>;
+    /// Stops accepting requests.
+    fn shutdown(&self);
+    /// Cancels every request.
+    fn cancel_all(&self);
+    /// Waits until idle, at most `timeout`.
+    fn wait_idle(&self, timeout: Duration) -> BoxFuture<'_, bool>;
+}
+
+/// The real engine and its model.
+pub(crate) struct EngineBackend {
+    engine: Engine,
+    template: Result<ChatTemplate, String>,
+}
+
+impl EngineBackend {
+    /// Wraps the engine; the chat template is compiled once here.
+    pub(crate) fn new(engine: Engine) -> EngineBackend {
+        let template = match engine.model().chat_template() {
+            Ok(Some(t)) => Ok(t),
+            Ok(None) => Err("the model has no chat template: use /v1/completions".to_string()),
+            Err(e) => Err(format!("the model's chat template cannot be used: {e}")),
+        };
+        EngineBackend { engine, template }
+    }
+}
+
+impl Backend for EngineBackend {
+    fn n_ctx(&self) -> usize {
+        self.engine.config().n_ctx
+    }
+
+    fn evicts(&self) -> bool {
+        self.engine.config().cache.evicts()
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.engine.model().tokenizer().n_vocab()
+    }
+
+    fn bos(&self) -> Option<u32> {
+        self.engine.model().tokenizer().bos()
+    }
+
+    fn bos_eos_text(&self) -> (String, String) {
+        let tok = self.engine.model().tokenizer();
+        let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or_default().to_string();
+        (text(tok.bos()), text(tok.eos()))
+    }
+
+    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, String> {
+        self.engine.model().tokenizer().encode(text, add_special, parse_special).map_err(|e| e.to_string())
+    }
+
+    fn piece(&self, id: u32) -> Vec<u8> {
+        self.engine.model().tokenizer().token_to_piece(id)
+    }
+
+    fn chat_template(&self) -> Result<&ChatTemplate, String> {
+        self.template.as_ref().map_err(Clone::clone)
+    }
+
+    fn check_constraint(&self, spec: &ConstraintSpec) -> Result<(), String> {
+        let env = self.engine.model().token_env().map_err(|e| e.to_string())?;
+        Constraint::new(&env, spec).map(drop).map_err(|e| e.to_string())
+    }
+
+    fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError> {
+        self.engine.submit(req)
+    }
+
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        pooling: Option<Pooling>,
+        normalize: bool,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>> {
+        Box::pin(self.engine.embed(texts, pooling, normalize))
+    }
+
+    fn metrics(&self) -> MetricsSnapshot {
+        self.engine.metrics()
+    }
+
+    fn slots(&self) -> Vec<SlotInfo> {
+        self.engine.slots()
+    }
+
+    fn shutdown(&self) {
+        self.engine.shutdown();
+    }
+
+    fn cancel_all(&self) {
+        self.engine.cancel_all();
+    }
+
+    fn wait_idle(&self, timeout: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(self.engine.wait_idle(timeout))
+    }
+}
+
+/// Tokenizes a whole prompt: BOS as the tokenizer adds it, special tokens parsed, and a doubled
+/// BOS (a template or prompt that writes the BOS text itself) collapsed to one.
+pub(crate) fn encode_prompt(backend: &dyn Backend, text: &str) -> Result<Vec<u32>, String> {
+    let mut tokens = backend.tokenize(text, true, true)?;
+    if let Some(bos) = backend.bos()
+        && tokens.len() >= 2
+        && tokens[0] == bos
+        && tokens[1] == bos
+    {
+        tokens.remove(0);
+    }
+    Ok(tokens)
+}
+
+/// A token's text (invalid UTF-8 replaced).
+pub(crate) fn piece_text(backend: &dyn Backend, id: u32) -> String {
+    String::from_utf8_lossy(&backend.piece(id)).into_owned()
+}
+
+/// Shared handle.
+pub(crate) type SharedBackend = Arc<dyn Backend>;

@@ -1,0 +1,358 @@
+//! `POST /v1/chat/completions`: messages rendered with the model's chat template, then generated.
+
+use ferrolm::chat::{Message, RenderOptions};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::backend::{Backend, encode_prompt};
+use super::error::ApiError;
+use super::json::{fields, parse_object, type_name};
+use super::params::{CommonFields, GenSpec, max_tokens, params_for_choice, top_logprobs};
+use super::response::{
+    Collected, UsageSum, chat_logprob, collect, fingerprint, new_id, submit_all, unix_now,
+};
+use super::stream::{StreamHead, StreamKind, sse_response};
+use super::tools;
+use super::{AppState, check_context, json_response};
+use crate::engine::GenRequest;
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::Response;
+
+/// Fields only chat reads.
+#[derive(Deserialize, Default, Debug)]
+#[serde(default)]
+struct ChatFields {
+    messages: Option<Value>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<i64>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    chat_template_kwargs: Option<Map<String, Value>>,
+}
+
+/// A chat request ready to run.
+pub(crate) struct ChatJob {
+    /// The prompt's tokens.
+    pub prompt: Vec<u32>,
+    /// Sampling, `max_tokens`, `n`, streaming.
+    pub spec: GenSpec,
+    /// Alternatives per token, when log-probabilities are asked.
+    pub logprobs: Option<usize>,
+    /// Names of the offered tools (`None`: no tool-call parsing).
+    pub tools: Option<Vec<String>>,
+    /// The `model` to answer with.
+    pub model: String,
+}
+
+/// A message's content: a string, an array of text parts (joined with newlines), or null.
+fn content(i: usize, v: Option<&Value>) -> Result<Option<String>, ApiError> {
+    let param = format!("messages[{i}].content");
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => texts.push(t),
+                    (Some(kind), _) if kind != "text" => {
+                        return Err(ApiError::invalid_param(
+                            param,
+                            format!("content parts of type '{kind}' are not supported (only text)"),
+                        ));
+                    }
+                    _ => {
+                        return Err(ApiError::invalid_param(
+                            param,
+                            "a content part must be {\"type\": \"text\", \"text\": \"...\"}",
+                        ));
+                    }
+                }
+            }
+            Ok(Some(texts.join("\n")))
+        }
+        Some(other) => Err(ApiError::invalid_param(
+            param,
+            format!("content must be a string or an array of parts, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// An assistant message's `tool_calls`, with JSON-text arguments parsed into objects (chat
+/// templates write them with `tojson`).
+fn tool_calls(i: usize, v: &Value) -> Result<Value, ApiError> {
+    let param = format!("messages[{i}].tool_calls");
+    let bad = |m: &str| ApiError::invalid_param(param.clone(), m.to_string());
+    let calls = v.as_array().ok_or_else(|| bad("tool_calls must be an array"))?;
+    let mut out = Vec::with_capacity(calls.len());
+    for c in calls {
+        let mut c = c.as_object().cloned().ok_or_else(|| bad("a tool call must be an object"))?;
+        let f = c
+            .get_mut("function")
+            .and_then(Value::as_object_mut)
+            .ok_or_else(|| bad("a tool call needs \"function\": {\"name\": ..., \"arguments\": ...}"))?;
+        if !f.get("name").is_some_and(Value::is_string) {
+            return Err(bad("a tool call's function needs a name"));
+        }
+        if let Some(Value::String(args)) = f.get("arguments")
+            && let Ok(parsed @ Value::Object(_)) = serde_json::from_str::<Value>(args)
+        {
+            f.insert("arguments".into(), parsed);
+        }
+        out.push(Value::Object(c));
+    }
+    Ok(Value::Array(out))
+}
+
+/// The request's messages as the template's.
+pub(crate) fn messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
+    let items = match v {
+        Some(Value::Array(items)) if !items.is_empty() => items,
+        Some(Value::Array(_)) => return Err(ApiError::invalid_param("messages", "`messages` is empty")),
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid_param("messages", "`messages` is required"));
+        }
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "messages",
+                format!("`messages` must be an array, not {}", type_name(other)),
+            ));
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, m) in items.iter().enumerate() {
+        let obj = m.as_object().ok_or_else(|| {
+            ApiError::invalid_param(format!("messages[{i}]"), "a message must be an object")
+        })?;
+        let role = match obj.get("role").and_then(Value::as_str) {
+            Some("developer") => "system",
+            Some(r @ ("system" | "user" | "assistant" | "tool" | "function")) => r,
+            Some(r) => {
+                return Err(ApiError::invalid_param(
+                    format!("messages[{i}].role"),
+                    format!("unknown role '{r}' (use system, developer, user, assistant or tool)"),
+                ));
+            }
+            None => {
+                return Err(ApiError::invalid_param(format!("messages[{i}].role"), "a message needs a role"));
+            }
+        };
+        let mut extra = Map::new();
+        for key in ["name", "tool_call_id", "reasoning_content"] {
+            match obj.get(key) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(s)) => {
+                    extra.insert(key.into(), Value::String(s.clone()));
+                }
+                Some(_) => {
+                    return Err(ApiError::invalid_param(format!("messages[{i}].{key}"), "must be a string"));
+                }
+            }
+        }
+        let has_calls = match obj.get("tool_calls") {
+            None | Some(Value::Null) => false,
+            Some(v) if role == "assistant" => {
+                extra.insert("tool_calls".into(), tool_calls(i, v)?);
+                true
+            }
+            Some(_) => {
+                return Err(ApiError::invalid_param(
+                    format!("messages[{i}].tool_calls"),
+                    "only assistant messages have tool_calls",
+                ));
+            }
+        };
+        let text = match content(i, obj.get("content"))? {
+            Some(t) => t,
+            None if has_calls || role == "assistant" => String::new(),
+            None => {
+                return Err(ApiError::invalid_param(
+                    format!("messages[{i}].content"),
+                    "a message needs content",
+                ));
+            }
+        };
+        out.push(Message { role: role.into(), content: Some(Value::String(text)), extra });
+    }
+    Ok(out)
+}
+
+/// `tools` and `tool_choice`: the tool definitions to give the template (`None`: none).
+pub(crate) fn offered_tools(
+    tools: Option<&Value>,
+    choice: Option<&Value>,
+) -> Result<Option<Vec<Value>>, ApiError> {
+    let list = match tools {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "tools",
+                format!("`tools` must be an array, not {}", type_name(other)),
+            ));
+        }
+    };
+    for (i, t) in list.iter().enumerate() {
+        let ok = t.get("type").and_then(Value::as_str) == Some("function")
+            && t.get("function").and_then(|f| f.get("name")).is_some_and(Value::is_string);
+        if !ok {
+            return Err(ApiError::invalid_param(
+                format!("tools[{i}]"),
+                "a tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}",
+            ));
+        }
+    }
+    let name_of = |t: &Value| t["function"]["name"].as_str().unwrap_or_default().to_string();
+    let chosen: Vec<Value> = match choice {
+        None | Some(Value::Null) => list.clone(),
+        Some(Value::String(s)) if s == "none" => return Ok(None),
+        Some(Value::String(s)) if s == "auto" || s == "required" => list.clone(),
+        Some(v @ Value::Object(_)) => {
+            let name =
+                v.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).ok_or_else(|| {
+                    ApiError::invalid_param(
+                        "tool_choice",
+                        "tool_choice needs {\"function\": {\"name\": ...}}",
+                    )
+                })?;
+            let one: Vec<Value> = list.iter().filter(|t| name_of(t) == name).cloned().collect();
+            if one.is_empty() {
+                return Err(ApiError::invalid_param(
+                    "tool_choice",
+                    format!("tool_choice names '{name}', which is not in `tools`"),
+                ));
+            }
+            one
+        }
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "tool_choice",
+                format!("tool_choice must be \"none\", \"auto\", \"required\" or an object, not {other}"),
+            ));
+        }
+    };
+    Ok((!chosen.is_empty()).then_some(chosen))
+}
+
+/// Validates a chat request and renders and tokenizes its prompt.
+pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> {
+    let backend = state.backend.as_ref();
+    let common: CommonFields = fields(v)?;
+    common.check_model(&state.cfg.model_names())?;
+    let chat: ChatFields = fields(v)?;
+    let mut spec = common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout())?;
+    let msgs = messages(chat.messages.as_ref())?;
+    let tools = offered_tools(chat.tools.as_ref(), chat.tool_choice.as_ref())?;
+    let template = backend.chat_template().map_err(ApiError::invalid)?;
+    if tools.is_some() && !template.source().contains("tools") {
+        return Err(ApiError::invalid_param(
+            "tools",
+            "this model's chat template does not support tools (it never mentions them)",
+        ));
+    }
+    let (bos_token, eos_token) = backend.bos_eos_text();
+    let opts = RenderOptions {
+        add_generation_prompt: true,
+        bos_token,
+        eos_token,
+        tools: tools.clone(),
+        kwargs: chat.chat_template_kwargs.unwrap_or_default(),
+        today: None,
+    };
+    let text = template.render(&msgs, &opts).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let prompt = encode_prompt(backend, &text).map_err(ApiError::invalid)?;
+    let max = max_tokens(
+        if chat.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" },
+        chat.max_completion_tokens.or(chat.max_tokens),
+        backend.n_ctx(),
+        false,
+    )?;
+    check_context(backend, prompt.len(), max)?;
+    spec.params.max_tokens = max;
+    if let Some(c) = &spec.params.constraint {
+        backend.check_constraint(c).map_err(|e| ApiError::invalid_param("response_format", e))?;
+    }
+    let top = top_logprobs("top_logprobs", chat.top_logprobs)?;
+    let logprobs = match (chat.logprobs.unwrap_or(false), top) {
+        (true, k) => Some(k.unwrap_or(0)),
+        (false, Some(k)) if k > 0 => {
+            return Err(ApiError::invalid_param("top_logprobs", "`top_logprobs` needs `logprobs: true`"));
+        }
+        (false, _) => None,
+    };
+    let tool_names = tools.map(|t| {
+        t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_string)).collect::<Vec<_>>()
+    });
+    Ok(ChatJob { prompt, spec, logprobs, tools: tool_names, model: state.cfg.answer_model(common.model) })
+}
+
+/// The engine requests of a job (one per choice).
+fn requests(job: &ChatJob) -> Vec<GenRequest> {
+    (0..job.spec.n)
+        .map(|i| GenRequest {
+            prompt: job.prompt.clone(),
+            params: params_for_choice(&job.spec.params, i),
+            logprobs: job.logprobs,
+            prompt_logprobs: false,
+            timeout: job.spec.timeout,
+        })
+        .collect()
+}
+
+/// One choice of a `chat.completion`.
+fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, tools: Option<&[String]>) -> Value {
+    let parsed = tools.and_then(|names| tools::parse(&c.text, names));
+    let mut message = json!({"role": "assistant", "content": c.text});
+    let mut reason = c.finish.map_or("stop", |f| f.openai_reason());
+    if let Some((content, calls)) = parsed {
+        message["content"] = if content.is_empty() { Value::Null } else { Value::String(content) };
+        message["tool_calls"] = calls.iter().map(|c| c.to_json(None)).collect();
+        reason = "tool_calls";
+    }
+    let logprobs = if c.logprobs.is_empty() {
+        Value::Null
+    } else {
+        json!({"content": c.logprobs.iter().map(|l| chat_logprob(backend, l)).collect::<Vec<_>>()})
+    };
+    json!({"index": i, "message": message, "logprobs": logprobs, "finish_reason": reason})
+}
+
+/// The handler.
+pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let job = prepare(&state, &v)?;
+    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout).await?;
+    let id = new_id("chatcmpl-");
+    let created = unix_now();
+    if job.spec.stream {
+        let head = StreamHead {
+            id,
+            created,
+            model: job.model,
+            n: job.spec.n,
+            include_usage: job.spec.include_usage,
+        };
+        return Ok(sse_response(state.backend.clone(), head, StreamKind::Chat { tools: job.tools }, rxs));
+    }
+    let results = futures_util::future::try_join_all(rxs.into_iter().map(collect)).await?;
+    let mut usage = UsageSum::default();
+    let mut choices = Vec::with_capacity(results.len());
+    for (i, c) in results.iter().enumerate() {
+        usage.add(&c.usage, i == 0);
+        choices.push(choice_json(state.backend.as_ref(), i, c, job.tools.as_deref()));
+    }
+    let body = json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": job.model,
+        "system_fingerprint": fingerprint(),
+        "choices": choices,
+        "usage": usage.usage_json(),
+        "timings": usage.timings_json(),
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}

@@ -1,0 +1,213 @@
+//! `POST /v1/completions`: raw prompts (strings or token arrays, one or many), with `echo` and
+//! the legacy `logprobs` format that lm-evaluation-harness reads.
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::backend::{Backend, encode_prompt};
+use super::error::ApiError;
+use super::json::{fields, is_token_array, parse_object, token_id, type_name};
+use super::params::{CommonFields, GenSpec, max_tokens, params_for_choice, top_logprobs};
+use super::response::{LegacyLogprobs, UsageSum, collect, fingerprint, new_id, submit_all, unix_now};
+use super::stream::{StreamHead, StreamKind, sse_response};
+use super::{AppState, check_context, json_response};
+use crate::engine::GenRequest;
+
+/// Most prompts in one request.
+pub(crate) const MAX_PROMPTS: usize = 1024;
+/// OpenAI's default `max_tokens` for completions.
+pub(crate) const DEFAULT_MAX_TOKENS: usize = 16;
+
+/// Fields only completions read.
+#[derive(Deserialize, Default, Debug)]
+#[serde(default)]
+struct CompletionFields {
+    prompt: Option<Value>,
+    max_tokens: Option<i64>,
+    logprobs: Option<i64>,
+    echo: Option<bool>,
+    suffix: Option<String>,
+    best_of: Option<i64>,
+}
+
+/// One prompt: its tokens and its text (for `echo`).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct PromptIn {
+    /// Tokens run through the model.
+    pub tokens: Vec<u32>,
+    /// The text echoed back.
+    pub text: String,
+}
+
+/// A completions request ready to run.
+pub(crate) struct CompletionJob {
+    pub prompts: Vec<PromptIn>,
+    pub spec: GenSpec,
+    /// Alternatives per token, when `logprobs` is asked.
+    pub logprobs: Option<usize>,
+    pub echo: bool,
+    pub model: String,
+}
+
+/// `prompt`: a string, an array of strings, a token array, or an array of token arrays.
+pub(crate) fn prompts(backend: &dyn Backend, v: Option<&Value>) -> Result<Vec<PromptIn>, ApiError> {
+    let n_vocab = backend.n_vocab();
+    let text_prompt = |s: &str| -> Result<PromptIn, ApiError> {
+        let tokens = encode_prompt(backend, s).map_err(ApiError::invalid)?;
+        Ok(PromptIn { tokens, text: s.to_string() })
+    };
+    let token_prompt = |param: String, items: &[Value]| -> Result<PromptIn, ApiError> {
+        let tokens = items.iter().map(|t| token_id(&param, t, n_vocab)).collect::<Result<Vec<u32>, _>>()?;
+        let bytes: Vec<u8> = tokens.iter().flat_map(|&t| backend.piece(t)).collect();
+        Ok(PromptIn { tokens, text: String::from_utf8_lossy(&bytes).into_owned() })
+    };
+    let out = match v {
+        None | Some(Value::Null) => return Err(ApiError::invalid_param("prompt", "`prompt` is required")),
+        Some(Value::String(s)) => vec![text_prompt(s)?],
+        Some(arr @ Value::Array(items)) if is_token_array(arr) => vec![token_prompt("prompt".into(), items)?],
+        Some(Value::Array(items)) => {
+            if items.is_empty() {
+                return Err(ApiError::invalid_param("prompt", "`prompt` is empty"));
+            }
+            if items.len() > MAX_PROMPTS {
+                return Err(ApiError::invalid_param(
+                    "prompt",
+                    format!("at most {MAX_PROMPTS} prompts per request, not {}", items.len()),
+                ));
+            }
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::String(s) => text_prompt(s),
+                    Value::Array(toks) if is_token_array(item) => token_prompt(format!("prompt[{i}]"), toks),
+                    other => Err(ApiError::invalid_param(
+                        format!("prompt[{i}]"),
+                        format!(
+                            "a prompt in an array must be a string or an array of token ids, not {}",
+                            type_name(other)
+                        ),
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "prompt",
+                format!("`prompt` must be a string or an array, not {}", type_name(other)),
+            ));
+        }
+    };
+    if let Some(i) = out.iter().position(|p| p.tokens.is_empty()) {
+        return Err(ApiError::invalid_param(format!("prompt[{i}]"), "the prompt has no tokens"));
+    }
+    Ok(out)
+}
+
+/// Validates a completions request and tokenizes its prompts.
+pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiError> {
+    let backend = state.backend.as_ref();
+    let common: CommonFields = fields(v)?;
+    common.check_model(&state.cfg.model_names())?;
+    let f: CompletionFields = fields(v)?;
+    let mut spec = common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout())?;
+    if f.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(ApiError::invalid_param("suffix", "`suffix` (fill-in-the-middle) is not supported"));
+    }
+    if let Some(b) = f.best_of
+        && b != 1
+        && b != spec.n as i64
+    {
+        return Err(ApiError::invalid_param("best_of", "`best_of` other than 1 or `n` is not supported"));
+    }
+    let echo = f.echo.unwrap_or(false);
+    let prompts = prompts(backend, f.prompt.as_ref())?;
+    let max = match max_tokens("max_tokens", f.max_tokens, backend.n_ctx(), echo)? {
+        Some(m) => m,
+        None => DEFAULT_MAX_TOKENS,
+    };
+    for p in &prompts {
+        check_context(backend, p.tokens.len(), Some(max))?;
+    }
+    spec.params.max_tokens = Some(max);
+    if let Some(c) = &spec.params.constraint {
+        backend.check_constraint(c).map_err(ApiError::invalid)?;
+    }
+    let logprobs = top_logprobs("logprobs", f.logprobs)?;
+    Ok(CompletionJob { prompts, spec, logprobs, echo, model: state.cfg.answer_model(common.model) })
+}
+
+/// The engine requests: `n` per prompt, consecutive.
+fn requests(job: &CompletionJob) -> Vec<GenRequest> {
+    job.prompts
+        .iter()
+        .flat_map(|p| {
+            (0..job.spec.n).map(move |i| GenRequest {
+                prompt: p.tokens.clone(),
+                params: params_for_choice(&job.spec.params, i),
+                logprobs: job.logprobs,
+                prompt_logprobs: job.echo && job.logprobs.is_some(),
+                timeout: job.spec.timeout,
+            })
+        })
+        .collect()
+}
+
+/// The handler.
+pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let job = prepare(&state, &v)?;
+    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout).await?;
+    let id = new_id("cmpl-");
+    let created = unix_now();
+    if job.spec.stream {
+        let echo = job.prompts.iter().map(|p| job.echo.then(|| (p.text.clone(), p.tokens.clone()))).collect();
+        let head = StreamHead {
+            id,
+            created,
+            model: job.model,
+            n: job.spec.n,
+            include_usage: job.spec.include_usage,
+        };
+        return Ok(sse_response(state.backend.clone(), head, StreamKind::Completion { echo }, rxs));
+    }
+    let results = futures_util::future::try_join_all(rxs.into_iter().map(collect)).await?;
+    let backend = state.backend.as_ref();
+    let mut usage = UsageSum::default();
+    let mut choices = Vec::with_capacity(results.len());
+    for (i, c) in results.iter().enumerate() {
+        let prompt = &job.prompts[i / job.spec.n];
+        usage.add(&c.usage, i % job.spec.n == 0);
+        let text = if job.echo { format!("{}{}", prompt.text, c.text) } else { c.text.clone() };
+        let logprobs = job.logprobs.map(|_| {
+            let mut l = LegacyLogprobs::new(0);
+            if job.echo {
+                l.push_prompt(backend, &prompt.tokens, c.prompt_logprobs.as_deref());
+            }
+            for lp in &c.logprobs {
+                l.push(backend, lp.id, Some(lp));
+            }
+            l.to_json()
+        });
+        choices.push(json!({
+            "index": i,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": c.finish.map_or("stop", |f| f.openai_reason()),
+        }));
+    }
+    let body = json!({
+        "id": id,
+        "object": "text_completion",
+        "created": created,
+        "model": job.model,
+        "system_fingerprint": fingerprint(),
+        "choices": choices,
+        "usage": usage.usage_json(),
+        "timings": usage.timings_json(),
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}

@@ -1,0 +1,166 @@
+//! `GET /metrics`: the engine's counters in the Prometheus text exposition format.
+
+use std::fmt::Write;
+
+use crate::engine::MetricsSnapshot;
+
+/// The `Content-Type` of the exposition format.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Renders `m` as Prometheus text: `# HELP`, `# TYPE` and one sample per metric.
+pub(crate) fn render(m: &MetricsSnapshot) -> String {
+    let ratio = if m.kv_capacity_tokens > 0 { m.kv_tokens as f64 / m.kv_capacity_tokens as f64 } else { 0.0 };
+    let rows: [(&str, &str, &str, f64); 24] = [
+        ("requests_total", "counter", "Requests accepted.", m.requests_total as f64),
+        (
+            "requests_finished_total",
+            "counter",
+            "Requests that ended normally (length or stop).",
+            m.requests_finished as f64,
+        ),
+        (
+            "requests_cancelled_total",
+            "counter",
+            "Requests cancelled (client gone, shutdown) or timed out.",
+            m.requests_cancelled as f64,
+        ),
+        ("requests_failed_total", "counter", "Requests that failed in the engine.", m.requests_failed as f64),
+        (
+            "requests_rejected_total",
+            "counter",
+            "Requests refused because the queue was full.",
+            m.requests_rejected as f64,
+        ),
+        ("prompt_tokens_total", "counter", "Prompt tokens of all requests.", m.prompt_tokens_total as f64),
+        (
+            "cached_tokens_total",
+            "counter",
+            "Prompt tokens served from the prefix cache.",
+            m.cached_tokens_total as f64,
+        ),
+        ("generated_tokens_total", "counter", "Tokens generated.", m.generated_tokens_total as f64),
+        ("forward_passes_total", "counter", "Forward passes run.", m.forward_passes_total as f64),
+        (
+            "generation_tokens_per_second",
+            "gauge",
+            "Generated tokens per second over the last 10 seconds.",
+            m.generation_tokens_per_second,
+        ),
+        (
+            "prompt_tokens_per_second",
+            "gauge",
+            "Prompt tokens processed per second over the last 10 seconds.",
+            m.prompt_tokens_per_second,
+        ),
+        ("queue_depth", "gauge", "Requests waiting for a slot.", m.queue_depth as f64),
+        ("slots_busy", "gauge", "Slots running a request.", m.slots_busy as f64),
+        ("slots_total", "gauge", "Number of slots.", m.slots_total as f64),
+        ("kv_tokens", "gauge", "Tokens in the slots' KV caches.", m.kv_tokens as f64),
+        ("kv_bytes", "gauge", "Bytes of the slots' KV caches.", m.kv_bytes as f64),
+        ("kv_capacity_tokens", "gauge", "Most tokens all slots can hold.", m.kv_capacity_tokens as f64),
+        ("kv_usage_ratio", "gauge", "KV cache tokens over capacity (0 to 1).", ratio),
+        (
+            "prefix_cache_entries",
+            "gauge",
+            "Sequences kept by the prefix cache.",
+            m.prefix_cache_entries as f64,
+        ),
+        ("prefix_cache_tokens", "gauge", "Tokens kept by the prefix cache.", m.prefix_cache_tokens as f64),
+        ("prefix_cache_bytes", "gauge", "Bytes kept by the prefix cache.", m.prefix_cache_bytes as f64),
+        (
+            "prefix_cache_hits_total",
+            "counter",
+            "Requests that reused a cached prefix.",
+            m.prefix_cache_hits as f64,
+        ),
+        (
+            "prefix_cache_lookups_total",
+            "counter",
+            "Requests that looked for a cached prefix.",
+            m.prefix_cache_lookups as f64,
+        ),
+        ("uptime_seconds", "gauge", "Seconds since the engine started.", m.uptime_seconds),
+    ];
+    let mut out = String::with_capacity(rows.len() * 120);
+    for (name, kind, help, value) in rows {
+        // Writing to a String cannot fail.
+        let _ = writeln!(out, "# HELP ferrolm_{name} {help}");
+        let _ = writeln!(out, "# TYPE ferrolm_{name} {kind}");
+        let _ = writeln!(out, "ferrolm_{name} {}", sample(value));
+    }
+    out
+}
+
+/// A sample value: integers without a fraction, NaN and infinities as Prometheus spells them.
+fn sample(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_has_help_type_and_one_sample() {
+        let m = MetricsSnapshot {
+            requests_total: 7,
+            kv_tokens: 50,
+            kv_capacity_tokens: 200,
+            generation_tokens_per_second: 12.5,
+            ..MetricsSnapshot::default()
+        };
+        let text = render(&m);
+        let names = [
+            "requests_total",
+            "requests_finished_total",
+            "requests_cancelled_total",
+            "requests_failed_total",
+            "requests_rejected_total",
+            "prompt_tokens_total",
+            "cached_tokens_total",
+            "generated_tokens_total",
+            "forward_passes_total",
+            "generation_tokens_per_second",
+            "prompt_tokens_per_second",
+            "queue_depth",
+            "slots_busy",
+            "slots_total",
+            "kv_tokens",
+            "kv_bytes",
+            "kv_capacity_tokens",
+            "kv_usage_ratio",
+            "prefix_cache_entries",
+            "prefix_cache_tokens",
+            "prefix_cache_bytes",
+            "prefix_cache_hits_total",
+            "prefix_cache_lookups_total",
+            "uptime_seconds",
+        ];
+        for n in names {
+            let full = format!("ferrolm_{n}");
+            assert!(text.contains(&format!("# HELP {full} ")), "{n} help");
+            assert!(text.contains(&format!("# TYPE {full} ")), "{n} type");
+            let samples = text.lines().filter(|l| l.split(' ').next() == Some(full.as_str())).count();
+            assert_eq!(samples, 1, "{n} sample");
+        }
+        assert!(text.contains("ferrolm_requests_total 7\n"));
+        assert!(text.contains("ferrolm_kv_usage_ratio 0.25\n"));
+        assert!(text.contains("ferrolm_generation_tokens_per_second 12.5\n"));
+        assert!(text.contains("# TYPE ferrolm_requests_total counter\n"));
+        assert!(text.contains("# TYPE ferrolm_queue_depth gauge\n"));
+        // Every line is a comment or `name value`.
+        for l in text.lines() {
+            assert!(l.starts_with("# ") || l.split(' ').count() == 2, "{l}");
+        }
+        assert_eq!(sample(f64::NAN), "NaN");
+        assert_eq!(sample(f64::INFINITY), "+Inf");
+    }
+}

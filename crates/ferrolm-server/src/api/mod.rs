@@ -1,0 +1,245 @@
+//! The OpenAI-compatible HTTP API over the [engine](crate::engine).
+//!
+//! Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
+//! `GET /v1/models` (and `/v1/models/{id}`), `POST /tokenize`, `POST /detokenize`,
+//! `GET /health`, `GET /metrics` (Prometheus), `GET /slots` and `GET /` (a web page). The
+//! `/v1` routes also answer without the prefix, as llama-server's do.
+//!
+//! Requests take OpenAI's fields plus every sampler of the library under llama-server's names
+//! (`top_k`, `min_p`, `dry_multiplier`, …). A sampler field that is absent keeps the server's
+//! default, [`ServerConfig::sampler`]: the library's (llama.cpp's) defaults — temperature 0.8,
+//! top-k 40, top-p 0.95, min-p 0.05 — unless the command line changed them, rather than OpenAI's
+//! temperature 1 and top-p 1 over the whole vocabulary, which small local models answer badly
+//! (llama-server makes the same choice). Chat has no default `max_tokens` (until the end of
+//! generation or a full context); completions default to 16 as OpenAI's do.
+//!
+//! Errors have OpenAI's shape `{"error": {"message", "type", "param", "code"}}`.
+
+mod backend;
+mod chat;
+mod completions;
+mod error;
+mod json;
+mod metrics;
+mod params;
+mod response;
+mod routes;
+mod stream;
+mod tools;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::{Future, IntoFuture};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ferrolm::model::Pooling;
+use ferrolm::sampling::SamplerParams;
+use tokio::net::TcpListener;
+
+pub use error::ApiError;
+
+use backend::{Backend, EngineBackend, SharedBackend};
+
+use crate::engine::Engine;
+
+/// How long the connections still open after a shutdown's drain get to end.
+const FINAL_GRACE: Duration = Duration::from_secs(5);
+
+/// How the server is set up.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Address to listen on.
+    pub host: String,
+    /// Port (0: any free port; the one chosen is printed).
+    pub port: u16,
+    /// The served model's id (`model` in requests and responses).
+    pub model_id: String,
+    /// Other names the model answers to.
+    pub aliases: Vec<String>,
+    /// When set, every route but `/health` and `/` needs `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// Origins allowed by CORS (`*` for any); empty: no CORS headers.
+    pub cors_origins: Vec<String>,
+    /// Largest request body in bytes (413 above).
+    pub max_body_bytes: usize,
+    /// Longest a request may run (queueing included); a request's `timeout` may lower it.
+    /// Zero: no limit.
+    pub timeout: Duration,
+    /// On shutdown, how long running requests get to finish before they are cancelled.
+    pub shutdown_timeout: Duration,
+    /// Sampling defaults for the fields a request leaves out.
+    pub sampler: SamplerParams,
+    /// Pooling of `/v1/embeddings` (`None`: the model's, else mean).
+    pub embeddings_pooling: Option<Pooling>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".into(),
+            port: 8080,
+            model_id: "ferrolm".into(),
+            aliases: Vec::new(),
+            api_key: None,
+            cors_origins: Vec::new(),
+            max_body_bytes: 8 << 20,
+            timeout: Duration::from_secs(600),
+            shutdown_timeout: Duration::from_secs(30),
+            sampler: SamplerParams::default(),
+            embeddings_pooling: None,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The id and the aliases.
+    pub fn model_names(&self) -> Vec<String> {
+        std::iter::once(self.model_id.clone()).chain(self.aliases.iter().cloned()).collect()
+    }
+
+    /// The `model` a response names: the one asked for (already checked), else the id.
+    pub(crate) fn answer_model(&self, requested: Option<String>) -> String {
+        requested.filter(|m| !m.is_empty()).unwrap_or_else(|| self.model_id.clone())
+    }
+
+    /// The server's request timeout (`None`: none).
+    pub(crate) fn request_timeout(&self) -> Option<Duration> {
+        (!self.timeout.is_zero()).then_some(self.timeout)
+    }
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// `host:port`.
+        addr: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// An I/O error while serving.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The configuration is unusable (a CORS origin that is not a header value, …).
+    #[error("invalid server configuration: {0}")]
+    Config(String),
+}
+
+/// What every handler gets.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub backend: SharedBackend,
+    pub cfg: Arc<ServerConfig>,
+    /// Start time (Unix seconds), the `created` of `/v1/models`.
+    pub created: u64,
+}
+
+/// A JSON response.
+pub(crate) fn json_response(status: StatusCode, v: &serde_json::Value) -> Response {
+    let mut r = (status, v.to_string()).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// A prompt of `n_prompt` tokens must leave room for a token in a slot's context (or fit
+/// exactly when nothing is generated), unless the slots evict.
+pub(crate) fn check_context(
+    backend: &dyn Backend,
+    n_prompt: usize,
+    max_tokens: Option<usize>,
+) -> Result<(), ApiError> {
+    let n_ctx = backend.n_ctx();
+    let need = n_prompt + usize::from(max_tokens != Some(0));
+    if backend.evicts() || need <= n_ctx {
+        return Ok(());
+    }
+    Err(ApiError::context_length(format!(
+        "the prompt has {n_prompt} tokens, which leaves no room in the context of {n_ctx} tokens \
+         (prompt and reply together)"
+    )))
+}
+
+/// Binds `cfg.host:cfg.port` and serves until `shutdown` completes (see [`serve_listener`]).
+pub async fn serve(
+    engine: Engine,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })?;
+    serve_listener(listener, engine, cfg, shutdown).await
+}
+
+/// Serves on a bound listener until `shutdown` completes. Prints `listening on http://ADDR`
+/// once (stdout and the log). On shutdown: the engine stops taking requests, the server stops
+/// accepting connections, running requests get up to `cfg.shutdown_timeout` to finish, then the
+/// rest are cancelled; returns `Ok` when the connections are closed.
+pub async fn serve_listener(
+    listener: TcpListener,
+    engine: Engine,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let backend: SharedBackend = Arc::new(EngineBackend::new(engine));
+    run(listener, backend, cfg, shutdown).await
+}
+
+/// [`serve_listener`] on any backend.
+pub(crate) async fn run(
+    listener: TcpListener,
+    backend: SharedBackend,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let local = listener.local_addr()?;
+    let shutdown_timeout = cfg.shutdown_timeout;
+    let state = AppState { backend: backend.clone(), cfg: Arc::new(cfg), created: response::unix_now() };
+    let app = routes::router(state)?;
+    tracing::info!(%local, "listening");
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{local}");
+        let _ = out.flush();
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let engine = backend.clone();
+    let signal = async move {
+        shutdown.await;
+        tracing::info!("shutting down: refusing new requests, letting running ones finish");
+        engine.shutdown();
+        let _ = tx.send(());
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(signal).into_future();
+    tokio::pin!(server);
+    tokio::select! {
+        r = &mut server => return r.map_err(ServerError::Io),
+        _ = rx => {}
+    }
+    let idle = tokio::select! {
+        r = &mut server => return r.map_err(ServerError::Io),
+        idle = backend.wait_idle(shutdown_timeout) => idle,
+    };
+    if !idle {
+        tracing::warn!(
+            ?shutdown_timeout,
+            "requests still running after the shutdown timeout: cancelling them"
+        );
+        backend.cancel_all();
+    }
+    match tokio::time::timeout(FINAL_GRACE, &mut server).await {
+        Ok(r) => r.map_err(ServerError::Io),
+        Err(_) => {
+            tracing::warn!("closing connections still open");
+            Ok(())
+        }
+    }
+}

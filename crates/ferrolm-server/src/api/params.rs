@@ -1,0 +1,549 @@
+//! The request fields shared by `/v1/chat/completions` and `/v1/completions`: sampling (OpenAI's
+//! names plus every sampler of the library under llama-server's names), stop strings, seed,
+//! structured output, `n`, streaming and timeout, turned into [`GenerateParams`].
+//!
+//! A sampler field that is absent keeps the server's default ([`super::ServerConfig::sampler`],
+//! which is the library's — llama.cpp's — defaults unless the command line changed them).
+
+use std::time::Duration;
+
+use ferrolm::constrain::ConstraintSpec;
+use ferrolm::sampling::{SamplerParams, SamplerStep};
+use ferrolm::session::GenerateParams;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::json::{string_or_list, type_name};
+
+/// Most choices per prompt.
+pub(crate) const MAX_N: i64 = 16;
+/// Most stop strings.
+pub(crate) const MAX_STOP: usize = 16;
+/// Most alternatives per token in log-probabilities.
+pub(crate) const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// `stream_options`.
+#[derive(Deserialize, Default, Debug)]
+#[serde(default)]
+pub(crate) struct StreamOptions {
+    /// Send a last chunk with the usage.
+    pub include_usage: Option<bool>,
+}
+
+/// Fields every generation endpoint reads.
+#[derive(Deserialize, Default, Debug)]
+#[serde(default)]
+pub(crate) struct CommonFields {
+    pub model: Option<String>,
+    pub n: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub stop: Option<Value>,
+    pub seed: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub typical_p: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub repeat_penalty: Option<f64>,
+    pub repeat_last_n: Option<i64>,
+    pub dry_multiplier: Option<f64>,
+    pub dry_base: Option<f64>,
+    pub dry_allowed_length: Option<i64>,
+    pub dry_penalty_last_n: Option<i64>,
+    pub dry_sequence_breakers: Option<Vec<String>>,
+    pub xtc_probability: Option<f64>,
+    pub xtc_threshold: Option<f64>,
+    pub mirostat: Option<i64>,
+    pub mirostat_tau: Option<f64>,
+    pub mirostat_eta: Option<f64>,
+    pub top_n_sigma: Option<f64>,
+    pub dynatemp_range: Option<f64>,
+    pub dynatemp_exponent: Option<f64>,
+    pub min_keep: Option<i64>,
+    pub samplers: Option<Value>,
+    pub logit_bias: Option<Value>,
+    pub ignore_eos: Option<bool>,
+    pub grammar: Option<String>,
+    pub json_schema: Option<Value>,
+    pub response_format: Option<Value>,
+    /// Accepted for llama-server compatibility; the prefix cache is always used.
+    #[allow(dead_code)]
+    pub cache_prompt: Option<bool>,
+    pub timeout: Option<f64>,
+}
+
+/// What the shared fields ask for.
+#[derive(Clone, Debug)]
+pub(crate) struct GenSpec {
+    /// Sampling, stops and constraint (`max_tokens` is set by the endpoint).
+    pub params: GenerateParams,
+    /// Choices per prompt.
+    pub n: usize,
+    /// Answer as server-sent events.
+    pub stream: bool,
+    /// Streaming: end with a usage chunk.
+    pub include_usage: bool,
+    /// The request's timeout (the server's, or lower).
+    pub timeout: Option<Duration>,
+}
+
+/// A float field as `f32`, finite.
+fn float(param: &str, v: Option<f64>, default: f32) -> Result<f32, ApiError> {
+    match v {
+        None => Ok(default),
+        Some(x) if x.is_finite() && (x as f32).is_finite() => Ok(x as f32),
+        Some(x) => Err(ApiError::invalid_param(param, format!("`{param}` must be a finite number, not {x}"))),
+    }
+}
+
+/// A count field (non-negative integer).
+fn count(param: &str, v: Option<i64>, default: usize) -> Result<usize, ApiError> {
+    match v {
+        None => Ok(default),
+        Some(x) => usize::try_from(x)
+            .map_err(|_| ApiError::invalid_param(param, format!("`{param}` must not be negative, not {x}"))),
+    }
+}
+
+/// A history length: -1 (all), 0 (off) or positive.
+fn last_n(param: &str, v: Option<i64>, default: i32) -> Result<i32, ApiError> {
+    match v {
+        None => Ok(default),
+        Some(x) => i32::try_from(x).ok().filter(|&x| x >= -1).ok_or_else(|| {
+            ApiError::invalid_param(
+                param,
+                format!("`{param}` must be -1 (all), 0 (off) or positive, not {x}"),
+            )
+        }),
+    }
+}
+
+/// `samplers`: an array of names, or one string of `;`-separated names or one-letter codes.
+fn sampler_order(v: &Value) -> Result<Vec<SamplerStep>, ApiError> {
+    let bad = |m: String| ApiError::invalid_param("samplers", m);
+    match v {
+        Value::String(s) => SamplerStep::parse_order(s).map_err(|e| bad(e.to_string())),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| {
+                let name = i.as_str().ok_or_else(|| bad("`samplers` must be an array of names".into()))?;
+                SamplerStep::from_name(name).ok_or_else(|| {
+                    bad(format!(
+                        "unknown sampler '{name}' (known: penalties, dry, top_n_sigma, top_k, typ_p, top_p, \
+                         min_p, xtc, temperature)"
+                    ))
+                })
+            })
+            .collect(),
+        other => {
+            Err(bad(format!("`samplers` must be an array of names or a string, not {}", type_name(other))))
+        }
+    }
+}
+
+/// `logit_bias`: `{"TOKEN_ID": bias}` (OpenAI) or `[[TOKEN_ID, bias], …]` (llama-server); a bias
+/// of `false` bans the token.
+fn logit_bias(v: &Value, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::invalid_param("logit_bias", m);
+    let bias = |key: &str, b: &Value| -> Result<(u32, f32), ApiError> {
+        let id: u32 =
+            key.trim().parse().map_err(|_| bad(format!("`logit_bias` keys are token ids, not {key:?}")))?;
+        if id as usize >= n_vocab {
+            return Err(bad(format!("`logit_bias`: token id {id} is outside the vocabulary (0..{n_vocab})")));
+        }
+        let value = match b {
+            Value::Bool(false) => f32::NEG_INFINITY,
+            Value::Number(n) => n.as_f64().map(|x| x as f32).filter(|x| x.is_finite()).ok_or_else(|| {
+                bad(format!("`logit_bias` for token {id} must be a finite number, not {n}"))
+            })?,
+            other => {
+                return Err(bad(format!(
+                    "`logit_bias` for token {id} must be a number (or false to ban it), not {}",
+                    type_name(other)
+                )));
+            }
+        };
+        Ok((id, value))
+    };
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::Object(map) => map.iter().map(|(k, b)| bias(k, b)).collect(),
+        Value::Array(items) => items
+            .iter()
+            .map(|pair| match pair.as_array().map(Vec::as_slice) {
+                Some([Value::Number(id), b]) => bias(&id.to_string(), b),
+                _ => Err(bad("`logit_bias` as an array holds [token_id, bias] pairs".into())),
+            })
+            .collect(),
+        other => Err(bad(format!("`logit_bias` must be an object, not {}", type_name(other)))),
+    }
+}
+
+/// `response_format`: text, `json_object` (optionally with `schema`), or `json_schema`.
+fn response_format(v: &Value) -> Result<Option<ConstraintSpec>, ApiError> {
+    let bad = |m: &str| ApiError::invalid_param("response_format", m.to_string());
+    let Value::Object(map) = v else {
+        return match v {
+            Value::Null => Ok(None),
+            _ => Err(bad("`response_format` must be an object such as {\"type\": \"json_object\"}")),
+        };
+    };
+    let schema_of = |s: &Value| -> Result<ConstraintSpec, ApiError> {
+        match s {
+            Value::Object(_) | Value::Bool(true) => Ok(ConstraintSpec::JsonSchema(s.clone())),
+            _ => Err(bad("the JSON schema must be an object")),
+        }
+    };
+    match map.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => match map.get("schema") {
+            None | Some(Value::Null) => Ok(Some(ConstraintSpec::JsonObject)),
+            Some(s) => schema_of(s).map(Some),
+        },
+        Some("json_schema") => {
+            let js = map.get("json_schema").ok_or_else(|| bad("`json_schema` is missing"))?;
+            match js.get("schema").or_else(|| map.get("schema")) {
+                None | Some(Value::Null) => Ok(Some(ConstraintSpec::JsonObject)),
+                Some(s) => schema_of(s).map(Some),
+            }
+        }
+        Some(other) => Err(bad(&format!(
+            "unknown response_format type '{other}' (use text, json_object or json_schema)"
+        ))),
+        None => Err(bad("`response_format.type` is missing")),
+    }
+}
+
+impl CommonFields {
+    /// Checks `model` against the served names.
+    pub(crate) fn check_model(&self, names: &[String]) -> Result<(), ApiError> {
+        match &self.model {
+            Some(m) if !m.is_empty() && !names.iter().any(|n| n == m) => Err(ApiError::model_not_found(m)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The sampler: the server's defaults with the request's fields over them.
+    pub(crate) fn sampler(
+        &self,
+        defaults: &SamplerParams,
+        n_vocab: usize,
+    ) -> Result<SamplerParams, ApiError> {
+        let d = defaults;
+        let mut p = SamplerParams {
+            temperature: float("temperature", self.temperature, d.temperature)?,
+            dynatemp_range: float("dynatemp_range", self.dynatemp_range, d.dynatemp_range)?,
+            dynatemp_exponent: float("dynatemp_exponent", self.dynatemp_exponent, d.dynatemp_exponent)?,
+            // llama.cpp: top_k <= 0 is off.
+            top_k: self.top_k.map_or(d.top_k, |k| usize::try_from(k.max(0)).unwrap_or(usize::MAX)),
+            top_p: float("top_p", self.top_p, d.top_p)?,
+            min_p: float("min_p", self.min_p, d.min_p)?,
+            typical_p: float("typical_p", self.typical_p, d.typical_p)?,
+            top_n_sigma: float("top_n_sigma", self.top_n_sigma, d.top_n_sigma)?,
+            xtc_probability: float("xtc_probability", self.xtc_probability, d.xtc_probability)?,
+            xtc_threshold: float("xtc_threshold", self.xtc_threshold, d.xtc_threshold)?,
+            penalty_last_n: last_n("repeat_last_n", self.repeat_last_n, d.penalty_last_n)?,
+            repeat_penalty: float("repeat_penalty", self.repeat_penalty, d.repeat_penalty)?,
+            frequency_penalty: float("frequency_penalty", self.frequency_penalty, d.frequency_penalty)?,
+            presence_penalty: float("presence_penalty", self.presence_penalty, d.presence_penalty)?,
+            dry_multiplier: float("dry_multiplier", self.dry_multiplier, d.dry_multiplier)?,
+            dry_base: float("dry_base", self.dry_base, d.dry_base)?,
+            dry_allowed_length: count("dry_allowed_length", self.dry_allowed_length, d.dry_allowed_length)?,
+            dry_penalty_last_n: last_n("dry_penalty_last_n", self.dry_penalty_last_n, d.dry_penalty_last_n)?,
+            dry_sequence_breakers: self
+                .dry_sequence_breakers
+                .clone()
+                .unwrap_or_else(|| d.dry_sequence_breakers.clone()),
+            mirostat: match self.mirostat {
+                None => d.mirostat,
+                Some(m @ 0..=2) => m as u8,
+                Some(m) => {
+                    return Err(ApiError::invalid_param(
+                        "mirostat",
+                        format!("`mirostat` must be 0 (off), 1 or 2, not {m}"),
+                    ));
+                }
+            },
+            mirostat_tau: float("mirostat_tau", self.mirostat_tau, d.mirostat_tau)?,
+            mirostat_eta: float("mirostat_eta", self.mirostat_eta, d.mirostat_eta)?,
+            logit_bias: d.logit_bias.clone(),
+            min_keep: count("min_keep", self.min_keep, d.min_keep)?,
+            order: match &self.samplers {
+                None | Some(Value::Null) => d.order.clone(),
+                Some(v) => sampler_order(v)?,
+            },
+            seed: match self.seed {
+                None | Some(-1) => d.seed,
+                Some(s) => Some(s as u64),
+            },
+        };
+        if let Some(v) = &self.logit_bias {
+            p.logit_bias.extend(logit_bias(v, n_vocab)?);
+        }
+        p.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
+        Ok(p)
+    }
+
+    /// Stop strings (empty ones dropped).
+    pub(crate) fn stops(&self) -> Result<Vec<String>, ApiError> {
+        let mut stops = match &self.stop {
+            None => Vec::new(),
+            Some(v) => string_or_list("stop", v)?,
+        };
+        stops.retain(|s| !s.is_empty());
+        if stops.len() > MAX_STOP {
+            return Err(ApiError::invalid_param(
+                "stop",
+                format!("at most {MAX_STOP} stop strings, not {}", stops.len()),
+            ));
+        }
+        Ok(stops)
+    }
+
+    /// The output constraint: `response_format`, `grammar` (Lark) or `json_schema`, at most one.
+    pub(crate) fn constraint(&self) -> Result<Option<ConstraintSpec>, ApiError> {
+        let mut specs = Vec::new();
+        if let Some(v) = &self.response_format
+            && let Some(s) = response_format(v)?
+        {
+            specs.push(("response_format", s));
+        }
+        if let Some(g) = &self.grammar
+            && !g.trim().is_empty()
+        {
+            specs.push(("grammar", ConstraintSpec::Lark(g.clone())));
+        }
+        match &self.json_schema {
+            None | Some(Value::Null) => {}
+            Some(s @ (Value::Object(_) | Value::Bool(true))) => {
+                specs.push(("json_schema", ConstraintSpec::JsonSchema(s.clone())))
+            }
+            Some(_) => return Err(ApiError::invalid_param("json_schema", "`json_schema` must be an object")),
+        }
+        if specs.len() > 1 {
+            let names: Vec<&str> = specs.iter().map(|(n, _)| *n).collect();
+            return Err(ApiError::invalid(format!(
+                "give at most one of response_format (json), grammar and json_schema, not {}",
+                names.join(" and ")
+            )));
+        }
+        Ok(specs.pop().map(|(_, s)| s))
+    }
+
+    /// Everything but `max_tokens`.
+    pub(crate) fn spec(
+        &self,
+        defaults: &SamplerParams,
+        n_vocab: usize,
+        server_timeout: Option<Duration>,
+    ) -> Result<GenSpec, ApiError> {
+        let n = self.n.unwrap_or(1);
+        if !(1..=MAX_N).contains(&n) {
+            return Err(ApiError::invalid_param("n", format!("`n` must be between 1 and {MAX_N}, not {n}")));
+        }
+        let timeout = match self.timeout {
+            None => server_timeout,
+            Some(t) if t.is_finite() && t > 0.0 && t < 1e9 => {
+                let t = Duration::from_secs_f64(t);
+                Some(server_timeout.map_or(t, |s| s.min(t)))
+            }
+            Some(t) => {
+                return Err(ApiError::invalid_param(
+                    "timeout",
+                    format!("`timeout` must be a positive number of seconds, not {t}"),
+                ));
+            }
+        };
+        let params = GenerateParams {
+            max_tokens: None,
+            sampler: self.sampler(defaults, n_vocab)?,
+            stop: self.stops()?,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
+            constraint: self.constraint()?,
+        };
+        Ok(GenSpec {
+            params,
+            n: n as usize,
+            stream: self.stream.unwrap_or(false),
+            include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+            timeout,
+        })
+    }
+}
+
+/// `max_tokens`: 0..=`n_ctx` (0 only where `allow_zero`).
+pub(crate) fn max_tokens(
+    param: &str,
+    v: Option<i64>,
+    n_ctx: usize,
+    allow_zero: bool,
+) -> Result<Option<usize>, ApiError> {
+    let Some(m) = v else { return Ok(None) };
+    let lo = if allow_zero { 0 } else { 1 };
+    if m < lo || m > n_ctx as i64 {
+        return Err(ApiError::invalid_param(
+            param,
+            format!("`{param}` must be between {lo} and the context size {n_ctx}, not {m}"),
+        ));
+    }
+    Ok(Some(m as usize))
+}
+
+/// `top_logprobs` / completions' `logprobs`: 0..=20.
+pub(crate) fn top_logprobs(param: &str, v: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(k @ 0..=MAX_TOP_LOGPROBS) => Ok(Some(k as usize)),
+        Some(k) => Err(ApiError::invalid_param(
+            param,
+            format!("`{param}` must be between 0 and {MAX_TOP_LOGPROBS}, not {k}"),
+        )),
+    }
+}
+
+/// The sampler of choice `i` of `n`: with a seed, choice `i` uses `seed + i`.
+pub(crate) fn params_for_choice(params: &GenerateParams, i: usize) -> GenerateParams {
+    let mut p = params.clone();
+    p.sampler.seed = p.sampler.seed.map(|s| s.wrapping_add(i as u64));
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn common(v: Value) -> Result<CommonFields, ApiError> {
+        super::super::json::fields(&v)
+    }
+
+    fn spec(v: Value) -> Result<GenSpec, ApiError> {
+        common(v)?.spec(&SamplerParams::default(), 100, Some(Duration::from_secs(600)))
+    }
+
+    #[test]
+    fn absent_fields_keep_the_defaults() {
+        let s = spec(json!({})).expect("empty");
+        assert_eq!(s.params.sampler, SamplerParams::default());
+        assert_eq!((s.n, s.stream, s.include_usage), (1, false, false));
+        assert_eq!(s.timeout, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn every_field_reaches_the_sampler() {
+        let s = spec(json!({
+            "temperature": 0.5, "top_p": 0.9, "top_k": 7, "min_p": 0.1, "typical_p": 0.8,
+            "frequency_penalty": -0.2, "presence_penalty": 0.4, "repeat_penalty": 1.1, "repeat_last_n": -1,
+            "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3, "dry_penalty_last_n": 128,
+            "dry_sequence_breakers": ["\n", "###"], "xtc_probability": 0.3, "xtc_threshold": 0.2,
+            "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2, "top_n_sigma": 1.5,
+            "dynatemp_range": 0.25, "dynatemp_exponent": 1.5, "min_keep": 2, "samplers": ["top_k", "temperature"],
+            "logit_bias": {"15": -100, "3": false}, "seed": 123, "stop": ["a", "", "b"], "ignore_eos": true,
+            "n": 3, "stream": true, "stream_options": {"include_usage": true}, "timeout": 5, "cache_prompt": true,
+        }))
+        .expect("all fields");
+        let p = &s.params.sampler;
+        assert_eq!((p.temperature, p.top_k, p.top_p, p.min_p, p.typical_p), (0.5, 7, 0.9, 0.1, 0.8));
+        assert_eq!(
+            (p.frequency_penalty, p.presence_penalty, p.repeat_penalty, p.penalty_last_n),
+            (-0.2, 0.4, 1.1, -1)
+        );
+        assert_eq!(
+            (p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n),
+            (0.8, 2.0, 3, 128)
+        );
+        assert_eq!(p.dry_sequence_breakers, vec!["\n", "###"]);
+        assert_eq!((p.xtc_probability, p.xtc_threshold, p.top_n_sigma), (0.3, 0.2, 1.5));
+        assert_eq!((p.mirostat, p.mirostat_tau, p.mirostat_eta), (2, 4.0, 0.2));
+        assert_eq!((p.dynatemp_range, p.dynatemp_exponent, p.min_keep), (0.25, 1.5, 2));
+        assert_eq!(p.order, vec![SamplerStep::TopK, SamplerStep::Temperature]);
+        assert_eq!(p.logit_bias, vec![(15, -100.0), (3, f32::NEG_INFINITY)]);
+        assert_eq!(p.seed, Some(123));
+        assert_eq!(s.params.stop, vec!["a", "b"]);
+        assert!(s.params.ignore_eos);
+        assert_eq!((s.n, s.stream, s.include_usage), (3, true, true));
+        assert_eq!(s.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(params_for_choice(&s.params, 2).sampler.seed, Some(125));
+    }
+
+    #[test]
+    fn out_of_range_values_are_rejected() {
+        for bad in [
+            json!({"n": 0}),
+            json!({"n": 17}),
+            json!({"top_p": 1.5}),
+            json!({"temperature": "hot"}),
+            json!({"temperature": 1e300}),
+            json!({"repeat_last_n": -2}),
+            json!({"mirostat": 3}),
+            json!({"min_keep": -1}),
+            json!({"logit_bias": {"abc": 1}}),
+            json!({"logit_bias": {"100": 1}}),
+            json!({"logit_bias": {"5": "x"}}),
+            json!({"logit_bias": 5}),
+            json!({"samplers": ["bogus"]}),
+            json!({"samplers": 3}),
+            json!({"stop": 3}),
+            json!({"stop": vec!["a"; 17]}),
+            json!({"timeout": 0}),
+            json!({"timeout": -1}),
+            json!({"response_format": {"type": "xml"}}),
+            json!({"response_format": {"type": "json_object"}, "grammar": "start: \"a\""}),
+            json!({"json_schema": 3}),
+            json!({"dry_sequence_breakers": [""]}),
+            json!({"repeat_penalty": 0}),
+        ] {
+            assert!(spec(bad.clone()).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn constraints_and_odd_forms() {
+        let c = |v| common(v).expect("fields").constraint().expect("ok");
+        assert_eq!(c(json!({"response_format": {"type": "text"}})), None);
+        assert_eq!(c(json!({"response_format": {"type": "json_object"}})), Some(ConstraintSpec::JsonObject));
+        let schema = json!({"type": "object"});
+        assert_eq!(
+            c(
+                json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": true}}})
+            ),
+            Some(ConstraintSpec::JsonSchema(schema.clone()))
+        );
+        assert_eq!(
+            c(json!({"json_schema": schema})),
+            Some(ConstraintSpec::JsonSchema(json!({"type": "object"})))
+        );
+        assert_eq!(c(json!({"grammar": "start: \"a\""})), Some(ConstraintSpec::Lark("start: \"a\"".into())));
+        let s = spec(
+            json!({"samplers": "top_k;temp", "logit_bias": [[5, 1.5]], "stop": "x", "seed": -1, "top_k": -1}),
+        )
+        .expect("string forms");
+        assert_eq!(s.params.sampler.order, vec![SamplerStep::TopK, SamplerStep::Temperature]);
+        assert_eq!(s.params.sampler.logit_bias, vec![(5, 1.5)]);
+        assert_eq!(s.params.stop, vec!["x"]);
+        assert_eq!((s.params.sampler.seed, s.params.sampler.top_k), (None, 0));
+        // A request timeout above the server's is capped.
+        assert_eq!(spec(json!({"timeout": 10000})).expect("t").timeout, Some(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn model_and_counts() {
+        let names = vec!["smol".to_string(), "alias".to_string()];
+        assert!(common(json!({"model": "smol"})).expect("f").check_model(&names).is_ok());
+        assert!(common(json!({"model": "alias"})).expect("f").check_model(&names).is_ok());
+        assert!(common(json!({})).expect("f").check_model(&names).is_ok());
+        let e = common(json!({"model": "gpt-4"})).expect("f").check_model(&names).expect_err("unknown");
+        assert_eq!(e.code, Some("model_not_found"));
+        assert_eq!(max_tokens("max_tokens", Some(5), 10, false).expect("ok"), Some(5));
+        assert!(max_tokens("max_tokens", Some(0), 10, false).is_err());
+        assert_eq!(max_tokens("max_tokens", Some(0), 10, true).expect("ok"), Some(0));
+        assert!(max_tokens("max_tokens", Some(11), 10, true).is_err());
+        assert!(max_tokens("max_tokens", Some(-1), 10, true).is_err());
+        assert!(top_logprobs("top_logprobs", Some(21)).is_err());
+        assert_eq!(top_logprobs("top_logprobs", Some(0)).expect("ok"), Some(0));
+    }
+}

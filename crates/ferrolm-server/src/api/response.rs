@@ -1,0 +1,248 @@
+//! Collecting a generation's events and the pieces of OpenAI responses built from them: ids,
+//! `usage`, llama-server's `timings`, and log-probabilities in the chat and legacy formats.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rand::distr::Alphanumeric;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+
+use super::backend::{Backend, piece_text};
+use super::error::ApiError;
+use crate::engine::{Finish, GenEvent, GenRequest, TokenLogprob, Usage};
+
+/// `system_fingerprint` of every response.
+pub(crate) fn fingerprint() -> String {
+    format!("fp_ferrolm_{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// A response id: `prefix` and 24 random letters and digits.
+pub(crate) fn new_id(prefix: &str) -> String {
+    let r: String = rand::rng().sample_iter(&Alphanumeric).take(24).map(char::from).collect();
+    format!("{prefix}{r}")
+}
+
+/// Seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// One finished generation.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Collected {
+    /// All its text.
+    pub text: String,
+    /// Generated tokens' log-probabilities (when asked).
+    pub logprobs: Vec<TokenLogprob>,
+    /// Prompt tokens' log-probabilities (when asked).
+    pub prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
+    /// Why it ended.
+    pub finish: Option<Finish>,
+    /// Counts and timings.
+    pub usage: Usage,
+}
+
+/// Reads events until `Done`; an engine error, or a channel closed before `Done`, is an error.
+pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<GenEvent>) -> Result<Collected, ApiError> {
+    let mut out = Collected::default();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            GenEvent::PromptLogprobs(p) => out.prompt_logprobs = Some(p),
+            GenEvent::Token { text, logprob, .. } => {
+                out.text.push_str(&text);
+                out.logprobs.extend(logprob);
+            }
+            GenEvent::Done { text, finish, usage } => {
+                out.text.push_str(&text);
+                out.finish = Some(finish);
+                out.usage = usage;
+                return Ok(out);
+            }
+            GenEvent::Error(m) => return Err(ApiError::internal(m)),
+        }
+    }
+    Err(ApiError::internal("the engine stopped before the request finished"))
+}
+
+/// Queues every request. When the queue fills after some of them were accepted, waits for room
+/// (the accepted ones run meanwhile) until `deadline`; the first one refused is the answer's
+/// error (and the accepted ones are cancelled by dropping their receivers).
+pub(crate) async fn submit_all(
+    backend: &dyn Backend,
+    reqs: Vec<GenRequest>,
+    timeout: Option<Duration>,
+) -> Result<Vec<mpsc::UnboundedReceiver<GenEvent>>, ApiError> {
+    let start = Instant::now();
+    let mut rxs = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        loop {
+            match backend.submit(req.clone()) {
+                Ok(rx) => {
+                    rxs.push(rx);
+                    break;
+                }
+                Err(crate::engine::SubmitError::QueueFull { .. })
+                    if !rxs.is_empty() && timeout.is_none_or(|t| start.elapsed() < t) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(rxs)
+}
+
+/// Token counts of a whole response.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct UsageSum {
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+    /// Timings: the slowest choice's.
+    pub queue_ms: f64,
+    pub prompt_ms: f64,
+    pub decode_ms: f64,
+}
+
+impl UsageSum {
+    /// Adds one choice; its prompt counts only when `new_prompt` (the `n` choices of one prompt
+    /// share it).
+    pub(crate) fn add(&mut self, u: &Usage, new_prompt: bool) {
+        if new_prompt {
+            self.prompt_tokens += u.prompt_tokens;
+            self.cached_tokens += u.cached_tokens;
+        }
+        self.completion_tokens += u.completion_tokens;
+        self.queue_ms = self.queue_ms.max(u.queue_ms);
+        self.prompt_ms = self.prompt_ms.max(u.prompt_ms);
+        self.decode_ms = self.decode_ms.max(u.decode_ms);
+    }
+
+    /// OpenAI's `usage`.
+    pub(crate) fn usage_json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        })
+    }
+
+    /// llama-server's `timings`.
+    pub(crate) fn timings_json(&self) -> Value {
+        let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+        let prompt_n = self.prompt_tokens.saturating_sub(self.cached_tokens);
+        json!({
+            "queue_ms": self.queue_ms,
+            "cache_n": self.cached_tokens,
+            "prompt_n": prompt_n,
+            "prompt_ms": self.prompt_ms,
+            "prompt_per_second": per_s(prompt_n, self.prompt_ms),
+            "predicted_n": self.completion_tokens,
+            "predicted_ms": self.decode_ms,
+            "predicted_per_second": per_s(self.completion_tokens, self.decode_ms),
+        })
+    }
+}
+
+/// One entry of chat `logprobs.content`: `{token, logprob, bytes, top_logprobs}`.
+pub(crate) fn chat_logprob(backend: &dyn Backend, lp: &TokenLogprob) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let bytes = backend.piece(id);
+        json!({
+            "token": String::from_utf8_lossy(&bytes),
+            "logprob": finite(logprob),
+            "bytes": bytes,
+        })
+    };
+    let mut v = entry(lp.id, lp.logprob);
+    let top: Vec<Value> = lp.top.iter().map(|&(id, l)| entry(id, l)).collect();
+    v["top_logprobs"] = Value::Array(top);
+    v
+}
+
+/// A log-probability as JSON: `-inf` (an impossible token) becomes -9999 as OpenAI does.
+fn finite(x: f32) -> Value {
+    if x.is_finite() { json!(x) } else { json!(-9999.0) }
+}
+
+/// The legacy completions `logprobs`: `{tokens, token_logprobs, top_logprobs, text_offset}`,
+/// for the prompt tokens (`echo`, the first one `null`) then the generated ones. `text_offset`
+/// counts characters of the returned text from `offset0`.
+pub(crate) struct LegacyLogprobs {
+    tokens: Vec<Value>,
+    token_logprobs: Vec<Value>,
+    top_logprobs: Vec<Value>,
+    text_offset: Vec<usize>,
+    offset: usize,
+}
+
+impl LegacyLogprobs {
+    /// Empty, offsets starting at `offset0`.
+    pub(crate) fn new(offset0: usize) -> LegacyLogprobs {
+        LegacyLogprobs {
+            tokens: Vec::new(),
+            token_logprobs: Vec::new(),
+            top_logprobs: Vec::new(),
+            text_offset: Vec::new(),
+            offset: offset0,
+        }
+    }
+
+    /// Adds a token: its id and, when known, its log-probability.
+    pub(crate) fn push(&mut self, backend: &dyn Backend, id: u32, lp: Option<&TokenLogprob>) {
+        let text = piece_text(backend, id);
+        self.text_offset.push(self.offset);
+        self.offset += text.chars().count();
+        self.tokens.push(Value::String(text));
+        match lp {
+            Some(lp) => {
+                self.token_logprobs.push(finite(lp.logprob));
+                let mut top = Map::new();
+                for &(tid, l) in &lp.top {
+                    top.entry(piece_text(backend, tid)).or_insert_with(|| finite(l));
+                }
+                self.top_logprobs.push(Value::Object(top));
+            }
+            None => {
+                self.token_logprobs.push(Value::Null);
+                self.top_logprobs.push(Value::Null);
+            }
+        }
+    }
+
+    /// Adds the prompt tokens with their log-probabilities (`None` for the first).
+    pub(crate) fn push_prompt(
+        &mut self,
+        backend: &dyn Backend,
+        prompt: &[u32],
+        lps: Option<&[Option<TokenLogprob>]>,
+    ) {
+        for (i, &id) in prompt.iter().enumerate() {
+            let lp = lps.and_then(|l| l.get(i)).and_then(Option::as_ref);
+            self.push(backend, id, lp);
+        }
+    }
+
+    /// The character offset after the last token.
+    pub(crate) fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Whether no token was added.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The JSON object.
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "tokens": self.tokens,
+            "token_logprobs": self.token_logprobs,
+            "top_logprobs": self.top_logprobs,
+            "text_offset": self.text_offset,
+        })
+    }
+}

@@ -1,0 +1,387 @@
+//! The router: routes, API-key check, CORS, body limit, and JSON errors for everything the HTTP
+//! layer itself refuses (404, 405, 413). Also the small endpoints: models, tokenize,
+//! detokenize, embeddings, health, metrics, slots and the web page.
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::limit::RequestBodyLimitLayer;
+
+use super::error::ApiError;
+use super::json::{fields, is_token_array, parse_object, token_id, type_name};
+use super::{AppState, ServerError, chat, completions, json_response, metrics};
+
+/// The web page served at `/`.
+const INDEX_HTML: &str = include_str!("../../static/index.html");
+
+/// Most texts in one embeddings request.
+const MAX_EMBED_INPUTS: usize = 2048;
+
+/// Builds the router.
+pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
+    let cors = cors_layer(&state.cfg.cors_origins)?;
+    let max_body = state.cfg.max_body_bytes;
+    let mut app = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(text_completions))
+        .route("/completions", post(text_completions))
+        .route("/v1/embeddings", post(embeddings))
+        .route("/embeddings", post(embeddings))
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route("/v1/models/{*id}", get(model))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/health", get(health))
+        .route("/metrics", get(prometheus))
+        .route("/slots", get(slots))
+        .route("/", get(index))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn(json_errors))
+        .layer(DefaultBodyLimit::disable())
+        .layer(RequestBodyLimitLayer::new(max_body))
+        .with_state(state);
+    if let Some(c) = cors {
+        app = app.layer(c);
+    }
+    Ok(app)
+}
+
+/// `--cors-origin`: `*` or a list of origins; none gives no CORS headers.
+fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let values = origins
+            .iter()
+            .map(|o| {
+                HeaderValue::from_str(o.trim_end_matches('/'))
+                    .map_err(|_| ServerError::Config(format!("invalid CORS origin {o:?}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(values)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_headers(Any)
+            .max_age(std::time::Duration::from_secs(3600)),
+    ))
+}
+
+/// Compares two byte strings in time independent of where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// With an API key set, every route but `/health` and `/` needs `Authorization: Bearer KEY`.
+async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(key) = &state.cfg.api_key else { return next.run(req).await };
+    if matches!(req.uri().path(), "/health" | "/") || req.method() == Method::OPTIONS {
+        return next.run(req).await;
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    match given {
+        Some(g) if same_secret(g.as_bytes(), key.as_bytes()) => next.run(req).await,
+        _ => {
+            let mut resp = ApiError::unauthorized().into_response();
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            resp
+        }
+    }
+}
+
+/// Error responses the HTTP layer makes itself (405, 413, a body that cannot be read) get
+/// OpenAI's JSON error shape; their other headers (`Allow`) stay.
+async fn json_errors(req: Request, next: Next) -> Response {
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).into_owned());
+    let message = match (status, text) {
+        (StatusCode::METHOD_NOT_ALLOWED, _) => format!("method {method} is not allowed for {path}"),
+        (StatusCode::PAYLOAD_TOO_LARGE, _) => {
+            "the request body is too large (see --max-body-bytes)".to_string()
+        }
+        (_, Ok(t)) if !t.trim().is_empty() => t.trim().to_string(),
+        _ => status.canonical_reason().unwrap_or("error").to_string(),
+    };
+    let mut out = ApiError::with_status(status, message).into_response();
+    for (name, value) in parts.headers.iter() {
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
+            out.headers_mut().insert(name.clone(), value.clone());
+        }
+    }
+    out
+}
+
+async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::route_not_found(method.as_str(), uri.path())
+}
+
+async fn chat_completions(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    chat::handle(state, body).await
+}
+
+async fn text_completions(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    completions::handle(state, body).await
+}
+
+async fn health() -> Response {
+    json_response(StatusCode::OK, &json!({"status": "ok"}))
+}
+
+async fn index() -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML).into_response()
+}
+
+async fn prometheus(State(state): State<AppState>) -> Response {
+    let text = metrics::render(&state.backend.metrics());
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+}
+
+async fn slots(State(state): State<AppState>) -> Response {
+    let slots = serde_json::to_value(state.backend.slots()).unwrap_or(Value::Null);
+    json_response(StatusCode::OK, &slots)
+}
+
+/// One `/v1/models` entry.
+fn model_entry(state: &AppState, id: &str) -> Value {
+    json!({
+        "id": id,
+        "object": "model",
+        "created": state.created,
+        "owned_by": "ferrolm",
+        "meta": {
+            "n_ctx": state.backend.n_ctx(),
+            "n_vocab": state.backend.n_vocab(),
+            "n_slots": state.backend.metrics().slots_total,
+        },
+    })
+}
+
+async fn models(State(state): State<AppState>) -> Response {
+    let data: Vec<Value> = state.cfg.model_names().iter().map(|n| model_entry(&state, n)).collect();
+    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
+
+async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if state.cfg.model_names().contains(&id) {
+        Ok(json_response(StatusCode::OK, &model_entry(&state, &id)))
+    } else {
+        Err(ApiError::model_not_found(&id))
+    }
+}
+
+#[derive(Deserialize)]
+struct TokenizeFields {
+    content: String,
+    add_special: Option<bool>,
+    parse_special: Option<bool>,
+    with_pieces: Option<bool>,
+}
+
+/// `POST /tokenize`: `{"content", "add_special", "parse_special", "with_pieces"}` →
+/// `{"tokens": [id…]}` or, with pieces, `{"tokens": [{"id", "piece"}…]}` (a piece that is not
+/// valid UTF-8 is given as its bytes).
+async fn tokenize(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let f: TokenizeFields = fields(&parse_object(&body)?)?;
+    let b = state.backend.as_ref();
+    let (add_special, parse_special) = (f.add_special.unwrap_or(false), f.parse_special.unwrap_or(true));
+    let ids = b.tokenize(&f.content, add_special, parse_special).map_err(ApiError::invalid)?;
+    let tokens: Vec<Value> = if f.with_pieces.unwrap_or(false) {
+        ids.iter()
+            .map(|&id| {
+                let bytes = b.piece(id);
+                let piece = match String::from_utf8(bytes) {
+                    Ok(s) => Value::String(s),
+                    Err(e) => json!(e.into_bytes()),
+                };
+                json!({"id": id, "piece": piece})
+            })
+            .collect()
+    } else {
+        ids.iter().map(|&id| json!(id)).collect()
+    };
+    Ok(json_response(StatusCode::OK, &json!({"tokens": tokens})))
+}
+
+/// `POST /detokenize`: `{"tokens": [id…]}` → `{"content": text}`.
+async fn detokenize(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let b = state.backend.as_ref();
+    let ids = match v.get("tokens") {
+        Some(Value::Array(items)) => {
+            items.iter().map(|t| token_id("tokens", t, b.n_vocab())).collect::<Result<Vec<u32>, _>>()?
+        }
+        _ => return Err(ApiError::invalid_param("tokens", "`tokens` must be an array of token ids")),
+    };
+    let bytes: Vec<u8> = ids.iter().flat_map(|&id| b.piece(id)).collect();
+    Ok(json_response(StatusCode::OK, &json!({"content": String::from_utf8_lossy(&bytes)})))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct EmbeddingFields {
+    input: Option<Value>,
+    model: Option<String>,
+    encoding_format: Option<String>,
+    dimensions: Option<i64>,
+    normalize: Option<bool>,
+}
+
+/// `input`: texts, or token arrays (turned back into text: the engine embeds text).
+fn embedding_inputs(state: &AppState, v: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let b = state.backend.as_ref();
+    let from_tokens = |param: &str, items: &[Value]| -> Result<String, ApiError> {
+        let ids = items.iter().map(|t| token_id(param, t, b.n_vocab())).collect::<Result<Vec<_>, _>>()?;
+        let bytes: Vec<u8> = ids.iter().flat_map(|&id| b.piece(id)).collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    let texts = match v {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(arr @ Value::Array(items)) if is_token_array(arr) => vec![from_tokens("input", items)?],
+        Some(Value::Array(items)) if !items.is_empty() => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s.clone()),
+                Value::Array(toks) if is_token_array(item) => from_tokens(&format!("input[{i}]"), toks),
+                other => Err(ApiError::invalid_param(
+                    format!("input[{i}]"),
+                    format!("an input must be a string or an array of token ids, not {}", type_name(other)),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(Value::Array(_)) => return Err(ApiError::invalid_param("input", "`input` is empty")),
+        None | Some(Value::Null) => return Err(ApiError::invalid_param("input", "`input` is required")),
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "input",
+                format!("`input` must be a string or an array, not {}", type_name(other)),
+            ));
+        }
+    };
+    if texts.len() > MAX_EMBED_INPUTS {
+        return Err(ApiError::invalid_param(
+            "input",
+            format!("at most {MAX_EMBED_INPUTS} inputs per request, not {}", texts.len()),
+        ));
+    }
+    Ok(texts)
+}
+
+/// Standard base64 of the vector's little-endian `f32` bytes.
+pub(crate) fn base64_f32(v: &[f32]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(ABC[((n >> (18 - 6 * k)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `POST /v1/embeddings`.
+async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let f: EmbeddingFields = fields(&v)?;
+    let names = state.cfg.model_names();
+    if let Some(m) = &f.model
+        && !m.is_empty()
+        && !names.contains(m)
+    {
+        return Err(ApiError::model_not_found(m));
+    }
+    let base64 = match f.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "encoding_format",
+                format!("encoding_format must be float or base64, not {other:?}"),
+            ));
+        }
+    };
+    if f.dimensions.is_some() {
+        return Err(ApiError::invalid_param("dimensions", "`dimensions` is not supported"));
+    }
+    let texts = embedding_inputs(&state, f.input.as_ref())?;
+    let b = state.backend.as_ref();
+    let mut n_tokens = 0;
+    for (i, t) in texts.iter().enumerate() {
+        let n = b.tokenize(t, true, false).map_err(ApiError::invalid)?.len();
+        if n == 0 {
+            return Err(ApiError::invalid_param(format!("input[{i}]"), "the input has no tokens"));
+        }
+        n_tokens += n;
+    }
+    let vectors = b.embed(texts, state.cfg.embeddings_pooling, f.normalize.unwrap_or(true)).await?;
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 { json!(base64_f32(v)) } else { json!(v) };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    let body = json!({
+        "object": "list",
+        "data": data,
+        "model": state.cfg.answer_model(f.model),
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_known_values() {
+        // 1.0f32 = 00 00 80 3F; "AACAPw==".
+        assert_eq!(base64_f32(&[1.0]), "AACAPw==");
+        // 1.0, 2.0 = 00 00 80 3F 00 00 00 40.
+        assert_eq!(base64_f32(&[1.0, 2.0]), "AACAPwAAAEA=");
+        assert_eq!(base64_f32(&[]), "");
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+    }
+}

@@ -1,0 +1,344 @@
+//! `/v1/chat/completions`.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::fake::{BOS, Fake, Mode, PLAIN};
+use super::{app, detok, post};
+
+#[tokio::test]
+async fn renders_the_template_and_answers_a_chat_completion() {
+    let fake = Arc::new(Fake::reply("Hi there"));
+    let app = app(fake.clone());
+    let a = post(
+        &app,
+        "/v1/chat/completions",
+        r#"{"model": "smol", "messages": [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "you"}]}],
+            "max_tokens": 50, "temperature": 0.2, "user": "someone", "unknown_field": {"x": 1}}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let v = a.json();
+    assert!(v["id"].as_str().is_some_and(|id| id.starts_with("chatcmpl-") && id.len() > 20));
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "smol");
+    assert!(v["created"].as_u64().is_some_and(|c| c > 1_600_000_000));
+    assert!(v["system_fingerprint"].is_string());
+    let c = &v["choices"][0];
+    assert_eq!((c["index"].as_u64(), c["finish_reason"].as_str()), (Some(0), Some("stop")));
+    assert_eq!(c["message"], json!({"role": "assistant", "content": "Hi there"}));
+    assert!(c["logprobs"].is_null());
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    let prompt = &reqs[0].prompt;
+    // One BOS although the template writes `{{ bos_token }}` and the tokenizer adds one.
+    assert_eq!(prompt[0], BOS);
+    assert_ne!(prompt[1], BOS);
+    assert_eq!(
+        detok(&fake, prompt),
+        "<s><|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello\nyou<|im_end|>\n<|im_start|>assistant\n"
+    );
+    assert_eq!(reqs[0].params.max_tokens, Some(50));
+    assert_eq!(reqs[0].params.sampler.temperature, 0.2);
+    assert!(reqs[0].timeout.is_some());
+    let u = &v["usage"];
+    assert_eq!(u["prompt_tokens"].as_u64(), Some(prompt.len() as u64));
+    assert_eq!(u["completion_tokens"], 8);
+    assert_eq!(u["total_tokens"].as_u64(), Some(prompt.len() as u64 + 8));
+    assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 1);
+    let t = &v["timings"];
+    for k in [
+        "queue_ms",
+        "prompt_n",
+        "prompt_ms",
+        "predicted_n",
+        "predicted_ms",
+        "predicted_per_second",
+        "cache_n",
+    ] {
+        assert!(t[k].is_number(), "timings.{k}");
+    }
+    assert_eq!(t["predicted_per_second"], 2000.0);
+}
+
+#[tokio::test]
+async fn n_choices_with_seeds_and_logprobs() {
+    let fake = Arc::new(Fake::reply("ab"));
+    let app = app(fake.clone());
+    let a = post(
+        &app,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "x"}], "n": 3, "seed": 5, "logprobs": true, "top_logprobs": 2}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let v = a.json();
+    assert_eq!(v["choices"].as_array().map(Vec::len), Some(3));
+    let seeds: Vec<Option<u64>> = fake.requests().iter().map(|r| r.params.sampler.seed).collect();
+    assert_eq!(seeds, vec![Some(5), Some(6), Some(7)]);
+    assert!(fake.requests().iter().all(|r| r.logprobs == Some(2) && !r.prompt_logprobs));
+    let lp = &v["choices"][1]["logprobs"]["content"];
+    assert_eq!(lp.as_array().map(Vec::len), Some(2));
+    assert_eq!(lp[0]["token"], "a");
+    assert_eq!(lp[0]["logprob"], -0.5);
+    assert_eq!(lp[0]["bytes"], json!([97]));
+    assert_eq!(lp[0]["top_logprobs"].as_array().map(Vec::len), Some(2));
+    assert_eq!(lp[0]["top_logprobs"][1], json!({"token": "b", "logprob": -2.0, "bytes": [98]}));
+    // The prompt counts once, the completions of every choice.
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(fake.requests()[0].prompt.len() as u64));
+}
+
+#[tokio::test]
+async fn streams_sse_chunks() {
+    let fake = Arc::new(Fake::reply("Hé!"));
+    let app = app(fake.clone());
+    let a = post(
+        &app,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "x"}], "stream": true, "n": 2,
+            "stream_options": {"include_usage": true}, "logprobs": true}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let chunks = a.chunks();
+    for c in &chunks {
+        assert_eq!(c["object"], "chat.completion.chunk");
+        assert!(c["id"].as_str().is_some_and(|i| i.starts_with("chatcmpl-")));
+        assert_eq!(c["id"], chunks[0]["id"]);
+        assert!(c.get("usage").is_some(), "include_usage: every chunk has `usage`");
+    }
+    for i in 0..2u64 {
+        let mine: Vec<&Value> =
+            chunks.iter().filter(|c| c["choices"][0]["index"].as_u64() == Some(i)).collect();
+        assert_eq!(mine[0]["choices"][0]["delta"]["role"], "assistant");
+        let text: String = mine
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .collect::<Vec<_>>()
+            .concat();
+        assert_eq!(text, "Hé!");
+        // No empty content chunk besides the role chunk (the 'é' bytes come as one piece).
+        assert!(mine[1..].iter().all(|c| c["choices"][0]["delta"]["content"] != ""));
+        let last = mine.last().expect("chunks");
+        assert_eq!(last["choices"][0]["finish_reason"], "stop");
+        let lps: usize =
+            mine.iter().filter_map(|c| c["choices"][0]["logprobs"]["content"].as_array()).map(Vec::len).sum();
+        assert_eq!(lps, 4, "every token's logprob, held-back ones included");
+    }
+    let usage = chunks.last().expect("usage chunk");
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 8);
+    // Without include_usage: no usage chunk, no `usage` fields.
+    let a = post(
+        &app,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "x"}], "stream": true}"#,
+    )
+    .await;
+    let chunks = a.chunks();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c.get("usage").is_none() && c["choices"].as_array().is_some_and(|v| v.len() == 1))
+    );
+    assert!(chunks.last().is_some_and(|c| c["timings"]["predicted_n"] == 4));
+}
+
+const TOOLS: &str =
+    r#"[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]"#;
+
+#[tokio::test]
+async fn tool_calls_are_parsed() {
+    let reply =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let fake = Arc::new(Fake::reply(reply));
+    let app = app(fake.clone());
+    let body = format!(
+        r#"{{"messages": [{{"role": "user", "content": "weather?"}},
+            {{"role": "assistant", "content": null, "tool_calls": [{{"id": "c1", "type": "function", "function": {{"name": "get_weather", "arguments": "{{\"city\": \"Rome\"}}"}}}}]}},
+            {{"role": "tool", "tool_call_id": "c1", "content": "sunny"}}],
+            "tools": {TOOLS}}}"#
+    );
+    let a = post(&app, "/v1/chat/completions", &body).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let v = a.json();
+    let c = &v["choices"][0];
+    assert_eq!(c["finish_reason"], "tool_calls");
+    assert!(c["message"]["content"].is_null());
+    let call = &c["message"]["tool_calls"][0];
+    assert_eq!(call["type"], "function");
+    assert!(call["id"].as_str().is_some_and(|i| i.starts_with("call_")));
+    assert_eq!(call["function"]["name"], "get_weather");
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().expect("string")).expect("json");
+    assert_eq!(args, json!({"city": "Paris"}));
+    // The template saw the tools and the earlier call with parsed arguments.
+    let prompt = detok(&fake, &fake.requests()[0].prompt);
+    assert!(prompt.contains("Tools: [{\"type\": \"function\""), "{prompt}");
+    assert!(prompt.contains("\"arguments\": {\"city\": \"Rome\"}"), "{prompt}");
+
+    // Streaming: the call comes as a delta; no content chunk shows the markup.
+    let stream_body =
+        format!(r#"{{"messages": [{{"role": "user", "content": "w"}}], "tools": {TOOLS}, "stream": true}}"#);
+    let chunks = post(&app, "/v1/chat/completions", &stream_body).await.chunks();
+    assert!(
+        chunks
+            .iter()
+            .all(|c| !c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| t.contains("tool_call")))
+    );
+    let call =
+        chunks.iter().find_map(|c| c["choices"][0]["delta"]["tool_calls"].get(0)).expect("tool call delta");
+    assert_eq!((call["index"].as_u64(), call["function"]["name"].as_str()), (Some(0), Some("get_weather")));
+    assert_eq!(chunks.last().expect("chunk")["choices"][0]["finish_reason"], "tool_calls");
+
+    // tool_choice none: no tools, the reply is text.
+    let none = format!(
+        r#"{{"messages": [{{"role": "user", "content": "w"}}], "tools": {TOOLS}, "tool_choice": "none"}}"#
+    );
+    let v = post(&app, "/v1/chat/completions", &none).await.json();
+    assert_eq!(v["choices"][0]["message"]["content"], reply);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+}
+
+#[tokio::test]
+async fn tools_need_a_template_that_knows_them() {
+    let fake = Arc::new(Fake::reply("x").with_template(PLAIN));
+    let app = app(fake.clone());
+    let body = format!(r#"{{"messages": [{{"role": "user", "content": "w"}}], "tools": {TOOLS}}}"#);
+    let v = post(&app, "/v1/chat/completions", &body).await.assert_error(400, "invalid_request_error");
+    assert_eq!(v["error"]["param"], "tools");
+    // Without tools the plain template works.
+    let a = post(&app, "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "w"}]}"#).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(detok(&fake, &fake.requests()[0].prompt), "<s>[user] w\n[assistant] ");
+    // No template at all.
+    let mut f = Fake::reply("x");
+    f.template = Err("the model has no chat template: use /v1/completions".into());
+    let app = super::app(Arc::new(f));
+    post(&app, "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "w"}]}"#)
+        .await
+        .assert_error(400, "invalid_request_error");
+}
+
+#[tokio::test]
+async fn bad_requests_get_400s() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let cases = [
+        (r#"{"messages": []}"#, Some("messages")),
+        (r#"{}"#, Some("messages")),
+        (r#"{"messages": "hi"}"#, Some("messages")),
+        (r#"{"messages": [{"content": "x"}]}"#, Some("messages[0].role")),
+        (r#"{"messages": [{"role": "wizard", "content": "x"}]}"#, Some("messages[0].role")),
+        (r#"{"messages": [{"role": "user"}]}"#, Some("messages[0].content")),
+        (
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}"#,
+            Some("messages[0].content"),
+        ),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}"#, Some("max_tokens")),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}"#, Some("max_tokens")),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 0}"#,
+            Some("max_completion_tokens"),
+        ),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}"#, Some("max_tokens")),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}"#, Some("top_logprobs")),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}"#,
+            Some("top_logprobs"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}], "grammar": "start: bad"}"#,
+            Some("response_format"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#,
+            Some("tools[0]"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}], "tools": [], "tool_choice": 5}"#,
+            Some("tool_choice"),
+        ),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "temperature": null, "top_p": 2}"#, None),
+        (r#"{"messages": [{"role": "user", "content": "x"}, ]}"#, None),
+        ("[]", None),
+        ("", None),
+    ];
+    for (body, param) in cases {
+        let a = post(&app, "/v1/chat/completions", body).await;
+        let v = a.assert_error(400, "invalid_request_error");
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{body}: {}", a.body);
+        }
+    }
+    assert!(fake.requests().is_empty(), "nothing invalid reaches the engine");
+}
+
+#[tokio::test]
+async fn model_names_context_and_engine_errors() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let msg = r#""messages": [{"role": "user", "content": "x"}]"#;
+    let a = post(&app, "/v1/chat/completions", &format!(r#"{{"model": "gpt-4o", {msg}}}"#)).await;
+    assert_eq!(a.assert_error(404, "invalid_request_error")["error"]["code"], "model_not_found");
+    let a = post(&app, "/v1/chat/completions", &format!(r#"{{"model": "alias", {msg}}}"#)).await;
+    assert_eq!(a.json()["model"], "alias");
+
+    let long = "y".repeat(600);
+    let a = post(
+        &app,
+        "/v1/chat/completions",
+        &format!(r#"{{"messages": [{{"role": "user", "content": "{long}"}}]}}"#),
+    )
+    .await;
+    assert_eq!(a.assert_error(400, "invalid_request_error")["error"]["code"], "context_length_exceeded");
+
+    *fake.mode.lock().expect("lock") = Mode::Fail("constraint exploded".into());
+    let a = post(&app, "/v1/chat/completions", &format!("{{{msg}}}")).await;
+    assert!(
+        a.assert_error(500, "server_error")["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exploded"))
+    );
+    // Streaming: the error comes as an event, then [DONE].
+    let a = post(&app, "/v1/chat/completions", &format!(r#"{{{msg}, "stream": true}}"#)).await;
+    let chunks = a.chunks();
+    assert!(chunks.last().is_some_and(|c| c["error"]["message"] == "constraint exploded"));
+
+    *fake.mode.lock().expect("lock") = Mode::QueueFullAfter(0);
+    let a = post(&app, "/v1/chat/completions", &format!("{{{msg}}}")).await;
+    a.assert_error(503, "server_error");
+    assert_eq!(a.headers.get("retry-after").map(|v| v.as_bytes()), Some(&b"2"[..]));
+    *fake.mode.lock().expect("lock") = Mode::ShuttingDown;
+    let a = post(&app, "/v1/chat/completions", &format!(r#"{{{msg}, "stream": true}}"#)).await;
+    a.assert_error(503, "server_error");
+}
+
+#[tokio::test]
+async fn structured_output_and_sampler_extras_reach_the_engine() {
+    let fake = Arc::new(Fake::reply("{}"));
+    let app = app(fake.clone());
+    let a = post(
+        &app,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "x"}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}, "strict": true}},
+            "top_k": 5, "min_p": 0.2, "mirostat": 1, "samplers": "top_k;temp", "ignore_eos": true, "stop": "END",
+            "logit_bias": {"65": -100}, "timeout": 3, "cache_prompt": false}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let r = &fake.requests()[0];
+    assert_eq!(
+        r.params.constraint,
+        Some(ferrolm::constrain::ConstraintSpec::JsonSchema(json!({"type": "object"})))
+    );
+    assert_eq!((r.params.sampler.top_k, r.params.sampler.min_p, r.params.sampler.mirostat), (5, 0.2, 1));
+    assert_eq!(r.params.sampler.logit_bias, vec![(65, -100.0)]);
+    assert!(r.params.ignore_eos);
+    assert_eq!(r.params.stop, vec!["END"]);
+    assert_eq!(r.timeout, Some(std::time::Duration::from_secs(3)));
+}

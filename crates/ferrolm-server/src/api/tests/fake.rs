@@ -1,0 +1,286 @@
+//! A scripted backend: a byte-level tokenizer with a few special tokens, a ChatML template, and
+//! an engine that answers every request with a fixed reply (or an error, or nothing).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use ferrolm::chat::ChatTemplate;
+use ferrolm::constrain::ConstraintSpec;
+use ferrolm::model::Pooling;
+use tokio::sync::mpsc;
+
+use super::super::backend::{Backend, BoxFuture};
+use crate::engine::{
+    EngineError, Finish, GenEvent, GenRequest, MetricsSnapshot, SlotInfo, SlotState, SubmitError,
+    TokenLogprob, Usage,
+};
+
+pub(crate) const BOS: u32 = 256;
+const SPECIALS: [&str; 4] = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"];
+
+/// ChatML with tools, as Qwen/Hermes templates write them.
+pub(crate) const CHATML_TOOLS: &str = "{{ bos_token }}{% if tools %}<|im_start|>system\nTools: {{ tools | tojson }}<|im_end|>\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// A template that knows nothing of tools.
+pub(crate) const PLAIN: &str = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}";
+
+/// The texts, pooling and normalisation of an embedding call.
+pub(crate) type EmbedCall = (Vec<String>, Option<Pooling>, bool);
+
+/// How the fake engine answers.
+#[derive(Clone, Debug)]
+pub(crate) enum Mode {
+    /// Replies with this text, one token per byte, then `Stop` (or `Length` at `max_tokens`).
+    Reply(String),
+    /// Sends an engine error.
+    Fail(String),
+    /// Sends nothing and keeps the channel open (its sender is kept in `held`).
+    Hang,
+    /// Refuses with a full queue after this many accepted requests.
+    QueueFullAfter(usize),
+    /// Refuses: shutting down.
+    ShuttingDown,
+}
+
+pub(crate) struct Fake {
+    pub n_ctx: usize,
+    pub template: Result<ChatTemplate, String>,
+    pub mode: Mutex<Mode>,
+    /// Every request submitted.
+    pub requests: Mutex<Vec<GenRequest>>,
+    /// Senders of `Hang` requests.
+    pub held: Mutex<Vec<mpsc::UnboundedSender<GenEvent>>>,
+    pub accepted: AtomicUsize,
+    pub embed_calls: Mutex<Vec<EmbedCall>>,
+    pub shut_down: AtomicBool,
+    pub cancelled_all: AtomicBool,
+    /// What `wait_idle` answers.
+    pub idle: AtomicBool,
+}
+
+impl Fake {
+    pub(crate) fn new(mode: Mode) -> Fake {
+        Fake {
+            n_ctx: 512,
+            template: ChatTemplate::new(CHATML_TOOLS).map_err(|e| e.to_string()),
+            mode: Mutex::new(mode),
+            requests: Mutex::new(Vec::new()),
+            held: Mutex::new(Vec::new()),
+            accepted: AtomicUsize::new(0),
+            embed_calls: Mutex::new(Vec::new()),
+            shut_down: AtomicBool::new(false),
+            cancelled_all: AtomicBool::new(false),
+            idle: AtomicBool::new(true),
+        }
+    }
+
+    pub(crate) fn reply(text: &str) -> Fake {
+        Fake::new(Mode::Reply(text.to_string()))
+    }
+
+    pub(crate) fn with_template(mut self, source: &str) -> Fake {
+        self.template = ChatTemplate::new(source).map_err(|e| e.to_string());
+        self
+    }
+
+    pub(crate) fn requests(&self) -> Vec<GenRequest> {
+        self.requests.lock().expect("lock").clone()
+    }
+
+    fn logprob(id: u32, k: usize) -> TokenLogprob {
+        TokenLogprob {
+            id,
+            logprob: -0.5,
+            top: (0..k as u32).map(|j| (u32::from(b'a') + j, -1.0 - j as f32)).collect(),
+        }
+    }
+}
+
+impl Backend for Fake {
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn evicts(&self) -> bool {
+        false
+    }
+
+    fn n_vocab(&self) -> usize {
+        256 + SPECIALS.len()
+    }
+
+    fn bos(&self) -> Option<u32> {
+        Some(BOS)
+    }
+
+    fn bos_eos_text(&self) -> (String, String) {
+        ("<s>".into(), "</s>".into())
+    }
+
+    fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, String> {
+        let mut out = Vec::new();
+        if add_special {
+            out.push(BOS);
+        }
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        'outer: while i < bytes.len() {
+            if parse_special && text.is_char_boundary(i) {
+                for (k, s) in SPECIALS.iter().enumerate() {
+                    if text[i..].starts_with(s) {
+                        out.push(256 + k as u32);
+                        i += s.len();
+                        continue 'outer;
+                    }
+                }
+            }
+            // One token per byte.
+            out.push(u32::from(bytes[i]));
+            i += 1;
+        }
+        Ok(out)
+    }
+
+    fn piece(&self, id: u32) -> Vec<u8> {
+        match id {
+            0..=255 => vec![id as u8],
+            _ => SPECIALS.get(id as usize - 256).map(|s| s.as_bytes().to_vec()).unwrap_or_default(),
+        }
+    }
+
+    fn chat_template(&self) -> Result<&ChatTemplate, String> {
+        self.template.as_ref().map_err(Clone::clone)
+    }
+
+    fn check_constraint(&self, spec: &ConstraintSpec) -> Result<(), String> {
+        match spec {
+            ConstraintSpec::Lark(g) if g.contains("bad") => Err("invalid constraint: bad grammar".into()),
+            _ => Ok(()),
+        }
+    }
+
+    fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError> {
+        let mode = self.mode.lock().expect("lock").clone();
+        match mode {
+            Mode::ShuttingDown => return Err(SubmitError::ShuttingDown),
+            Mode::QueueFullAfter(n) if self.accepted.load(Ordering::SeqCst) >= n => {
+                return Err(SubmitError::QueueFull { queued: n, retry_after_s: 2 });
+            }
+            _ => {}
+        }
+        self.accepted.fetch_add(1, Ordering::SeqCst);
+        self.requests.lock().expect("lock").push(req.clone());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let usage = |completion_tokens| Usage {
+            prompt_tokens: req.prompt.len(),
+            cached_tokens: 1,
+            completion_tokens,
+            queue_ms: 1.0,
+            prompt_ms: 2.0,
+            decode_ms: 4.0,
+        };
+        match &mode {
+            Mode::Hang => self.held.lock().expect("lock").push(tx),
+            Mode::Fail(m) => {
+                let _ = tx.send(GenEvent::Error(m.clone()));
+            }
+            Mode::ShuttingDown => {}
+            Mode::Reply(_) | Mode::QueueFullAfter(_) => {
+                let reply = match &mode {
+                    Mode::Reply(t) => t.clone(),
+                    _ => "ok".to_string(),
+                };
+                if req.prompt_logprobs {
+                    let k = req.logprobs.unwrap_or(0);
+                    let lps = req
+                        .prompt
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &id)| (i > 0).then(|| Fake::logprob(id, k)))
+                        .collect();
+                    let _ = tx.send(GenEvent::PromptLogprobs(lps));
+                }
+                let max = req.params.max_tokens.unwrap_or(usize::MAX);
+                let bytes = reply.as_bytes();
+                let n = bytes.len().min(max);
+                // Each byte is a token; its text is released when it completes a character.
+                let mut pending = Vec::new();
+                for &b in &bytes[..n] {
+                    pending.push(b);
+                    let text = match std::str::from_utf8(&pending) {
+                        Ok(s) => {
+                            let s = s.to_string();
+                            pending.clear();
+                            s
+                        }
+                        Err(_) => String::new(),
+                    };
+                    let logprob = req.logprobs.map(|k| Fake::logprob(u32::from(b), k));
+                    let _ = tx.send(GenEvent::Token { id: u32::from(b), text, logprob });
+                }
+                let finish = if n < bytes.len() { Finish::Length } else { Finish::Stop };
+                let _ = tx.send(GenEvent::Done {
+                    text: String::from_utf8_lossy(&pending).into_owned(),
+                    finish,
+                    usage: usage(n),
+                });
+            }
+        }
+        Ok(rx)
+    }
+
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        pooling: Option<Pooling>,
+        normalize: bool,
+    ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>> {
+        let vectors = texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect();
+        self.embed_calls.lock().expect("lock").push((texts, pooling, normalize));
+        Box::pin(async move { Ok(vectors) })
+    }
+
+    fn metrics(&self) -> MetricsSnapshot {
+        MetricsSnapshot { requests_total: 3, slots_total: 2, slots_busy: 1, ..MetricsSnapshot::default() }
+    }
+
+    fn slots(&self) -> Vec<SlotInfo> {
+        vec![SlotInfo {
+            id: 0,
+            state: SlotState::Generating,
+            request_id: 9,
+            n_prompt: 5,
+            n_cached: 1,
+            n_prompt_done: 5,
+            n_generated: 2,
+            n_kv: 7,
+        }]
+    }
+
+    fn shutdown(&self) {
+        self.shut_down.store(true, Ordering::SeqCst);
+    }
+
+    fn cancel_all(&self) {
+        self.cancelled_all.store(true, Ordering::SeqCst);
+        // Cancelled requests end.
+        for tx in self.held.lock().expect("lock").drain(..) {
+            let _ = tx.send(GenEvent::Done {
+                text: String::new(),
+                finish: Finish::Cancelled,
+                usage: Usage::default(),
+            });
+        }
+    }
+
+    fn wait_idle(&self, timeout: Duration) -> BoxFuture<'_, bool> {
+        let idle = self.idle.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if !idle {
+                tokio::time::sleep(timeout).await;
+            }
+            idle
+        })
+    }
+}

@@ -1,0 +1,333 @@
+//! Routing, auth, CORS, body limit, the small endpoints, disconnects and shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::ServiceExt;
+
+use super::super::ServerConfig;
+use super::fake::{Fake, Mode};
+use super::{app, app_with, config, get, post, send};
+
+#[tokio::test]
+async fn unknown_routes_and_wrong_methods_are_json() {
+    let app = app(Arc::new(Fake::reply("x")));
+    let v = get(&app, "/v2/nothing").await.assert_error(404, "invalid_request_error");
+    assert_eq!(v["error"]["code"], "not_found");
+    let a = get(&app, "/v1/chat/completions").await;
+    assert_eq!(a.assert_error(405, "invalid_request_error")["error"]["code"], "method_not_allowed");
+    assert!(a.headers.get("allow").is_some_and(|v| v.to_str().is_ok_and(|s| s.contains("POST"))));
+    send(&app, Method::POST, "/health", Some("{}"), &[]).await.assert_error(405, "invalid_request_error");
+}
+
+#[tokio::test]
+async fn api_key() {
+    let cfg = ServerConfig { api_key: Some("s3cret".into()), ..config() };
+    let app = app_with(Arc::new(Fake::reply("x")), cfg);
+    assert_eq!(get(&app, "/health").await.json(), json!({"status": "ok"}));
+    assert_eq!(get(&app, "/").await.status, 200);
+    for path in ["/metrics", "/v1/models", "/slots", "/nope"] {
+        let a = get(&app, path).await;
+        assert_eq!(
+            a.assert_error(401, "invalid_request_error")["error"]["code"],
+            "invalid_api_key",
+            "{path}"
+        );
+    }
+    let wrong = send(&app, Method::GET, "/metrics", None, &[("authorization", "Bearer s3creT")]).await;
+    assert_eq!(wrong.status, 401);
+    let ok = send(&app, Method::GET, "/metrics", None, &[("authorization", "Bearer s3cret")]).await;
+    assert_eq!(ok.status, 200);
+    let body = r#"{"messages": [{"role": "user", "content": "x"}]}"#;
+    let a =
+        send(&app, Method::POST, "/v1/chat/completions", Some(body), &[("authorization", "Bearer s3cret")])
+            .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(post(&app, "/v1/chat/completions", body).await.status, 401);
+}
+
+#[tokio::test]
+async fn cors() {
+    let fake = Arc::new(Fake::reply("x"));
+    let none = app(fake.clone());
+    let a = send(&none, Method::GET, "/health", None, &[("origin", "http://a.example")]).await;
+    assert!(a.headers.get("access-control-allow-origin").is_none());
+
+    let cfg =
+        ServerConfig { cors_origins: vec!["http://a.example".into()], api_key: Some("k".into()), ..config() };
+    let app = app_with(fake.clone(), cfg);
+    let a = send(&app, Method::GET, "/health", None, &[("origin", "http://a.example")]).await;
+    assert_eq!(
+        a.headers.get("access-control-allow-origin").map(|v| v.as_bytes()),
+        Some(&b"http://a.example"[..])
+    );
+    let a = send(&app, Method::GET, "/health", None, &[("origin", "http://b.example")]).await;
+    assert!(a.headers.get("access-control-allow-origin").is_none());
+    // A preflight is answered without the API key.
+    let pre = send(
+        &app,
+        Method::OPTIONS,
+        "/v1/chat/completions",
+        None,
+        &[
+            ("origin", "http://a.example"),
+            ("access-control-request-method", "POST"),
+            ("access-control-request-headers", "authorization,content-type"),
+        ],
+    )
+    .await;
+    assert!(pre.status.is_success(), "{}", pre.status);
+    assert!(pre.headers.get("access-control-allow-methods").is_some());
+
+    let any = app_with(fake, ServerConfig { cors_origins: vec!["*".into()], ..config() });
+    let a = send(&any, Method::GET, "/v1/models", None, &[("origin", "http://z.example")]).await;
+    assert_eq!(a.headers.get("access-control-allow-origin").map(|v| v.as_bytes()), Some(&b"*"[..]));
+    assert!(
+        super::super::routes::router(super::super::AppState {
+            backend: Arc::new(Fake::reply("x")),
+            cfg: Arc::new(ServerConfig { cors_origins: vec!["bad\norigin".into()], ..config() }),
+            created: 0,
+        })
+        .is_err()
+    );
+}
+
+#[tokio::test]
+async fn body_limit() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app_with(fake.clone(), ServerConfig { max_body_bytes: 100, ..config() });
+    let big = format!(r#"{{"prompt": "{}"}}"#, "a".repeat(200));
+    let a = post(&app, "/v1/completions", &big).await;
+    assert_eq!(a.assert_error(413, "invalid_request_error")["error"]["code"], "request_too_large");
+    // Without a Content-Length (chunked): the limit holds while reading.
+    let chunks: Vec<Result<String, std::io::Error>> =
+        vec![Ok(big[..60].to_string()), Ok(big[60..].to_string())];
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/completions")
+        .body(Body::from_stream(futures_util::stream::iter(chunks)))
+        .expect("request");
+    let resp = app.clone().oneshot(req).await.expect("infallible");
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.expect("body");
+    let v: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(v["error"]["code"], "request_too_large");
+    assert!(fake.requests().is_empty());
+    assert_eq!(post(&app, "/v1/completions", r#"{"prompt": "a"}"#).await.status, 200);
+}
+
+#[tokio::test]
+async fn small_endpoints() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let v = get(&app, "/v1/models").await.json();
+    assert_eq!(v["object"], "list");
+    let ids: Vec<&str> =
+        v["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
+    assert_eq!(ids, vec!["smol", "alias"]);
+    assert_eq!(v["data"][0]["object"], "model");
+    assert_eq!(get(&app, "/v1/models/alias").await.json()["id"], "alias");
+    get(&app, "/v1/models/gpt-4").await.assert_error(404, "invalid_request_error");
+
+    let a = get(&app, "/metrics").await;
+    assert!(
+        a.headers.get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/plain; version=0.0.4"))
+    );
+    assert!(a.body.contains("# TYPE ferrolm_requests_total counter\nferrolm_requests_total 3\n"));
+    assert!(a.body.contains("ferrolm_kv_usage_ratio 0\n"));
+    let s = get(&app, "/slots").await.json();
+    assert_eq!(s[0]["state"], "generating");
+    assert_eq!(s[0]["n_kv"], 7);
+    let page = get(&app, "/").await;
+    assert!(page.headers.get("content-type").is_some_and(|v| v.as_bytes().starts_with(b"text/html")));
+    assert!(page.body.contains("<"));
+
+    let t = post(&app, "/tokenize", r#"{"content": "hi<s>"}"#).await.json();
+    assert_eq!(t, json!({"tokens": [104, 105, 256]}));
+    let t =
+        post(&app, "/tokenize", r#"{"content": "é", "add_special": true, "with_pieces": true}"#).await.json();
+    assert_eq!(
+        t,
+        json!({"tokens": [{"id": 256, "piece": "<s>"}, {"id": 195, "piece": [195]}, {"id": 169, "piece": [169]}]})
+    );
+    assert_eq!(
+        post(&app, "/detokenize", r#"{"tokens": [104, 195, 169]}"#).await.json(),
+        json!({"content": "hé"})
+    );
+    post(&app, "/detokenize", r#"{"tokens": [100000]}"#).await.assert_error(400, "invalid_request_error");
+    post(&app, "/detokenize", r#"{"tokens": "x"}"#).await.assert_error(400, "invalid_request_error");
+    post(&app, "/tokenize", r#"{"text": "x"}"#).await.assert_error(400, "invalid_request_error");
+}
+
+#[tokio::test]
+async fn embeddings() {
+    let fake = Arc::new(Fake::reply("x"));
+    let cfg = ServerConfig { embeddings_pooling: Some(ferrolm::model::Pooling::Last), ..config() };
+    let app = app_with(fake.clone(), cfg);
+    let v = post(&app, "/v1/embeddings", r#"{"input": ["ab", "c"], "model": "smol"}"#).await.json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0], json!({"object": "embedding", "index": 0, "embedding": [2.0, 1.0]}));
+    assert_eq!(v["data"][1]["index"], 1);
+    // With the BOS: 3 + 2 tokens.
+    assert_eq!(v["usage"], json!({"prompt_tokens": 5, "total_tokens": 5}));
+    let calls = fake.embed_calls.lock().expect("lock").clone();
+    assert_eq!(
+        calls[0],
+        (vec!["ab".to_string(), "c".to_string()], Some(ferrolm::model::Pooling::Last), true)
+    );
+    let v = post(
+        &app,
+        "/v1/embeddings",
+        r#"{"input": [104, 105], "encoding_format": "base64", "normalize": false}"#,
+    )
+    .await
+    .json();
+    // [2.0, 1.0] as little-endian f32.
+    assert_eq!(v["data"][0]["embedding"], "AAAAQAAAgD8=");
+    assert_eq!(
+        fake.embed_calls.lock().expect("lock")[1],
+        (vec!["hi".to_string()], Some(ferrolm::model::Pooling::Last), false)
+    );
+    for bad in [
+        r#"{}"#,
+        r#"{"input": []}"#,
+        r#"{"input": 3}"#,
+        r#"{"input": [[]]}"#,
+        r#"{"input": "a", "encoding_format": "hex"}"#,
+        r#"{"input": "a", "dimensions": 8}"#,
+    ] {
+        post(&app, "/v1/embeddings", bad).await.assert_error(400, "invalid_request_error");
+    }
+    post(&app, "/v1/embeddings", r#"{"input": "a", "model": "other"}"#)
+        .await
+        .assert_error(404, "invalid_request_error");
+}
+
+/// Dropping the response (the client went away) drops the engine receivers.
+#[tokio::test]
+async fn disconnect_drops_the_receivers() {
+    let fake = Arc::new(Fake::new(Mode::Hang));
+    let app = app(fake.clone());
+    let body = r#"{"messages": [{"role": "user", "content": "x"}], "stream": true, "n": 2}"#;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/v1/chat/completions")
+        .body(Body::from(body))
+        .expect("req");
+    let resp = app.clone().oneshot(req).await.expect("infallible");
+    assert_eq!(resp.status(), 200);
+    let held = fake.held.lock().expect("lock").clone();
+    assert_eq!(held.len(), 2);
+    assert!(held.iter().all(|tx| !tx.is_closed()));
+    drop(resp);
+    assert!(held.iter().all(|tx| tx.is_closed()), "the stream owned the receivers");
+
+    // Not streaming: the handler future owns them.
+    let body = r#"{"prompt": "x"}"#;
+    let req =
+        Request::builder().method(Method::POST).uri("/v1/completions").body(Body::from(body)).expect("req");
+    let task = tokio::spawn(app.clone().oneshot(req));
+    for _ in 0..100 {
+        if fake.held.lock().expect("lock").len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let tx = fake.held.lock().expect("lock")[2].clone();
+    assert!(!tx.is_closed());
+    task.abort();
+    let _ = task.await;
+    assert!(tx.is_closed());
+}
+
+/// A real socket: the address is printed, requests are served, and shutdown drains then cancels.
+#[tokio::test]
+async fn serves_and_shuts_down_gracefully() {
+    let fake = Arc::new(Fake::new(Mode::Hang));
+    fake.idle.store(false, Ordering::SeqCst);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let cfg = ServerConfig { shutdown_timeout: Duration::from_millis(200), ..config() };
+    let server = tokio::spawn(super::super::run(listener, fake.clone(), cfg, async move {
+        let _ = stop_rx.await;
+    }));
+    let mut health = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    health.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.expect("write");
+    let mut out = String::new();
+    health.read_to_string(&mut out).await.expect("read");
+    assert!(out.starts_with("HTTP/1.1 200") && out.ends_with(r#"{"status":"ok"}"#), "{out}");
+
+    // A request that never ends on its own…
+    let mut slow = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let body = r#"{"prompt": "x"}"#;
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    slow.write_all(req.as_bytes()).await.expect("write");
+    for _ in 0..200 {
+        if !fake.held.lock().expect("lock").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(fake.held.lock().expect("lock").len(), 1);
+    let _ = stop_tx.send(());
+    // …is cancelled after the shutdown timeout, and answered.
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(5), slow.read_to_string(&mut out))
+        .await
+        .expect("answered")
+        .expect("read");
+    assert!(out.contains("\"finish_reason\":\"cancelled\""), "{out}");
+    let r = tokio::time::timeout(Duration::from_secs(10), server).await.expect("server ends").expect("join");
+    assert!(r.is_ok());
+    assert!(fake.shut_down.load(Ordering::SeqCst));
+    assert!(fake.cancelled_all.load(Ordering::SeqCst));
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "no longer listening");
+}
+
+/// On a real connection, a client that hangs up cancels its request (streaming or not): hyper
+/// drops the handler (or the body), and with it the engine receiver.
+#[tokio::test]
+async fn hanging_up_a_socket_cancels_the_request() {
+    let fake = Arc::new(Fake::new(Mode::Hang));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(super::super::run(listener, fake.clone(), config(), std::future::pending()));
+    for (i, body) in [r#"{"prompt": "x"}"#, r#"{"prompt": "x", "stream": true}"#].iter().enumerate() {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let req = format!(
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(req.as_bytes()).await.expect("write");
+        let mut tx = None;
+        for _ in 0..400 {
+            tx = fake.held.lock().expect("lock").get(i).cloned();
+            if tx.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let tx = tx.expect("the request reached the engine");
+        assert!(!tx.is_closed());
+        drop(conn);
+        let mut closed = false;
+        for _ in 0..400 {
+            if tx.is_closed() {
+                closed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(closed, "request {i}: the receiver outlived the connection");
+    }
+    server.abort();
+}

@@ -1,0 +1,417 @@
+//! The engine: one thread that owns the model's KV cache and runs every request.
+//!
+//! Each tick it builds one [`Batch`](ferrolm::engine::Batch) from the decode tokens of the slots
+//! that are generating and prompt chunks of the slots that are prefilling (in the order a
+//! [`BatchStrategy`] picks), runs one forward pass, then samples for each slot that got logits.
+//! A finished slot's KV cache goes to the [shared prefix cache](prefix), where any later request
+//! that starts with the same tokens reuses it.
+//!
+//! Requests come in through [`Engine::submit`]; each gets a channel of [`GenEvent`]s. Dropping the
+//! receiver cancels the request: its slot is freed on the next tick.
+
+mod metrics;
+mod plan;
+pub mod prefix;
+mod scheduler;
+mod slot;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use ferrolm::kv::{CacheOptions, KvType};
+use ferrolm::model::{Model, Pooling};
+use ferrolm::session::GenerateParams;
+use tokio::sync::{mpsc, oneshot};
+
+pub use metrics::{MetricsSnapshot, SlotInfo, SlotState};
+
+/// How the scheduler fills each tick's batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BatchStrategy {
+    /// Every generating slot's next token first, then prompt chunks with the room left: steady
+    /// streaming for running requests, new prompts wait for room.
+    #[default]
+    DecodeFirst,
+    /// A prompt waiting to be prefilled takes the whole tick (running requests pause): the
+    /// lowest time to first token.
+    PrefillFirst,
+    /// Decode tokens and prompt chunks share the tick: prompts get at least half of the room.
+    Balanced,
+}
+
+impl BatchStrategy {
+    /// `decode-first`, `prefill-first` or `balanced`.
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchStrategy::DecodeFirst => "decode-first",
+            BatchStrategy::PrefillFirst => "prefill-first",
+            BatchStrategy::Balanced => "balanced",
+        }
+    }
+
+    /// Parses [`BatchStrategy::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "decode-first" => Some(BatchStrategy::DecodeFirst),
+            "prefill-first" => Some(BatchStrategy::PrefillFirst),
+            "balanced" => Some(BatchStrategy::Balanced),
+            _ => None,
+        }
+    }
+}
+
+/// How the engine is set up.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Number of slots: sequences generating at the same time.
+    pub n_slots: usize,
+    /// Context size of each slot, in tokens.
+    pub n_ctx: usize,
+    /// Most tokens in one forward pass (prompt chunks and decode tokens together).
+    pub chunk_size: usize,
+    /// How a tick's batch is filled.
+    pub strategy: BatchStrategy,
+    /// Most requests waiting for a slot; more are refused with [`SubmitError::QueueFull`].
+    pub max_queue: usize,
+    /// Storage type of cached keys.
+    pub type_k: KvType,
+    /// Storage type of cached values.
+    pub type_v: KvType,
+    /// Eviction policy of each slot's cache.
+    pub cache: CacheOptions,
+    /// Memory budget of the shared prefix cache in bytes (0 disables it).
+    pub prefix_cache_bytes: usize,
+    /// Pooling of `/v1/embeddings` (`None`: the model's own, else mean).
+    pub embed_pooling: Option<Pooling>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            n_slots: 4,
+            n_ctx: 4096,
+            chunk_size: 512,
+            strategy: BatchStrategy::DecodeFirst,
+            max_queue: 64,
+            type_k: KvType::F16,
+            type_v: KvType::F16,
+            cache: CacheOptions::default(),
+            prefix_cache_bytes: 1 << 30,
+            embed_pooling: None,
+        }
+    }
+}
+
+/// One generation request.
+#[derive(Clone, Debug, Default)]
+pub struct GenRequest {
+    /// The whole prompt, tokenized (BOS included when the model wants one).
+    pub prompt: Vec<u32>,
+    /// Sampling, stop strings, `max_tokens`, constraint.
+    pub params: GenerateParams,
+    /// `Some(k)`: report each generated token's log-probability and the `k` most likely
+    /// alternatives (`k` may be 0).
+    pub logprobs: Option<usize>,
+    /// Report the prompt tokens' log-probabilities too (`echo` with `logprobs`), with the same
+    /// number of alternatives. The whole prompt is then run through the model (no prefix reuse).
+    pub prompt_logprobs: bool,
+    /// Cancel the request when it has not finished after this long (queueing included).
+    pub timeout: Option<Duration>,
+}
+
+/// A token's log-probability under the model (log-softmax of the raw logits) and the most likely
+/// alternatives at its position.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub id: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens at this position with their log-probabilities, best first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// `max_tokens` reached.
+    Length,
+    /// An end-of-generation token, a stop string, or a complete constrained output.
+    Stop,
+    /// The slot's context is full.
+    ContextFull,
+    /// The request's timeout passed.
+    Timeout,
+    /// Cancelled (the client went away, or the server is shutting down).
+    Cancelled,
+}
+
+impl Finish {
+    /// The OpenAI `finish_reason`: `length` (also for a full context), `stop`, or
+    /// `timeout` / `cancelled`.
+    pub fn openai_reason(self) -> &'static str {
+        match self {
+            Finish::Length | Finish::ContextFull => "length",
+            Finish::Stop => "stop",
+            Finish::Timeout => "timeout",
+            Finish::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Token counts and timings of one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Usage {
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+    /// Tokens generated (an end-of-generation token that ended it not counted).
+    pub completion_tokens: usize,
+    /// Time in the queue before a slot took the request, in milliseconds.
+    pub queue_ms: f64,
+    /// Time from taking a slot to the first token, in milliseconds (prefill).
+    pub prompt_ms: f64,
+    /// Time from the first token to the end, in milliseconds.
+    pub decode_ms: f64,
+}
+
+/// What the engine sends back about a request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum GenEvent {
+    /// The prompt tokens' log-probabilities (the first token has none). Sent before any token,
+    /// only when [`GenRequest::prompt_logprobs`] was asked.
+    PromptLogprobs(Vec<Option<TokenLogprob>>),
+    /// A generated token and the text it makes final (may be empty: part of a UTF-8 character,
+    /// or text held back while it may still become a stop string).
+    Token {
+        /// The token id.
+        id: u32,
+        /// Text now final.
+        text: String,
+        /// Its log-probability, when asked.
+        logprob: Option<TokenLogprob>,
+    },
+    /// The end: held-back text (empty when none), why it ended, and the counts. Nothing follows.
+    Done {
+        /// Remaining text.
+        text: String,
+        /// Why it ended.
+        finish: Finish,
+        /// Counts and timings.
+        usage: Usage,
+    },
+    /// The request failed inside the engine (e.g. a constraint that cannot be compiled). Nothing
+    /// follows.
+    Error(String),
+}
+
+/// Why a request was not accepted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SubmitError {
+    /// The queue is full; try again after about this many seconds.
+    #[error("the server is busy: {queued} requests are waiting; retry after {retry_after_s} s")]
+    QueueFull {
+        /// Requests waiting.
+        queued: usize,
+        /// Suggested wait (`Retry-After`).
+        retry_after_s: u64,
+    },
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// The prompt does not fit in a slot's context.
+    #[error("the prompt has {n_prompt} tokens, more than the context size of {n_ctx}")]
+    ContextLength {
+        /// Prompt tokens.
+        n_prompt: usize,
+        /// Context of a slot.
+        n_ctx: usize,
+    },
+    /// The request cannot run (empty prompt, bad token id, bad sampler options or constraint).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Errors of [`Engine::start`] and [`Engine::embed`].
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// An error of the library (model, cache, input).
+    #[error(transparent)]
+    Model(#[from] ferrolm::Error),
+    /// The configuration is unusable.
+    #[error("invalid engine configuration: {0}")]
+    Config(String),
+    /// The engine thread has stopped.
+    #[error("the engine has stopped")]
+    Stopped,
+}
+
+/// A request handed to the engine thread.
+pub(crate) enum Job {
+    Generate {
+        id: u64,
+        req: Box<GenRequest>,
+        tx: mpsc::UnboundedSender<GenEvent>,
+        queued_at: std::time::Instant,
+    },
+    Embed {
+        texts: Vec<String>,
+        pooling: Option<Pooling>,
+        normalize: bool,
+        tx: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>,
+    },
+}
+
+/// A handle to the running engine (cheap to clone).
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<scheduler::Shared>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts the engine thread on `model`.
+    pub fn start(model: Arc<Model>, config: EngineConfig) -> Result<Engine, EngineError> {
+        let (jobs, rx) = std::sync::mpsc::channel();
+        let state = Arc::new(scheduler::State::default());
+        state.accepting.store(true, Ordering::Release);
+        let worker = scheduler::Worker::new(model.clone(), config.clone(), state.clone(), rx)?;
+        std::thread::Builder::new()
+            .name("ferrolm-engine".into())
+            .spawn(move || worker.run())
+            .map_err(|e| EngineError::Config(format!("cannot start the engine thread: {e}")))?;
+        Ok(Engine { inner: Arc::new(scheduler::Shared { config, model, jobs, state }) })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.inner.model
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// Checks a request and queues it; its events come on the returned channel. Dropping the
+    /// receiver cancels the request (its slot is freed on the next tick).
+    pub fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError> {
+        let state = &self.inner.state;
+        if !state.accepting.load(Ordering::Acquire) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        self.validate(&req)?;
+        let max = self.inner.config.max_queue;
+        let queued = state.queued.fetch_add(1, Ordering::AcqRel);
+        if queued >= max {
+            state.queued.fetch_sub(1, Ordering::AcqRel);
+            if let Ok(mut p) = state.published.lock() {
+                p.metrics.requests_rejected += 1;
+            }
+            // About one request's time per slot-full of waiting requests.
+            let retry_after_s = (queued / self.inner.config.n_slots.max(1)).clamp(1, 60) as u64;
+            return Err(SubmitError::QueueFull { queued, retry_after_s });
+        }
+        let id = state.next_id.fetch_add(1, Ordering::AcqRel) + 1;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let job = Job::Generate { id, req: Box::new(req), tx, queued_at: Instant::now() };
+        if self.inner.jobs.send(job).is_err() {
+            state.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::ShuttingDown);
+        }
+        Ok(rx)
+    }
+
+    /// What the engine refuses before queueing: an empty prompt, one longer than a slot's
+    /// context (without an eviction policy), token ids outside the vocabulary, bad sampler
+    /// options, a constraint that does not compile.
+    fn validate(&self, req: &GenRequest) -> Result<(), SubmitError> {
+        let cfg = &self.inner.config;
+        if req.prompt.is_empty() {
+            return Err(SubmitError::Invalid("the prompt is empty".into()));
+        }
+        if !cfg.cache.evicts() && req.prompt.len() > cfg.n_ctx {
+            return Err(SubmitError::ContextLength { n_prompt: req.prompt.len(), n_ctx: cfg.n_ctx });
+        }
+        let n_vocab = self.inner.model.config().n_vocab;
+        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(SubmitError::Invalid(format!("token id {t} is outside the vocabulary ({n_vocab})")));
+        }
+        req.params.sampler.validate().map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        if let Some(spec) = &req.params.constraint {
+            let env = self.inner.model.token_env().map_err(|e| SubmitError::Invalid(e.to_string()))?;
+            ferrolm::constrain::Constraint::new(&env, spec)
+                .map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Embeds texts (run on the engine thread between ticks) with `pooling` (`None`: the
+    /// configured one, else the model's, else mean). One `[n_embd]` vector per text.
+    pub async fn embed(
+        &self,
+        texts: Vec<String>,
+        pooling: Option<Pooling>,
+        normalize: bool,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .jobs
+            .send(Job::Embed { texts, pooling, normalize, tx })
+            .map_err(|_| EngineError::Stopped)?;
+        rx.await.map_err(|_| EngineError::Stopped)?
+    }
+
+    /// The counters now.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let state = &self.inner.state;
+        let mut m = state.published.lock().map(|p| p.metrics.clone()).unwrap_or_default();
+        m.queue_depth = state.queued.load(Ordering::Acquire);
+        m.requests_total = state.next_id.load(Ordering::Acquire);
+        m
+    }
+
+    /// Every slot's state as of the last tick.
+    pub fn slots(&self) -> Vec<SlotInfo> {
+        self.inner.state.published.lock().map(|p| p.slots.clone()).unwrap_or_default()
+    }
+
+    /// Requests queued or running now.
+    pub fn in_flight(&self) -> usize {
+        let state = &self.inner.state;
+        state.queued.load(Ordering::Acquire) + state.running.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting requests: [`Engine::submit`] answers [`SubmitError::ShuttingDown`] from
+    /// now on; queued and running requests go on.
+    pub fn shutdown(&self) {
+        self.inner.state.accepting.store(false, Ordering::Release);
+    }
+
+    /// Cancels every queued and running request (each ends with [`Finish::Cancelled`]).
+    pub fn cancel_all(&self) {
+        self.inner.state.cancel_epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Waits until no request is queued or running, at most `timeout`; whether it is idle.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        loop {
+            // The published counters count a request only after the tick that ended it.
+            if self.in_flight() == 0 && self.metrics().slots_busy == 0 {
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! The engine with a real model: batched generation equals generation alone, the prefix cache
+//! is shared across slots, dropped clients free their slots, prompt log-probabilities, queue
+//! limits.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrolm::model::Model;
+use ferrolm::session::{GenerateParams, Session, SessionOptions};
+use ferrolm_server::engine::{
+    BatchStrategy, Engine, EngineConfig, Finish, GenEvent, GenRequest, SlotState, SubmitError, Usage,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+fn load() -> Option<Arc<Model>> {
+    let path = common::require_model(SMOL)?;
+    Some(Arc::new(Model::load(path).expect("model loads")))
+}
+
+fn engine(model: &Arc<Model>, n_slots: usize, strategy: BatchStrategy) -> Engine {
+    let cfg = EngineConfig { n_slots, n_ctx: 1024, chunk_size: 64, strategy, ..EngineConfig::default() };
+    Engine::start(model.clone(), cfg).expect("engine starts")
+}
+
+fn request(model: &Model, prompt: &str, max_tokens: usize) -> GenRequest {
+    let prompt = model.tokenizer().encode(prompt, true, true).expect("tokenizes");
+    GenRequest { prompt, params: GenerateParams::greedy(max_tokens), ..GenRequest::default() }
+}
+
+/// Collects a request's tokens, text, finish and usage.
+async fn collect(mut rx: UnboundedReceiver<GenEvent>) -> (Vec<u32>, String, Finish, Usage) {
+    let (mut ids, mut text) = (Vec::new(), String::new());
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            GenEvent::Token { id, text: t, .. } => {
+                ids.push(id);
+                text.push_str(&t);
+            }
+            GenEvent::Done { text: t, finish, usage } => {
+                text.push_str(&t);
+                return (ids, text, finish, usage);
+            }
+            GenEvent::PromptLogprobs(_) => {}
+            GenEvent::Error(e) => panic!("engine error: {e}"),
+        }
+    }
+    panic!("the stream ended without Done");
+}
+
+const PROMPTS: [&str; 8] = [
+    "The capital of France is",
+    "Once upon a time, in a small village,",
+    "def fibonacci(n):",
+    "The three primary colors are",
+    "Water boils at a temperature of",
+    "My favourite recipe for pancakes starts with",
+    "In 1969, the first humans",
+    "A haiku about the sea:",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_greedy_generation_equals_each_request_alone() {
+    let Some(model) = load() else { return };
+    // Reference: each prompt alone through a plain session.
+    let mut expected = Vec::new();
+    for p in PROMPTS {
+        let mut s = Session::new(&model, SessionOptions::default()).expect("session");
+        expected.push(s.generate(p, &GenerateParams::greedy(24)).expect("generates").tokens);
+    }
+    for strategy in [BatchStrategy::DecodeFirst, BatchStrategy::PrefillFirst, BatchStrategy::Balanced] {
+        let eng = engine(&model, 4, strategy);
+        // 8 requests on 4 slots: prompts and decode steps share forward passes, and later
+        // requests queue for a slot.
+        let rxs: Vec<_> =
+            PROMPTS.iter().map(|p| eng.submit(request(&model, p, 24)).expect("accepted")).collect();
+        for (i, rx) in rxs.into_iter().enumerate() {
+            let (ids, _, finish, usage) = collect(rx).await;
+            assert_eq!(ids, expected[i], "{strategy:?}: prompt {i} differs from its greedy run alone");
+            assert_eq!(usage.completion_tokens, ids.len());
+            assert!(matches!(finish, Finish::Length | Finish::Stop));
+        }
+        assert!(eng.wait_idle(Duration::from_secs(5)).await);
+        let m = eng.metrics();
+        assert_eq!(m.requests_finished, PROMPTS.len() as u64);
+        assert!(m.forward_passes_total > 0 && m.generated_tokens_total > 0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_prefix_is_reused_from_another_slot() {
+    let Some(model) = load() else { return };
+    let eng = engine(&model, 2, BatchStrategy::DecodeFirst);
+    let prefix = "You are a helpful assistant. ".repeat(40);
+    let a = request(&model, &format!("{prefix}Question: what is two plus two?"), 8);
+    let b = request(&model, &format!("{prefix}Question: name a colour."), 8);
+    let shared = a.prompt.iter().zip(&b.prompt).take_while(|(x, y)| x == y).count();
+    assert!(shared > 200, "prompts share {shared} tokens");
+    // Occupy slot 0 with a long request so that B lands on the other slot.
+    let (_, _, _, ua) = collect(eng.submit(a).expect("accepted")).await;
+    assert_eq!(ua.cached_tokens, 0);
+    let blocker = eng.submit(request(&model, "Count from one to a hundred:", 200)).expect("accepted");
+    let expected_b = {
+        let mut s = Session::new(&model, SessionOptions::default()).expect("session");
+        s.generate_tokens(&b.prompt, &b.params).expect("generates").tokens
+    };
+    let (ids_b, _, _, ub) = collect(eng.submit(b).expect("accepted")).await;
+    assert_eq!(ub.cached_tokens, shared, "B reuses exactly the shared prefix");
+    assert_eq!(ids_b, expected_b, "reused KV gives the same tokens as a cold run");
+    drop(blocker);
+    assert!(eng.wait_idle(Duration::from_secs(5)).await);
+    let m = eng.metrics();
+    assert!(m.prefix_cache_hits >= 1 && m.prefix_cache_entries >= 1 && m.prefix_cache_bytes > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_receiver_frees_the_slot_at_once() {
+    let Some(model) = load() else { return };
+    let eng = engine(&model, 4, BatchStrategy::DecodeFirst);
+    let mut rxs = Vec::new();
+    for p in PROMPTS {
+        let mut req = request(&model, p, 100_000);
+        req.params.ignore_eos = true;
+        rxs.push(eng.submit(req).expect("accepted"));
+    }
+    // Wait for tokens to flow, then drop every client.
+    let first = rxs[0].recv().await;
+    assert!(matches!(first, Some(GenEvent::Token { .. })));
+    // `/slots` is published after each tick: wait for the one that sent the token.
+    let t0 = Instant::now();
+    while eng.slots().iter().all(|s| s.state == SlotState::Idle) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no slot ever showed busy");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(rxs);
+    let t0 = Instant::now();
+    assert!(eng.wait_idle(Duration::from_secs(1)).await, "slots still busy after 1 s");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(eng.slots().iter().all(|s| s.state == SlotState::Idle));
+    eprintln!("all slots free {} ms after the clients left", t0.elapsed().as_millis());
+    // Still serving.
+    let (ids, ..) = collect(eng.submit(request(&model, PROMPTS[0], 4)).expect("accepted")).await;
+    assert_eq!(ids.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_logprobs_score_every_prompt_token() {
+    let Some(model) = load() else { return };
+    let eng = engine(&model, 2, BatchStrategy::DecodeFirst);
+    let mut req = request(&model, "The capital of France is Paris. The capital of Italy is Rome.", 0);
+    req.logprobs = Some(3);
+    req.prompt_logprobs = true;
+    let n = req.prompt.len();
+    let prompt = req.prompt.clone();
+    let mut rx = eng.submit(req).expect("accepted");
+    let Some(GenEvent::PromptLogprobs(lps)) = rx.recv().await else { panic!("prompt logprobs first") };
+    assert_eq!(lps.len(), n);
+    assert!(lps[0].is_none());
+    for (i, lp) in lps.iter().enumerate().skip(1) {
+        let lp = lp.as_ref().expect("scored");
+        assert_eq!(lp.id, prompt[i]);
+        assert!(lp.logprob <= 0.0 && lp.top.len() == 3);
+        assert!(lp.top[0].1 >= lp.logprob - 1e-6);
+    }
+    // "Rome" after "The capital of Italy is" is likely: its log-probability beats a uniform guess.
+    let last = lps[n - 1].as_ref().expect("scored");
+    assert!(last.logprob > -(model.config().n_vocab as f32).ln() / 2.0, "{last:?}");
+    match rx.recv().await {
+        Some(GenEvent::Done { finish: Finish::Length, usage, .. }) => assert_eq!(usage.completion_tokens, 0),
+        other => panic!("expected Done, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_and_a_full_queue_are_refused() {
+    let Some(model) = load() else { return };
+    let cfg = EngineConfig { n_slots: 1, n_ctx: 64, max_queue: 2, ..EngineConfig::default() };
+    let eng = Engine::start(model.clone(), cfg).expect("engine starts");
+    let long = request(&model, &"word ".repeat(200), 4);
+    assert!(matches!(eng.submit(long), Err(SubmitError::ContextLength { n_ctx: 64, .. })));
+    assert!(matches!(eng.submit(GenRequest::default()), Err(SubmitError::Invalid(_))));
+    let mut bad = request(&model, "hi", 4);
+    bad.prompt.push(u32::MAX);
+    assert!(matches!(eng.submit(bad), Err(SubmitError::Invalid(_))));
+    // One slot, queue of 2: the third waiting request is refused.
+    let mut held = Vec::new();
+    let mut refused = None;
+    for _ in 0..6 {
+        let mut r = request(&model, "Tell me a long story.", 10_000);
+        r.params.ignore_eos = true;
+        match eng.submit(r) {
+            Ok(rx) => held.push(rx),
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    assert!(matches!(refused, Some(SubmitError::QueueFull { retry_after_s, .. }) if retry_after_s >= 1));
+    eng.shutdown();
+    assert_eq!(eng.submit(request(&model, "hi", 1)).err(), Some(SubmitError::ShuttingDown));
+    eng.cancel_all();
+    for rx in held {
+        let (_, _, finish, _) = collect(rx).await;
+        assert_eq!(finish, Finish::Cancelled);
+    }
+    assert!(eng.wait_idle(Duration::from_secs(2)).await);
+}
