@@ -46,9 +46,11 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/", get(index))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
-        .layer(middleware::from_fn(json_errors))
         .layer(DefaultBodyLimit::disable())
         .layer(RequestBodyLimitLayer::new(max_body))
+        // Outside the body limit, so that its 413 (a too-large Content-Length is refused before
+        // any handler runs) is turned into an OpenAI-shaped error too.
+        .layer(middleware::from_fn(json_errors))
         .with_state(state);
     if let Some(c) = cors {
         app = app.layer(c);
@@ -348,6 +350,13 @@ async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Respon
         let n = b.tokenize(t, true, false).map_err(ApiError::invalid)?.len();
         if n == 0 {
             return Err(ApiError::invalid_param(format!("input[{i}]"), "the input has no tokens"));
+        }
+        // Each text runs as one sequence: it must fit a slot's context like a prompt does.
+        if n > b.n_ctx() {
+            return Err(ApiError::context_length(format!(
+                "input[{i}] has {n} tokens, more than the context length of {}",
+                b.n_ctx()
+            )));
         }
         n_tokens += n;
     }

@@ -104,6 +104,10 @@ async fn body_limit() {
     let big = format!(r#"{{"prompt": "{}"}}"#, "a".repeat(200));
     let a = post(&app, "/v1/completions", &big).await;
     assert_eq!(a.assert_error(413, "invalid_request_error")["error"]["code"], "request_too_large");
+    // With a Content-Length over the limit, refused before reading: still an OpenAI error.
+    let len = big.len().to_string();
+    let a = send(&app, Method::POST, "/v1/completions", Some(&big), &[("content-length", &len)]).await;
+    assert_eq!(a.assert_error(413, "invalid_request_error")["error"]["code"], "request_too_large");
     // Without a Content-Length (chunked): the limit holds while reading.
     let chunks: Vec<Result<String, std::io::Error>> =
         vec![Ok(big[..60].to_string()), Ok(big[60..].to_string())];
@@ -206,6 +210,21 @@ async fn embeddings() {
     post(&app, "/v1/embeddings", r#"{"input": "a", "model": "other"}"#)
         .await
         .assert_error(404, "invalid_request_error");
+}
+
+/// An embeddings input longer than the context is refused before it reaches the engine.
+#[tokio::test]
+async fn embeddings_longer_than_the_context_are_refused() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app_with(fake.clone(), config());
+    // The fake tokenizer gives one token per byte, plus the BOS; n_ctx is 512.
+    let fits = json!({"input": "a".repeat(511)}).to_string();
+    assert_eq!(post(&app, "/v1/embeddings", &fits).await.status.as_u16(), 200);
+    let long = json!({"input": ["ok", "a".repeat(512)]}).to_string();
+    let v = post(&app, "/v1/embeddings", &long).await.assert_error(400, "invalid_request_error");
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("input[1]")), "{v}");
+    assert_eq!(fake.embed_calls.lock().expect("lock").len(), 1, "the long input reached the engine");
 }
 
 /// Dropping the response (the client went away) drops the engine receivers.
