@@ -31,19 +31,54 @@ import tempfile
 import time
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-# The CPU features of the machine this project is measured on, named one by one instead of
-# -DGGML_NATIVE=ON because the CPU lists AMX, whose instructions fault there.
-DEFAULT_CMAKE_ARGS = [
-    "-DGGML_NATIVE=OFF",
-    "-DGGML_AVX512=ON",
-    "-DGGML_AVX512_VNNI=ON",
-    "-DGGML_AVX512_VBMI=ON",
-    "-DGGML_AVX512_BF16=ON",
-    "-DGGML_AVX_VNNI=ON",
-    "-DGGML_AVX2=ON",
-    "-DGGML_FMA=ON",
-    "-DGGML_F16C=ON",
+# x86 CPU features and the ggml CMake option each one turns on. The flags are named one by one
+# instead of -DGGML_NATIVE=ON because the machine this project is measured on lists AMX, whose
+# instructions fault there; each is ON only when /proc/cpuinfo lists every feature it needs (a
+# hard-coded -DGGML_AVX_VNNI=ON build dies with SIGILL on a CPU without avx_vnni).
+CPU_FEATURE_OPTIONS = [
+    ("GGML_SSE42", ["sse4_2"]),
+    ("GGML_AVX", ["avx"]),
+    ("GGML_AVX2", ["avx2"]),
+    ("GGML_BMI2", ["bmi2"]),
+    ("GGML_FMA", ["fma"]),
+    ("GGML_F16C", ["f16c"]),
+    ("GGML_AVX_VNNI", ["avx_vnni"]),
+    # GGML_AVX512 compiles with -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw.
+    ("GGML_AVX512", ["avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"]),
+    ("GGML_AVX512_VBMI", ["avx512vbmi"]),
+    ("GGML_AVX512_VNNI", ["avx512_vnni"]),
+    ("GGML_AVX512_BF16", ["avx512_bf16"]),
 ]
+NEVER_ON = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The set of CPU feature flags /proc/cpuinfo lists (x86 "flags" line), or None."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def cpu_cmake_args(flags=None):
+    """ggml CPU-feature CMake flags for this machine: -DGGML_NATIVE=OFF and every x86 option
+    ON or OFF explicitly (with NATIVE off ggml would default AVX/AVX2/FMA/F16C/BMI2 to ON),
+    AMX always OFF. Where /proc/cpuinfo has no x86 flags (e.g. aarch64): -DGGML_NATIVE=ON."""
+    flags = cpu_flags() if flags is None else flags
+    if not flags or "sse2" not in flags:
+        return ["-DGGML_NATIVE=ON"]
+    args = ["-DGGML_NATIVE=OFF"]
+    for option, needs in CPU_FEATURE_OPTIONS:
+        args.append(f"-D{option}={'ON' if all(n in flags for n in needs) else 'OFF'}")
+    return args + NEVER_ON
+
+
+DEFAULT_CMAKE_ARGS = cpu_cmake_args()
+
 # Always passed: a static release build of llama-bench alone.
 BASE_CMAKE_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release",
@@ -140,12 +175,19 @@ def llama_source(cache):
     return tree
 
 
-def llama_bench_binary(cache, cmake_args, jobs):
-    """Path of a cached llama-bench built with `cmake_args`; builds it when missing."""
-    all_args = BASE_CMAKE_ARGS + cmake_args
+def llama_build_dir(cache, cmake_args, base_args=None):
+    """The build folder for these flags: <cache>/build-<first 12 hex digits of their SHA-256>."""
+    all_args = (BASE_CMAKE_ARGS if base_args is None else base_args) + cmake_args
     key = hashlib.sha256("\0".join(all_args).encode()).hexdigest()[:12]
-    build = os.path.join(cache, f"build-{key}")
-    binary = os.path.join(build, "bin", "llama-bench")
+    return os.path.join(cache, f"build-{key}")
+
+
+def llama_target_binary(target, cache, cmake_args, jobs, base_args=None):
+    """Path of the cached llama.cpp program `target` built with `base_args` (default
+    BASE_CMAKE_ARGS) + `cmake_args`; downloads the source and builds it when missing."""
+    all_args = (BASE_CMAKE_ARGS if base_args is None else base_args) + cmake_args
+    build = llama_build_dir(cache, cmake_args, base_args)
+    binary = os.path.join(build, "bin", target)
     if os.access(binary, os.X_OK):
         return binary
     tree = llama_source(cache)
@@ -159,12 +201,17 @@ def llama_bench_binary(cache, cmake_args, jobs):
         [cmake, "-S", tree, "-B", build, "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] + all_args,
         "cmake configure", capture=False,
     )
-    log(f"building llama-bench with -j{jobs} (about 10 minutes on 2 cores)")
-    run_checked([cmake, "--build", build, "--target", "llama-bench", f"-j{jobs}"], "cmake build",
+    log(f"building {target} with -j{jobs} (about 10 minutes on 2 cores)")
+    run_checked([cmake, "--build", build, "--target", target, f"-j{jobs}"], "cmake build",
                 capture=False)
     if not os.access(binary, os.X_OK):
         raise Failure(f"the build finished but {binary} is missing")
     return binary
+
+
+def llama_bench_binary(cache, cmake_args, jobs):
+    """Path of a cached llama-bench built with `cmake_args`; builds it when missing."""
+    return llama_target_binary("llama-bench", cache, cmake_args, jobs)
 
 
 # ---------------------------------------------------------------------------------------------
