@@ -71,7 +71,7 @@ fn bench(c: &mut Criterion) {
             let q = noise(CONTEXT as usize * qd, 7);
             let mut out = vec![0.0f32; q.len()];
             g.bench_function(format!("{name}/{ty_name}/prefill_512"), |b| {
-                b.iter(|| attention(shape, batch.entries(), &kv, 0, black_box(&q), &mut out))
+                b.iter(|| attention(shape, batch.entries(), &[], &kv, 0, black_box(&q), &mut out))
             });
             // Decode: the query at position 512 against 513 slots.
             let kv = filled_cache(&shape, CONTEXT + 1, ty);
@@ -79,7 +79,7 @@ fn bench(c: &mut Criterion) {
             let q = noise(qd, 9);
             let mut out = vec![0.0f32; qd];
             g.bench_function(format!("{name}/{ty_name}/decode_at_512"), |b| {
-                b.iter(|| attention(shape, batch.entries(), &kv, 0, black_box(&q), &mut out))
+                b.iter(|| attention(shape, batch.entries(), &[], &kv, 0, black_box(&q), &mut out))
             });
         }
     }

@@ -293,16 +293,19 @@ impl Worker {
 impl Worker {
     /// Builds one batch by the strategy, runs it, and samples for every slot that got logits.
     fn tick(&mut self) {
+        let chunk = self.config.chunk_size;
         let demands: Vec<Demand> = self
             .slots
             .iter()
             .enumerate()
             .filter_map(|(i, a)| {
                 let a = a.as_ref()?;
+                // A pass never crosses a canonical chunk boundary (see `canonical_chunk`).
+                let chunk_left = canonical_chunk(a.tokens.len(), a.prompt.len(), chunk).end - a.tokens.len();
                 Some(Demand {
                     slot: i,
                     decode: a.prompt_left() == 0 && a.pending.is_some(),
-                    prompt_left: a.prompt_left(),
+                    prompt_left: a.prompt_left().min(chunk_left),
                     max_chunk: a.manager.max_chunk(true),
                     order: a.id,
                 })
@@ -338,6 +341,10 @@ impl Worker {
             }
             let start = a.tokens.len();
             let end = start + n;
+            // Attend these tokens as their whole canonical chunk would be: the same results
+            // whether the chunk's start was cached or shared a tick with other prompts.
+            let canon = canonical_chunk(start, a.prompt.len(), chunk);
+            self.batch.set_prompt_chunk(seq, canon.len() as u32);
             for at in start..end {
                 let last = at + 1 == a.prompt.len();
                 let want = last || a.prompt_logprobs;
@@ -509,4 +516,15 @@ impl Worker {
             *p = Published { metrics: m, slots };
         }
     }
+}
+
+/// The canonical prompt chunk holding prompt position `at` of a prompt of `len` tokens: the
+/// chunks a prompt run alone, from position 0, would be cut into (`[k·size, (k+1)·size)`, the
+/// last one shorter). A slot's prompt passes stay inside these chunks and declare their length
+/// to the forward pass ([`Batch::set_prompt_chunk`]), so a request's results do not depend on
+/// how much of its prompt came from the prefix cache or on the other prompts of a tick.
+fn canonical_chunk(at: usize, len: usize, size: usize) -> std::ops::Range<usize> {
+    let size = size.max(1);
+    let start = at / size * size;
+    start..(start + size).min(len).max(at)
 }

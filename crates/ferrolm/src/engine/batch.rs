@@ -20,6 +20,8 @@ pub struct BatchEntry {
 #[derive(Clone, Debug, Default)]
 pub struct Batch {
     entries: Vec<BatchEntry>,
+    /// Sequences whose tokens here are part of a longer prompt chunk: `(seq, chunk length)`.
+    prompt_chunks: Vec<(SeqId, u32)>,
 }
 
 impl Batch {
@@ -42,7 +44,7 @@ impl Batch {
 
     /// Replaces the contents by [`Batch::from_prompt`]'s, keeping the allocation.
     pub fn set_prompt(&mut self, seq: SeqId, start_pos: u32, tokens: &[u32]) {
-        self.entries.clear();
+        self.clear();
         for (i, &t) in tokens.iter().enumerate() {
             self.push(seq, start_pos + i as u32, t, i + 1 == tokens.len());
         }
@@ -63,9 +65,27 @@ impl Batch {
         self.entries.is_empty()
     }
 
-    /// Removes all tokens, keeping the allocation.
+    /// Removes all tokens (and [`Batch::set_prompt_chunk`] declarations), keeping the allocation.
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.prompt_chunks.clear();
+    }
+
+    /// Declares that `seq`'s tokens in this batch belong to a prompt chunk of `len` tokens (the
+    /// rest of a chunk whose start came from a prefix cache, or a part of one split across
+    /// batches). The forward pass then computes them exactly as if the whole chunk ran in one
+    /// batch — attention picks its path by the chunk's length, not by the tokens present — so a
+    /// prompt's results do not depend on how it was split or how much of it was cached.
+    pub fn set_prompt_chunk(&mut self, seq: SeqId, len: u32) {
+        match self.prompt_chunks.iter_mut().find(|(s, _)| *s == seq) {
+            Some(c) => c.1 = len,
+            None => self.prompt_chunks.push((seq, len)),
+        }
+    }
+
+    /// The `(sequence, chunk length)` declarations of [`Batch::set_prompt_chunk`].
+    pub fn prompt_chunks(&self) -> &[(SeqId, u32)] {
+        &self.prompt_chunks
     }
 }
 

@@ -250,7 +250,7 @@ impl Model {
                 }
             }
             let shape = self.attention_shape(il);
-            cpu::attention(shape, entries, kv, il, q, att);
+            cpu::attention(shape, entries, batch.prompt_chunks(), kv, il, q, att);
             if tracking {
                 accumulate_attention(shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq));
             }

@@ -64,10 +64,14 @@ fn result_len(group: usize, head_dim: usize) -> usize {
 }
 
 /// Adds the range tasks of every job: the slots from its first to its last visible one, split
-/// (from [`SPLIT_MIN_SLOTS`] slots on) so that all jobs together make about two tasks per
-/// thread, in ranges of at least [`MIN_RANGE`] slots. A job that sees no slot gets none.
+/// (from [`SPLIT_MIN_SLOTS`] slots on) so that the KV heads of one query make about two tasks
+/// per thread, in ranges of at least [`MIN_RANGE`] slots. A job that sees no slot gets none.
+///
+/// The split depends on the span, the model and the thread count only, never on the other
+/// queries of the batch: ranges are merged in f32 while one range accumulates in f16, so a
+/// split chosen by the batch would make a query's result depend on what it was batched with.
 pub(super) fn push_ranges(plan: &mut Plan, ctx: &Ctx<'_>, threads: usize) {
-    let per_job = (2 * threads.max(1)).div_ceil(plan.jobs.len().max(1));
+    let per_job = (2 * threads.max(1)).div_ceil(ctx.shape.n_head_kv.max(1));
     let mut part = 0;
     for (ji, job) in plan.jobs.iter_mut().enumerate() {
         job.parts = part..part;

@@ -70,7 +70,10 @@ pub struct AttentionShape {
 /// the slots whose logical position is ≤ `p` (and inside the window); an entry whose sequence
 /// has no cache, or that sees no slot, gets zeros.
 ///
-/// `q`: `[n_tok, n_head * head_dim]` (rotated); `out`: same shape.
+/// `q`: `[n_tok, n_head * head_dim]` (rotated); `out`: same shape. `prompt_chunks`: sequences
+/// whose queries are part of a prompt chunk of the given length (see
+/// [`crate::engine::Batch::set_prompt_chunk`]); their path is chosen by that length instead of
+/// by their number of queries in this call, so that each query's result is the same either way.
 ///
 /// # Panics
 /// If `q` or `out` is not `[entries.len(), n_head * head_dim]`, or the cache stores a block
@@ -79,6 +82,7 @@ pub struct AttentionShape {
 pub fn attention(
     shape: AttentionShape,
     entries: &[BatchEntry],
+    prompt_chunks: &[(SeqId, u32)],
     kv: &KvCache,
     layer: usize,
     q: &[f32],
@@ -99,6 +103,7 @@ pub fn attention(
         v_blocks: kv.types().1.blocks(),
         q,
         entries,
+        prompt_chunks,
         kv,
         layer,
     };
@@ -142,6 +147,8 @@ struct Ctx<'a> {
     /// `[n_tok, n_head * head_dim]`
     q: &'a [f32],
     entries: &'a [BatchEntry],
+    /// `(seq, prompt chunk length)`: overrides the query count in the choice of path.
+    prompt_chunks: &'a [(SeqId, u32)],
     kv: &'a KvCache,
     layer: usize,
 }
@@ -243,9 +250,11 @@ struct SeqPlan {
 }
 
 impl SeqPlan {
-    /// Whether this sequence is attended in query tiles (else query by query).
-    fn tiled(&self) -> bool {
-        self.tokens.len() >= TILE_MIN_TOKENS
+    /// Whether this sequence is attended in query tiles (else query by query): by the length
+    /// of the prompt chunk its queries belong to when declared, else by their number.
+    fn tiled(&self, prompt_chunks: &[(SeqId, u32)]) -> bool {
+        let n = prompt_chunks.iter().find(|(s, _)| *s == self.id).map_or(self.tokens.len(), |c| c.1 as usize);
+        n >= TILE_MIN_TOKENS
     }
 }
 
@@ -282,7 +291,7 @@ impl Plan {
         }
         let block = prefill::block_len(ctx.shape.head_dim);
         for si in 0..self.seqs.len() {
-            let (id, tiled) = (self.seqs[si].id, self.seqs[si].tiled());
+            let (id, tiled) = (self.seqs[si].id, self.seqs[si].tiled(ctx.prompt_chunks));
             let Some(cache) = ctx.kv.seq(id) else { continue };
             if tiled {
                 let b0 = self.blocks.len();

@@ -153,7 +153,7 @@ fn check_tol(
             // decode ranges are split (covered by the tolerance).
             crate::threads::set_num_threads(threads).expect("pool");
             let mut out = vec![f32::NAN; q.len()];
-            attention(shape, entries, &kv, layer, &q, &mut out);
+            attention(shape, entries, &[], &kv, layer, &q, &mut out);
             for (i, (&got, &w)) in out.iter().zip(&want).enumerate() {
                 let (t, h) = (i / qd, i % qd / shape.head_dim);
                 let tiled = entries.iter().filter(|x| x.seq == entries[t].seq).count() >= TILE_MIN_TOKENS;
@@ -345,7 +345,7 @@ fn quantized_caches_stay_close_to_f32() {
             };
             let run = |kv: &KvCache, layer: usize| {
                 let mut out = vec![0f32; q.len()];
-                attention(s, entries, kv, layer, &q, &mut out);
+                attention(s, entries, &[], kv, layer, &q, &mut out);
                 out
             };
             let want = run(&exact, 0);
