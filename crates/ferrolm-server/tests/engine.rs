@@ -2,6 +2,8 @@
 //! is shared across slots, dropped clients free their slots, prompt log-probabilities, queue
 //! limits.
 
+// The model-finding helpers of the library crate's tests (same folder rules, same CI rule).
+#[path = "../../ferrolm/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
