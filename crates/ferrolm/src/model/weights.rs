@@ -65,6 +65,15 @@ impl Weight {
         }
     }
 
+    /// A weight over bytes held in memory (tests of the kernels' callers).
+    #[cfg(test)]
+    pub(crate) fn owned(ty: GgmlType, rows: usize, cols: usize, bytes: Vec<u8>) -> Weight {
+        let row_bytes = ty.row_bytes(cols as u64).map_or(0, |b| b as usize);
+        assert_eq!(bytes.len(), rows * row_bytes, "weight bytes");
+        let range = 0..bytes.len();
+        Weight { storage: Arc::new(Storage::Owned(bytes)), range, ty, rows, cols, row_bytes }
+    }
+
     /// Dequantizes row `r` into `out` (`cols` elements).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         // Lengths were validated at load time, so this cannot fail.

@@ -2,20 +2,19 @@
 //! `x [n_tok, cols]`, on the worker pool.
 //!
 //! Quantized weights meet activations quantized once per call to their 8-bit "vec-dot" format
-//! (Q8_0, Q8_1 or Q8_K, as llama.cpp does) in integer dot products: a matvec for one token
-//! (decode: each thread streams one contiguous, byte-balanced run of rows), a blocked GEMM for prompt batches — each task owns a block of weight rows and
-//! walks the tokens in tiles small enough for the block's rows and the tile's activations to
-//! stay in L1 while they meet. Float weights (F32, F16, BF16) dequantize each row once and reuse
-//! it for every token.
+//! (Q8_0, Q8_1 or Q8_K, as llama.cpp does) in integer dot products. Decode steps and other small
+//! batches (up to [`STREAM_MAX_TOKENS`] tokens: a server's generating slots) stream through
+//! the weights, each thread one contiguous, byte-balanced run of rows, every row meeting all the
+//! batch's tokens while it is in L1; prompt batches use a blocked GEMM — each task owns a block
+//! of weight rows and walks the tokens in tiles small enough for the block's rows and the tile's
+//! activations to stay in L1 while they meet. Float weights (F32, F16, BF16) take the same dot
+//! product per token in every batch.
 //!
 //! Several matrices applied to the same input (Q, K and V; gate and up) run as one parallel
 //! region with one quantization of the input ([`matmul_many`]), so a decode step pays for one
 //! synchronisation instead of three.
 
-use std::cell::RefCell;
-
 use ferrolm_kernels::quant::{self, VecDot};
-use ferrolm_kernels::simd;
 
 use crate::model::weights::Weight;
 use crate::threads::{ThreadPool, parallel_for};
@@ -26,6 +25,11 @@ const GEMM_ROWS: usize = 32;
 /// Tokens per GEMM tile: a tile's activations (at most ~1 KiB per token for the models we run)
 /// and a task's rows fit in L1 together.
 const GEMM_TOKENS: usize = 32;
+
+/// Batches of at most this many tokens (decode steps, a server's batch of generating slots)
+/// stream through the weights like a single token: the weights dominate the cost, as they are
+/// read once for every token of the batch.
+const STREAM_MAX_TOKENS: usize = 16;
 
 /// Prompt batches at least this long quantize their activations in parallel.
 const PARALLEL_QUANTIZE_MIN: usize = 8;
@@ -117,7 +121,12 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
                     let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
                     k.gemm(w_rows, r1 - r0, xq, 1, o, r1 - r0);
                 } else {
-                    gemm_block(&k, w, r0, r1, xq, rb, n_tok, out);
+                    let mut from = r0;
+                    while from < r1 {
+                        let to = (from + GEMM_ROWS).min(r1);
+                        gemm_block(&k, w, from, to, xq, rb, n_tok, out);
+                        from = to;
+                    }
                 }
             }
             (Some(_), None) => {}
@@ -125,7 +134,7 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
         }
     };
 
-    if n_tok == 1 {
+    if n_tok <= STREAM_MAX_TOKENS {
         // Decode is a stream through the weights: each thread takes one contiguous run of about
         // the same number of bytes (running across matrix boundaries), so every core reads one
         // long sequential stream that the hardware prefetchers follow. Small interleaved blocks
@@ -257,36 +266,21 @@ fn gemm_block(k: &VecDot, w: &Weight, r0: usize, r1: usize, xq: &[u8], rb: usize
     }
 }
 
-thread_local! {
-    /// One dequantized float weight row.
-    static ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Rows `r0..r1` of a float weight (F32, F16, BF16) against every token.
+/// Rows `r0..r1` of a float weight (F32, F16, BF16) against every token. Each product is the
+/// same dot product a token alone gets (converting the row once for all tokens would sum in
+/// another order, making a token's result depend on its batch).
 fn float_block(w: &Weight, r0: usize, r1: usize, x: &[f32], n_tok: usize, out: OutPtr) {
     let cols = w.cols;
     let ldo = out.stride(n_tok);
-    if n_tok == 1 {
-        // SAFETY: this task owns rows r0..r1 of the single output row.
-        let o = unsafe { out.slice(r0, r1 - r0) };
+    for t in 0..n_tok {
+        // SAFETY: this task owns rows r0..r1 of every token's output row.
+        let o = unsafe { out.slice(t * ldo + r0, r1 - r0) };
+        let xt = &x[t * cols..(t + 1) * cols];
         for (r, o) in (r0..r1).zip(o) {
             // Lengths were validated when the weight was loaded.
-            *o = quant::dot_f32(w.ty, w.row(r), x).unwrap_or(f32::NAN);
+            *o = quant::dot_f32(w.ty, w.row(r), xt).unwrap_or(f32::NAN);
         }
-        return;
     }
-    ROW.with(|row| {
-        let mut row = row.borrow_mut();
-        row.resize(cols, 0.0);
-        for r in r0..r1 {
-            w.dequantize_row(r, &mut row);
-            for t in 0..n_tok {
-                // SAFETY: this task owns column r of every token's output row.
-                let o = unsafe { out.slice(t * ldo + r, 1) };
-                o[0] = simd::dot_f32(&row, &x[t * cols..(t + 1) * cols]);
-            }
-        }
-    });
 }
 
 /// A job's output `[n_tok, rows]` shared by the tasks, which write disjoint parts of it.
@@ -348,6 +342,67 @@ impl OutBytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ferrolm_kernels::GgmlType;
+    use rand::rngs::StdRng;
+    use rand::{Rng as _, SeedableRng as _};
+
+    /// A `[rows, cols]` weight of type `ty` quantized from random values.
+    fn random_weight(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> Weight {
+        let rb = ty.row_bytes(cols as u64).map_or(0, |b| b as usize);
+        let mut bytes = vec![0u8; rows * rb];
+        let mut row = vec![0f32; cols];
+        for dst in bytes.chunks_exact_mut(rb) {
+            row.iter_mut().for_each(|v| *v = rng.random_range(-1.0..1.0));
+            quant::quantize_row(ty, &row, dst).expect("quantize");
+        }
+        Weight::owned(ty, rows, cols, bytes)
+    }
+
+    /// Every batch size, through the decode stream (small batches) and the prompt GEMM (large
+    /// ones), gives each token exactly the result it gets alone, and that result is the
+    /// dot product with the dequantized weights up to the activations' 8-bit quantization.
+    #[test]
+    fn every_batch_size_gives_each_token_its_single_token_result() {
+        let pool = crate::threads::pool();
+        let mut rng = StdRng::seed_from_u64(7);
+        // A multiple of the K-quants' 256-value super-blocks.
+        let cols = 768;
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+            // Q, K and V shapes of a small model: one region over three matrices.
+            let ws: Vec<Weight> =
+                [200, 64, 64].iter().map(|&r| random_weight(&mut rng, ty, r, cols)).collect();
+            let mut dense = vec![0f32; cols];
+            let mut xq = Vec::new();
+            for n_tok in [1, 2, 3, 5, 8, 16, 17, 40] {
+                let x: Vec<f32> = (0..n_tok * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+                let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![f32::NAN; n_tok * w.rows]).collect();
+                let mut jobs: Vec<MatmulJob<'_>> =
+                    ws.iter().zip(outs.iter_mut()).map(|(w, out)| MatmulJob { w, out }).collect();
+                matmul_many(&pool, &x, n_tok, &mut jobs, &mut xq);
+                for (w, out) in ws.iter().zip(&outs) {
+                    for t in 0..n_tok {
+                        let xt = &x[t * cols..(t + 1) * cols];
+                        let mut alone = vec![f32::NAN; w.rows];
+                        matmul(&pool, w, xt, 1, &mut alone, &mut xq);
+                        let got = &out[t * w.rows..(t + 1) * w.rows];
+                        assert!(
+                            got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{ty:?} n_tok={n_tok} token {t}: batched result differs from the token alone"
+                        );
+                        for (r, &v) in got.iter().enumerate() {
+                            w.dequantize_row(r, &mut dense);
+                            let exact: f32 = dense.iter().zip(xt).map(|(a, b)| a * b).sum();
+                            let norm: f32 = dense.iter().zip(xt).map(|(a, b)| (a * b).abs()).sum();
+                            assert!(
+                                (v - exact).abs() <= 0.02 * norm + 1e-3,
+                                "{ty:?} n_tok={n_tok} token {t} row {r}: {v} vs {exact}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     /// Every row of every matrix belongs to exactly one run, runs are contiguous and in order,
     /// and no run is far from its fair share of bytes.
