@@ -14,6 +14,8 @@
 //! region with one quantization of the input ([`matmul_many`]), so a decode step pays for one
 //! synchronisation instead of three.
 
+use std::cell::RefCell;
+
 use ferrolm_kernels::quant::{self, VecDot};
 
 use crate::model::weights::Weight;
@@ -30,6 +32,10 @@ const GEMM_TOKENS: usize = 32;
 /// stream through the weights like a single token: the weights dominate the cost, as they are
 /// read once for every token of the batch.
 const STREAM_MAX_TOKENS: usize = 16;
+
+/// Weight rows per kernel call in a small batch's stream: with the batch's tokens they stay
+/// in L1/L2 between the token tiles of the kernel.
+const STREAM_ROWS: usize = 64;
 
 /// Prompt batches at least this long quantize their activations in parallel.
 const PARALLEL_QUANTIZE_MIN: usize = 8;
@@ -120,13 +126,10 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
                     // activations once: faster than a dot product per row.
                     let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
                     k.gemm(w_rows, r1 - r0, xq, 1, o, r1 - r0);
+                } else if n_tok <= STREAM_MAX_TOKENS {
+                    gemm_rows(&k, w, (r0, r1), (STREAM_ROWS, STREAM_MAX_TOKENS), xq, rb, n_tok, out);
                 } else {
-                    let mut from = r0;
-                    while from < r1 {
-                        let to = (from + GEMM_ROWS).min(r1);
-                        gemm_block(&k, w, from, to, xq, rb, n_tok, out);
-                        from = to;
-                    }
+                    gemm_rows(&k, w, (r0, r1), (GEMM_ROWS, GEMM_TOKENS), xq, rb, n_tok, out);
                 }
             }
             (Some(_), None) => {}
@@ -249,21 +252,49 @@ fn quantize(pool: &ThreadPool, w: &Weight, x: &[f32], n_tok: usize, rb: usize, x
     });
 }
 
-/// Rows `r0..r1` of a quantized weight against every token, tile by tile.
+thread_local! {
+    /// A task's products before they go to the strided output. `[tokens, rows]`
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Rows `r0..r1` of a quantized weight against every token: blocks of at most `max_rows` rows,
+/// each against the tokens in tiles of at most `max_tokens`.
 #[allow(clippy::too_many_arguments)]
-fn gemm_block(k: &VecDot, w: &Weight, r0: usize, r1: usize, xq: &[u8], rb: usize, n_tok: usize, out: OutPtr) {
-    let nr = r1 - r0;
-    let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
-    let mut tile = [0f32; GEMM_ROWS * GEMM_TOKENS]; // [tokens, rows]
-    for t0 in (0..n_tok).step_by(GEMM_TOKENS) {
-        let nt = GEMM_TOKENS.min(n_tok - t0);
-        k.gemm(w_rows, nr, &xq[t0 * rb..(t0 + nt) * rb], nt, &mut tile, nr);
-        for t in 0..nt {
-            // SAFETY: this task owns rows r0..r1 of every token's output row.
-            let o = unsafe { out.slice((t0 + t) * out.stride(n_tok) + r0, nr) };
-            o.copy_from_slice(&tile[t * nr..(t + 1) * nr]);
+fn gemm_rows(
+    k: &VecDot,
+    w: &Weight,
+    (r0, r1): (usize, usize),
+    (max_rows, max_tokens): (usize, usize),
+    xq: &[u8],
+    rb: usize,
+    n_tok: usize,
+    out: OutPtr,
+) {
+    TILE.with_borrow_mut(|tile| {
+        let ldo = out.stride(n_tok);
+        let tile = buf(tile, max_rows.min(r1 - r0) * max_tokens.min(n_tok));
+        for b0 in (r0..r1).step_by(max_rows) {
+            let nr = max_rows.min(r1 - b0);
+            let w_rows = &w.data()[b0 * w.row_bytes()..(b0 + nr) * w.row_bytes()];
+            for t0 in (0..n_tok).step_by(max_tokens) {
+                let nt = max_tokens.min(n_tok - t0);
+                k.gemm(w_rows, nr, &xq[t0 * rb..(t0 + nt) * rb], nt, tile, nr);
+                for t in 0..nt {
+                    // SAFETY: this task owns rows r0..r1 of every token's output row.
+                    let o = unsafe { out.slice((t0 + t) * ldo + b0, nr) };
+                    o.copy_from_slice(&tile[t * nr..(t + 1) * nr]);
+                }
+            }
         }
+    });
+}
+
+/// `v[..len]`, grown when shorter (new elements zero; old ones are overwritten before use).
+fn buf(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
     }
+    &mut v[..len]
 }
 
 /// Rows `r0..r1` of a float weight (F32, F16, BF16) against every token. Each product is the
