@@ -3,7 +3,9 @@
 //!
 //! Each test is either `ppN` (N random prompt tokens fed in forward passes of at most
 //! `--batch-size` tokens, logits only after the last token of each pass) or `tgN` (N random
-//! tokens fed one per forward pass, logits after each). A test runs once per thread count: one
+//! tokens fed one per forward pass, logits after each). With `--parallel P` (P > 1) a
+//! generation test `tgNxP` runs P sequences together, as a server's slots do: each forward pass
+//! takes one token of every sequence, and tokens/s counts the tokens of all of them. A test runs once per thread count: one
 //! unrecorded warm-up (the whole prompt for pp, one token for tg, as llama-bench does), then
 //! `--repetitions` timed runs, each from an empty KV cache.
 
@@ -45,6 +47,10 @@ pub struct Args {
     /// Timed runs per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
+    /// Sequences generating together in the generation tests (comma list): each forward pass
+    /// takes one token of each, like a server's busy slots.
+    #[arg(long = "parallel", value_delimiter = ',', default_value = "1")]
+    pub parallel: Vec<usize>,
     /// Largest number of prompt tokens per forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
@@ -72,11 +78,13 @@ fn parse_kv_type(s: &str) -> Result<KvType, String> {
     KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
 }
 
-/// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0).
+/// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0), the
+/// latter in each of `n_parallel` sequences.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Test {
     n_prompt: usize,
     n_gen: usize,
+    n_parallel: usize,
 }
 
 /// The validated plan: thread counts and tests, in llama-bench's order.
@@ -95,6 +103,9 @@ impl Args {
         if self.batch_size == 0 {
             anyhow::bail!("--batch-size must be at least 1");
         }
+        if self.parallel.contains(&0) {
+            anyhow::bail!("--parallel values must be at least 1");
+        }
         if self.threads.contains(&0) {
             anyhow::bail!("--threads values must be at least 1");
         }
@@ -106,8 +117,12 @@ impl Args {
         } else {
             self.threads.clone()
         };
-        let pp = self.n_prompt.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: n, n_gen: 0 });
-        let tg = self.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: 0, n_gen: n });
+        let pp =
+            self.n_prompt.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: n, n_gen: 0, n_parallel: 1 });
+        let tg =
+            self.n_gen.iter().filter(|&&n| n > 0).flat_map(|&n| {
+                self.parallel.iter().map(move |&p| Test { n_prompt: 0, n_gen: n, n_parallel: p })
+            });
         let tests: Vec<Test> = pp.chain(tg).collect();
         if tests.is_empty() {
             anyhow::bail!("nothing to run: every --n-prompt and --n-gen value is 0");
@@ -139,7 +154,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     std::thread::sleep(plan.delay);
                 }
                 first = false;
-                tracing::info!(model = %minfo.filename, n_threads, n_prompt = test.n_prompt, n_gen = test.n_gen, "bench");
+                tracing::info!(
+                    model = %minfo.filename,
+                    n_threads,
+                    n_prompt = test.n_prompt,
+                    n_gen = test.n_gen,
+                    n_parallel = test.n_parallel,
+                    "bench"
+                );
                 let test_time = info::rfc3339_now();
                 let samples_ns = with_threads(n_threads, || run_test(&model, &args, test))??;
                 printer.result(&TestResult {
@@ -152,6 +174,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     type_v: args.cache_type_v,
                     n_prompt: test.n_prompt,
                     n_gen: test.n_gen,
+                    n_parallel: test.n_parallel,
                     test_time,
                     samples_ns,
                 })?;
@@ -191,16 +214,17 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
                 .context("warm-up prompt run")?;
         }
         if test.n_gen > 0 {
-            generate(model, &mut kv, &mut mgr, &tokens(1)).context("warm-up generation run")?;
+            let ids: Vec<Vec<u32>> = (0..test.n_parallel).map(|_| tokens(1)).collect();
+            generate(model, &mut kv, &mut mgr, &ids).context("warm-up generation run")?;
         }
     }
     let mut samples = Vec::with_capacity(args.repetitions);
     for rep in 0..args.repetitions {
-        let ids = tokens(test.n_prompt + test.n_gen);
+        let ids: Vec<Vec<u32>> = (0..test.n_parallel).map(|_| tokens(test.n_prompt + test.n_gen)).collect();
         kv.clear();
         let t0 = Instant::now();
         if test.n_prompt > 0 {
-            prompt(model, &mut kv, &mut mgr, &ids, args.batch_size)
+            prompt(model, &mut kv, &mut mgr, &ids[0], args.batch_size)
         } else {
             generate(model, &mut kv, &mut mgr, &ids)
         }
@@ -231,13 +255,18 @@ fn prompt(
     Ok(())
 }
 
-/// Feeds `ids` one per forward pass, asking for the logits after each.
-fn generate(model: &Model, kv: &mut KvCache, mgr: &mut CacheManager, ids: &[u32]) -> anyhow::Result<()> {
+/// Feeds the token lists of `ids` (sequence `s` gets `ids[s]`, all of one length) one token of
+/// each per forward pass, asking for the logits of each.
+fn generate(model: &Model, kv: &mut KvCache, mgr: &mut CacheManager, ids: &[Vec<u32>]) -> anyhow::Result<()> {
     let mut batch = Batch::new();
-    for (pos, &id) in ids.iter().enumerate() {
-        mgr.make_room(kv.seq_mut(SEQ), 1, false)?;
+    let len = ids.first().map_or(0, Vec::len);
+    for pos in 0..len {
         batch.clear();
-        batch.push(SEQ, pos as u32, id, true);
+        for (s, seq_ids) in ids.iter().enumerate() {
+            let seq = SEQ + s as SeqId;
+            mgr.make_room(kv.seq_mut(seq), 1, false)?;
+            batch.push(seq, pos as u32, seq_ids[pos], true);
+        }
         model.forward(&batch, kv)?;
     }
     Ok(())
@@ -263,8 +292,15 @@ mod tests {
     fn plan_orders_prompt_tests_before_generation_and_skips_zeros() {
         let p = plan(&["-m", "x", "-p", "0,64,16", "-n", "8,0", "-t", "2,1"]).expect("valid");
         assert_eq!(p.threads, vec![2, 1]);
-        let t = |n_prompt, n_gen| Test { n_prompt, n_gen };
+        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1 };
         assert_eq!(p.tests, vec![t(64, 0), t(16, 0), t(0, 8)]);
+    }
+
+    #[test]
+    fn parallel_values_multiply_the_generation_tests_only() {
+        let p = plan(&["-m", "x", "-p", "32", "-n", "8,16", "--parallel", "1,4"]).expect("valid");
+        let t = |n_prompt, n_gen, n_parallel| Test { n_prompt, n_gen, n_parallel };
+        assert_eq!(p.tests, vec![t(32, 0, 1), t(0, 8, 1), t(0, 8, 4), t(0, 16, 1), t(0, 16, 4)]);
     }
 
     #[test]
@@ -275,6 +311,7 @@ mod tests {
             &["-m", "x", "-b", "0"],
             &["-m", "x", "-p", "0", "-n", "0"],
             &["-m", "x", "--delay", "-1"],
+            &["-m", "x", "--parallel", "0"],
             &["-m", "x", "-p", "1,a"],
             &["-m", "x", "--cache-type-k", "q4_1"],
         ] {
@@ -303,6 +340,7 @@ mod tests {
     fn default_threads_are_the_available_cores() {
         let p = plan(&["-m", "x"]).expect("valid");
         assert_eq!(p.threads, vec![std::thread::available_parallelism().map_or(1, |n| n.get())]);
-        assert_eq!(p.tests, vec![Test { n_prompt: 512, n_gen: 0 }, Test { n_prompt: 0, n_gen: 128 }]);
+        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1 };
+        assert_eq!(p.tests, vec![t(512, 0), t(0, 128)]);
     }
 }

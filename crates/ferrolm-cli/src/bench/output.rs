@@ -41,8 +41,10 @@ pub struct TestResult<'a> {
     pub type_v: KvType,
     /// Prompt tokens (0 for a generation test).
     pub n_prompt: usize,
-    /// Generated tokens (0 for a prompt test).
+    /// Generated tokens (0 for a prompt test), per sequence.
     pub n_gen: usize,
+    /// Sequences generating together, one token each per forward pass (1 for a prompt test).
+    pub n_parallel: usize,
     /// When the test started (RFC 3339).
     pub test_time: String,
     /// Nanoseconds of each repetition.
@@ -50,18 +52,19 @@ pub struct TestResult<'a> {
 }
 
 impl TestResult<'_> {
-    /// `ppN` or `tgN`.
+    /// `ppN`, `tgN`, or `tgNxP` for `P` sequences generating together.
     pub fn name(&self) -> String {
-        match (self.n_prompt, self.n_gen) {
+        let name = match (self.n_prompt, self.n_gen) {
             (p, 0) => format!("pp{p}"),
             (0, g) => format!("tg{g}"),
             (p, g) => format!("pp{p}+tg{g}"),
-        }
+        };
+        if self.n_parallel > 1 { format!("{name}x{}", self.n_parallel) } else { name }
     }
 
-    /// Tokens per second of each repetition.
+    /// Tokens per second of each repetition (the tokens of every sequence).
     pub fn samples_ts(&self) -> Vec<f64> {
-        let n = (self.n_prompt + self.n_gen) as f64;
+        let n = ((self.n_prompt + self.n_gen) * self.n_parallel.max(1)) as f64;
         self.samples_ns.iter().map(|&ns| 1e9 * n / ns as f64).collect()
     }
 
@@ -84,6 +87,7 @@ impl TestResult<'_> {
             ("type_v", json!(kv_type_name(self.type_v))),
             ("n_prompt", json!(self.n_prompt)),
             ("n_gen", json!(self.n_gen)),
+            ("n_parallel", json!(self.n_parallel)),
             ("test_time", json!(self.test_time)),
             ("avg_ns", json!(mean(&ns).round() as u64)),
             ("stddev_ns", json!(stddev(&ns).round() as u64)),
@@ -238,7 +242,7 @@ impl<W: Write> Printer<W> {
 }
 
 /// The CSV header: the field names of [`TestResult::fields`].
-const CSV_FIELDS: [&str; 22] = [
+const CSV_FIELDS: [&str; 23] = [
     "build_commit",
     "build_number",
     "cpu_info",
@@ -253,6 +257,7 @@ const CSV_FIELDS: [&str; 22] = [
     "type_v",
     "n_prompt",
     "n_gen",
+    "n_parallel",
     "test_time",
     "avg_ns",
     "stddev_ns",
@@ -310,6 +315,7 @@ mod tests {
             type_v: KvType::F32,
             n_prompt: 0,
             n_gen: 4,
+            n_parallel: 1,
             test_time: "2025-01-01T00:00:00Z".into(),
             samples_ns: vec![1_000_000_000, 2_000_000_000],
         };
@@ -322,5 +328,8 @@ mod tests {
         assert!(line.trim_end().ends_with("\"1000000000;2000000000\",\"4.0;2.0\""), "{line}");
         assert_eq!(r.name(), "tg4");
         assert_eq!(r.samples_ts(), vec![4.0, 2.0]);
+        let r8 = TestResult { n_parallel: 8, ..r };
+        assert_eq!(r8.name(), "tg4x8");
+        assert_eq!(r8.samples_ts(), vec![32.0, 16.0]);
     }
 }
