@@ -5,9 +5,9 @@
 //! `--batch-size` tokens, logits only after the last token of each pass) or `tgN` (N random
 //! tokens fed one per forward pass, logits after each). With `--parallel P` (P > 1) a
 //! generation test `tgNxP` runs P sequences together, as a server's slots do: each forward pass
-//! takes one token of every sequence, and tokens/s counts the tokens of all of them. A test runs once per thread count: one
-//! unrecorded warm-up (the whole prompt for pp, one token for tg, as llama-bench does), then
-//! `--repetitions` timed runs, each from an empty KV cache.
+//! takes one token of every sequence, and tokens/s counts the tokens of all of them. A test runs
+//! once per thread count: one unrecorded warm-up (the whole prompt for pp, one token for tg, as
+//! llama-bench does), then `--repetitions` timed runs, each from an empty KV cache.
 
 mod info;
 mod output;

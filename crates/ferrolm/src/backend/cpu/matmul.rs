@@ -108,6 +108,9 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
     }
     let n_jobs = jobs.len();
     let weights: [Option<&Weight>; MAX_JOBS] = std::array::from_fn(|i| jobs.get(i).map(|j| j.w));
+    let streamed = n_tok <= STREAM_MAX_TOKENS;
+    // Rows and tokens per kernel call.
+    let tiles = if streamed { (STREAM_ROWS, STREAM_MAX_TOKENS) } else { (GEMM_ROWS, GEMM_TOKENS) };
     // Rows r0..r1 of job i.
     let run = |i: usize, r0: usize, r1: usize| {
         let Some(w) = weights[i] else { return };
@@ -126,10 +129,8 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
                     // activations once: faster than a dot product per row.
                     let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
                     k.gemm(w_rows, r1 - r0, xq, 1, o, r1 - r0);
-                } else if n_tok <= STREAM_MAX_TOKENS {
-                    gemm_rows(&k, w, (r0, r1), (STREAM_ROWS, STREAM_MAX_TOKENS), xq, rb, n_tok, out);
                 } else {
-                    gemm_rows(&k, w, (r0, r1), (GEMM_ROWS, GEMM_TOKENS), xq, rb, n_tok, out);
+                    gemm_rows(&k, w, (r0, r1), tiles, xq, rb, n_tok, out);
                 }
             }
             (Some(_), None) => {}
@@ -137,7 +138,7 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
         }
     };
 
-    if n_tok <= STREAM_MAX_TOKENS {
+    if streamed {
         // Decode is a stream through the weights: each thread takes one contiguous run of about
         // the same number of bytes (running across matrix boundaries), so every core reads one
         // long sequential stream that the hardware prefetchers follow. Small interleaved blocks
@@ -272,7 +273,10 @@ fn gemm_rows(
 ) {
     TILE.with_borrow_mut(|tile| {
         let ldo = out.stride(n_tok);
-        let tile = buf(tile, max_rows.min(r1 - r0) * max_tokens.min(n_tok));
+        let len = max_rows.min(r1 - r0) * max_tokens.min(n_tok);
+        if tile.len() < len {
+            tile.resize(len, 0.0);
+        }
         for b0 in (r0..r1).step_by(max_rows) {
             let nr = max_rows.min(r1 - b0);
             let w_rows = &w.data()[b0 * w.row_bytes()..(b0 + nr) * w.row_bytes()];
@@ -287,14 +291,6 @@ fn gemm_rows(
             }
         }
     });
-}
-
-/// `v[..len]`, grown when shorter (new elements zero; old ones are overwritten before use).
-fn buf(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
-    if v.len() < len {
-        v.resize(len, 0.0);
-    }
-    &mut v[..len]
 }
 
 /// Rows `r0..r1` of a float weight (F32, F16, BF16) against every token. Each product is the
