@@ -28,6 +28,9 @@ pub enum Error {
     /// Downloading or locating a model failed.
     #[error(transparent)]
     Hub(#[from] HubError),
+    /// A compute backend failed or cannot run this model.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
     /// The model's architecture is not one ferrolm implements.
     #[error("unsupported model architecture '{0}'")]
     UnsupportedArchitecture(String),

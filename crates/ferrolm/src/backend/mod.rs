@@ -1,3 +1,292 @@
-//! Compute backends. The CPU backend is the reference and, for now, the only one.
+//! Compute backends: the operators a transformer needs, behind one [`Backend`] trait.
+//!
+//! The CPU backend ([`CpuBackend`], operators in [`cpu`]) is the reference and the fast path.
+//! The OpenCL backend (`opencl`, cargo feature `opencl`) implements the same trait with kernels
+//! compiled at run time for any OpenCL device; `ferrolm test-backend` compares the two op by op
+//! ([`compare`]). Every operator takes and returns host memory (`[f32]` rows), which the OpenCL
+//! backend shares with its device, so a forward pass can run each batch on either backend over
+//! the same KV cache ([`Placement`]).
 
+pub mod compare;
 pub mod cpu;
+#[cfg(feature = "opencl")]
+pub mod opencl;
+mod placement;
+
+use std::fmt;
+use std::sync::Arc;
+
+use half::f16;
+
+use crate::engine::BatchEntry;
+use crate::kv::{KvCache, SeqId};
+use crate::model::weights::Weight;
+use crate::model::{Activation, RopeStyle};
+pub use cpu::{AttentionShape, MatmulJob};
+pub use placement::{BackendChoice, Placement};
+
+/// Errors of a compute backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The OpenCL backend was asked for but this build does not have it.
+    #[error(
+        "this ferrolm was built without OpenCL: rebuild with `--features opencl` to use --backend opencl"
+    )]
+    NotBuilt,
+    /// No OpenCL runtime (ICD loader or platform) could be loaded.
+    #[error(
+        "no OpenCL runtime found ({0}): install an OpenCL driver or ICD (on Debian/Ubuntu: ocl-icd-libopencl1 plus a driver such as pocl-opencl-icd)"
+    )]
+    NoRuntime(String),
+    /// The OpenCL runtime has no device.
+    #[error("the OpenCL runtime lists no device")]
+    NoDevice,
+    /// `FERROLM_OPENCL_DEVICE` names no device.
+    #[error("no OpenCL device matches FERROLM_OPENCL_DEVICE={0:?}")]
+    DeviceNotFound(String),
+    /// The kernels did not compile for the device.
+    #[error("compiling the OpenCL kernels failed: {0}")]
+    Compile(String),
+    /// An OpenCL call failed.
+    #[error("{what} failed (OpenCL error {code})")]
+    Cl {
+        /// The API call.
+        what: &'static str,
+        /// The OpenCL error code.
+        code: i32,
+    },
+    /// A kernel's argument could not be set.
+    #[error("setting argument {index} of kernel {kernel} failed (OpenCL error {code})")]
+    KernelArg {
+        /// The kernel.
+        kernel: String,
+        /// Argument index.
+        index: u32,
+        /// The OpenCL error code.
+        code: i32,
+    },
+    /// A kernel could not be launched.
+    #[error("launching kernel {kernel} failed (OpenCL error {code})")]
+    Launch {
+        /// The kernel.
+        kernel: String,
+        /// The OpenCL error code.
+        code: i32,
+    },
+    /// A kernel is missing from the compiled program.
+    #[error("the OpenCL program has no kernel {0}")]
+    MissingKernel(String),
+    /// The backend cannot run this model or cache (a weight type, a KV cache type).
+    #[error("the {backend} backend does not support {what}")]
+    Unsupported {
+        /// The backend.
+        backend: &'static str,
+        /// What it lacks.
+        what: String,
+    },
+}
+
+/// Result of a backend operator.
+pub type BackendResult<T = ()> = std::result::Result<T, BackendError>;
+
+/// The operators of a transformer forward pass. Shapes are row-major; `n` is the number of
+/// tokens (rows). Every method leaves its result in host memory.
+pub trait Backend: Send + Sync + fmt::Debug {
+    /// Short name ("cpu", "opencl").
+    fn name(&self) -> &'static str;
+
+    /// What the backend runs on, for people ("cpu", "OpenCL: <device> (<platform>)").
+    fn description(&self) -> String {
+        self.name().to_string()
+    }
+
+    /// Whether this backend can multiply by weights of this block type.
+    fn supports_weight(&self, ty: crate::GgmlType) -> bool;
+
+    /// Whether this backend can attend over this cache (its storage types).
+    fn check_kv(&self, _kv: &KvCache) -> BackendResult {
+        Ok(())
+    }
+
+    /// `out [n, w.rows] = x [n, w.cols] · Wᵀ` on quantized or float weights.
+    fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult;
+
+    /// Several products of the same input (e.g. Q, K and V), each `out = x · Wᵀ`.
+    fn matmul_many(&self, x: &[f32], n: usize, jobs: &mut [MatmulJob<'_>]) -> BackendResult {
+        for j in jobs.iter_mut() {
+            self.matmul(j.w, x, n, j.out)?;
+        }
+        Ok(())
+    }
+
+    /// Gathers rows `ids` of `table` (an embedding matrix), dequantized and multiplied by
+    /// `scale`. `out: [ids.len(), table.cols]`
+    fn gather(&self, table: &Weight, ids: &[u32], scale: f32, out: &mut [f32]) -> BackendResult;
+
+    /// RMSNorm of each row of `x` (rows of `w.len()`), times `w`, into `out` (same shape).
+    fn rms_norm(&self, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> BackendResult;
+
+    /// RMSNorm in place, rows of `w.len()` (also per-head norms: `w` is `[head_dim]`).
+    fn rms_norm_inplace(&self, x: &mut [f32], w: &[f32], eps: f32) -> BackendResult;
+
+    /// Rotates every head of each token's row. `x: [n, heads * head_dim]`; `cos_sin:
+    /// [n, rope_dims / 2]` (the first `rope_dims` of each head rotate).
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n: usize,
+        head_dim: usize,
+        cos_sin: &[(f32, f32)],
+        style: RopeStyle,
+    ) -> BackendResult;
+
+    /// Softmax of each row of `cols` values, in place.
+    fn softmax(&self, x: &mut [f32], cols: usize) -> BackendResult;
+
+    /// `gate = act(gate) * up` (SwiGLU / GeGLU); `exact`: GELU in exact f32 instead of
+    /// llama.cpp's f16 table.
+    fn gated_activation(&self, gate: &mut [f32], up: &[f32], act: Activation, exact: bool) -> BackendResult;
+
+    /// `x += y`.
+    fn add(&self, x: &mut [f32], y: &[f32]) -> BackendResult;
+
+    /// Converts `src` to f16 into `dst` (same length): stores key/value rows in an f16 cache.
+    fn copy_to_f16(&self, src: &[f32], dst: &mut [f16]) -> BackendResult;
+
+    /// Causal attention of every batch entry over its sequence's cache in `layer` (see
+    /// [`cpu::attention`]). `q`, `out`: `[entries.len(), n_head * head_dim]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        shape: AttentionShape,
+        entries: &[BatchEntry],
+        prompt_chunks: &[(SeqId, u32)],
+        kv: &KvCache,
+        layer: usize,
+        q: &[f32],
+        out: &mut [f32],
+    ) -> BackendResult;
+}
+
+/// The CPU backend: the operators of [`cpu`] on the worker pool of [`crate::threads`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CpuBackend;
+
+thread_local! {
+    /// Quantized activations of the current matmul on this thread.
+    static XQ: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn supports_weight(&self, ty: crate::GgmlType) -> bool {
+        ferrolm_kernels::quant::supports(ty)
+    }
+
+    fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {
+        self.matmul_many(x, n, &mut [MatmulJob { w, out }])
+    }
+
+    fn matmul_many(&self, x: &[f32], n: usize, jobs: &mut [MatmulJob<'_>]) -> BackendResult {
+        let pool = crate::threads::pool();
+        XQ.with(|xq| cpu::matmul_many(&pool, x, n, jobs, &mut xq.borrow_mut()));
+        Ok(())
+    }
+
+    fn gather(&self, table: &Weight, ids: &[u32], scale: f32, out: &mut [f32]) -> BackendResult {
+        for (&id, row) in ids.iter().zip(out.chunks_exact_mut(table.cols)) {
+            table.dequantize_row(id as usize, row);
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        Ok(())
+    }
+
+    fn rms_norm(&self, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> BackendResult {
+        cpu::rms_norm_rows(x, w, eps, out);
+        Ok(())
+    }
+
+    fn rms_norm_inplace(&self, x: &mut [f32], w: &[f32], eps: f32) -> BackendResult {
+        cpu::rms_norm_inplace(x, w, eps);
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n: usize,
+        head_dim: usize,
+        cos_sin: &[(f32, f32)],
+        style: RopeStyle,
+    ) -> BackendResult {
+        if n == 0 {
+            return Ok(());
+        }
+        let (width, half) = (x.len() / n, cos_sin.len() / n);
+        for (row, cs) in x.chunks_exact_mut(width).zip(cos_sin.chunks_exact(half.max(1))) {
+            cpu::rope_apply(row, head_dim, &cs[..half], style);
+        }
+        Ok(())
+    }
+
+    fn softmax(&self, x: &mut [f32], cols: usize) -> BackendResult {
+        for row in x.chunks_exact_mut(cols.max(1)) {
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0.0;
+            for v in row.iter_mut() {
+                *v = (*v - max).exp();
+                sum += *v;
+            }
+            row.iter_mut().for_each(|v| *v /= sum);
+        }
+        Ok(())
+    }
+
+    fn gated_activation(&self, gate: &mut [f32], up: &[f32], act: Activation, exact: bool) -> BackendResult {
+        cpu::gated_activation(gate, up, act, exact);
+        Ok(())
+    }
+
+    fn add(&self, x: &mut [f32], y: &[f32]) -> BackendResult {
+        cpu::add_inplace(x, y);
+        Ok(())
+    }
+
+    fn copy_to_f16(&self, src: &[f32], dst: &mut [f16]) -> BackendResult {
+        use half::slice::HalfFloatSliceExt;
+        dst.convert_from_f32_slice(src);
+        Ok(())
+    }
+
+    fn attention(
+        &self,
+        shape: AttentionShape,
+        entries: &[BatchEntry],
+        prompt_chunks: &[(SeqId, u32)],
+        kv: &KvCache,
+        layer: usize,
+        q: &[f32],
+        out: &mut [f32],
+    ) -> BackendResult {
+        cpu::attention(shape, entries, prompt_chunks, kv, layer, q, out);
+        Ok(())
+    }
+}
+
+/// The OpenCL backend on the default device, or why there is none (a build without the
+/// feature, no runtime, no device, kernels that do not compile).
+pub fn opencl() -> BackendResult<Arc<dyn Backend>> {
+    #[cfg(feature = "opencl")]
+    {
+        Ok(opencl::OpenClBackend::shared()?)
+    }
+    #[cfg(not(feature = "opencl"))]
+    {
+        Err(BackendError::NotBuilt)
+    }
+}

@@ -479,6 +479,22 @@ impl SeqCache {
         self.v[layer].write(slot * self.kv_dim, v);
     }
 
+    /// The key and value rows of `slots` in `layer` when the cache stores f16 (for a backend
+    /// to write them), else `None`. `[slots.len(), kv_dim]` each
+    pub fn rows_f16_mut(
+        &mut self,
+        layer: usize,
+        slots: std::ops::Range<usize>,
+    ) -> Option<(&mut [f16], &mut [f16])> {
+        let r = slots.start * self.kv_dim..slots.end * self.kv_dim;
+        match (&mut self.k[layer], &mut self.v[layer]) {
+            (Rows::F16(k), Rows::F16(v)) if r.end <= k.len() && r.end <= v.len() => {
+                Some((&mut k[r.clone()], &mut v[r]))
+            }
+            _ => None,
+        }
+    }
+
     /// Drops every slot from `n` on (e.g. to rewind a conversation).
     pub fn truncate(&mut self, n: usize) {
         self.positions.truncate(n);

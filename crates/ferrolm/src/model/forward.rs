@@ -5,11 +5,11 @@
 //! in a [`Workspace`] kept by the model between passes, so a decode step allocates nothing.
 
 use super::{Model, RopeParams};
+use crate::backend::Backend;
 use crate::backend::cpu::{self, AttentionShape, MatmulJob};
 use crate::engine::BatchEntry;
 use crate::engine::{Batch, Logits};
 use crate::kv::KvCache;
-use crate::threads::{self, ThreadPool};
 use crate::{Error, Result};
 
 /// The buffers of one forward pass, grown to the largest batch seen and reused.
@@ -33,14 +33,14 @@ pub(crate) struct Workspace {
     gate: Vec<f32>,
     /// Up projection. `[n, n_ff]`
     up: Vec<f32>,
-    /// Quantized activations of the current matmul. `[n, act_row_bytes]`
-    xq: Vec<u8>,
     /// RoPE (cos, sin) of the global layers. `[n, rope_dims / 2]`
     cs_global: Vec<(f32, f32)>,
     /// RoPE (cos, sin) of the sliding-window layers. `[n, rope_dims / 2]`
     cs_local: Vec<(f32, f32)>,
     /// KV slot of each batch entry. `[n]`
     slots: Vec<usize>,
+    /// Token id of each batch entry. `[n]`
+    ids: Vec<u32>,
     /// Batch index of each entry that wants logits. `[m]`
     out_idx: Vec<usize>,
     /// Output-normed rows that want logits. `[m, n_embd]`
@@ -73,38 +73,48 @@ impl Model {
     /// [`Model::forward`] writing into `logits`, whose buffers are reused: with a `logits` kept
     /// between decode steps, a step allocates nothing.
     pub fn forward_into(&self, batch: &Batch, kv: &mut KvCache, logits: &mut Logits) -> Result<()> {
+        let be = self.placement.backend_for(batch, kv);
+        let mut ws = self.take_workspace();
+        let res = self
+            .forward_blocks(be, batch, kv, &mut ws)
+            .and_then(|()| self.lm_head(be, batch, &mut ws, logits));
+        self.return_workspace(ws);
+        res
+    }
+
+    /// The final norm and the LM head, only for the rows that want logits.
+    fn lm_head(
+        &self,
+        be: &dyn Backend,
+        batch: &Batch,
+        ws: &mut Workspace,
+        logits: &mut Logits,
+    ) -> Result<()> {
         let cfg = &self.config;
         let w = &self.weights;
         let d = cfg.n_embd;
-        let pool = threads::pool();
-        let mut ws = self.take_workspace();
-        let res = self.forward_blocks(&pool, batch, kv, &mut ws);
-        if let Err(e) = res {
-            self.return_workspace(ws);
-            return Err(e);
-        }
-        // Final norm and LM head, only for the rows that want logits.
-        let Workspace { x, out_idx, h, xq, .. } = &mut ws;
+        let Workspace { x, xn, out_idx, h, .. } = ws;
         out_idx.clear();
         out_idx.extend(batch.entries().iter().enumerate().filter(|(_, e)| e.logits).map(|(i, _)| i));
         let m = out_idx.len();
         let h = buf(h, m * d); // [m, d]
-        for (j, &i) in out_idx.iter().enumerate() {
-            cpu::rms_norm_rows(
-                &x[i * d..(i + 1) * d],
-                &w.output_norm,
-                cfg.norm_eps,
-                &mut h[j * d..(j + 1) * d],
-            );
+        if m == batch.entries().len() {
+            be.rms_norm(&x[..m * d], &w.output_norm, cfg.norm_eps, h)?;
+        } else {
+            // Gather the rows first so that the norm is one call.
+            let rows = buf(xn, m * d); // [m, d]
+            for (j, &i) in out_idx.iter().enumerate() {
+                rows[j * d..(j + 1) * d].copy_from_slice(&x[i * d..(i + 1) * d]);
+            }
+            be.rms_norm(rows, &w.output_norm, cfg.norm_eps, h)?;
         }
         let out = logits.reset(cfg.n_vocab, out_idx); // [m, n_vocab]
         if m > 0 {
-            cpu::matmul(&pool, &w.output, h, m, out, xq);
+            be.matmul(&w.output, h, m, out)?;
         }
         if let Some(c) = cfg.final_logit_softcap {
             cpu::softcap(out, c);
         }
-        self.return_workspace(ws);
         Ok(())
     }
 
@@ -113,14 +123,14 @@ impl Model {
     /// starts from. `[n_tokens, n_embd]`
     pub fn forward_hidden(&self, batch: &Batch, kv: &mut KvCache) -> Result<Vec<f32>> {
         let cfg = &self.config;
-        let pool = threads::pool();
+        let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
-        let res = self.forward_blocks(&pool, batch, kv, &mut ws);
+        let res = self.forward_blocks(be, batch, kv, &mut ws);
         let n = batch.entries().len() * cfg.n_embd;
-        let out = res.map(|()| {
+        let out = res.and_then(|()| {
             let mut x = ws.x[..n].to_vec();
-            cpu::rms_norm_inplace(&mut x, &self.weights.output_norm, cfg.norm_eps);
-            x
+            be.rms_norm_inplace(&mut x, &self.weights.output_norm, cfg.norm_eps)?;
+            Ok(x)
         });
         self.return_workspace(ws);
         out
@@ -140,21 +150,20 @@ impl Model {
     /// `ws.x[..n * n_embd]`.
     fn forward_blocks(
         &self,
-        pool: &ThreadPool,
+        be: &dyn Backend,
         batch: &Batch,
         kv: &mut KvCache,
         ws: &mut Workspace,
     ) -> Result<()> {
         let cfg = &self.config;
-        let w = &self.weights;
         let entries = batch.entries();
-        let n = entries.len();
-        let (d, qd, kvd, hd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.n_ff);
+        let (kvd, hd) = (cfg.kv_dim(), cfg.head_dim);
         if kv.n_layer() != cfg.n_layer || kv.kv_dim() != kvd {
             return Err(Error::InvalidInput("KV cache was made for a different model".into()));
         }
         kv.types().0.check_width(hd)?;
         kv.types().1.check_width(hd)?;
+        be.check_kv(kv)?;
         if let Some(e) = entries.iter().find(|e| e.token as usize >= cfg.n_vocab) {
             return Err(Error::InvalidInput(format!(
                 "token id {} is outside the vocabulary ({})",
@@ -169,22 +178,40 @@ impl Model {
             match kv.push_slot(e.seq, e.pos) {
                 Ok(s) => slots.push(s),
                 Err(err) => {
-                    for (e2, &s) in entries.iter().zip(slots.iter()).rev() {
-                        kv.seq_mut(e2.seq).truncate(s);
-                    }
+                    release_slots(entries, slots, kv);
                     return Err(err);
                 }
             }
         }
 
+        if let Err(e) = self.compute_blocks(be, batch, kv, ws) {
+            // A backend failed mid-way: give the slots back, as if the pass never ran.
+            release_slots(entries, &ws.slots, kv);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The body of [`Model::forward_blocks`] once every token has its slot (`ws.slots`).
+    fn compute_blocks(
+        &self,
+        be: &dyn Backend,
+        batch: &Batch,
+        kv: &mut KvCache,
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let w = &self.weights;
+        let entries = batch.entries();
+        let n = entries.len();
+        let (d, qd, kvd, hd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.n_ff);
+        let slots = &ws.slots;
         // Token embeddings. [n, d]
         let x = buf(&mut ws.x, n * d);
-        for (e, row) in entries.iter().zip(x.chunks_exact_mut(d)) {
-            w.token_embd.dequantize_row(e.token as usize, row);
-            if let Some(s) = cfg.embed_scale {
-                row.iter_mut().for_each(|v| *v *= s);
-            }
-        }
+        let ids = &mut ws.ids;
+        ids.clear();
+        ids.extend(entries.iter().map(|e| e.token));
+        be.gather(&w.token_embd, ids, cfg.embed_scale.unwrap_or(1.0), x)?;
 
         let xn = buf(&mut ws.xn, n * d); // [n, d]
         let q = buf(&mut ws.q, n * qd); // [n, n_head * head_dim]
@@ -194,7 +221,6 @@ impl Model {
         let y = buf(&mut ws.y, n * d); // [n, d]
         let gate = buf(&mut ws.gate, n * ff); // [n, n_ff]
         let up = buf(&mut ws.up, n * ff); // [n, n_ff]
-        let xq = &mut ws.xq;
         let (mass, q_seq, pos_seq) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq);
         // Whether an eviction policy wants this batch's attention (H2O).
         let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
@@ -216,9 +242,8 @@ impl Model {
 
         for (il, lw) in w.layers.iter().enumerate() {
             // Attention.
-            cpu::rms_norm_rows(x, &lw.attn_norm, cfg.norm_eps, xn);
-            cpu::matmul_many(
-                pool,
+            be.rms_norm(x, &lw.attn_norm, cfg.norm_eps, xn)?;
+            be.matmul_many(
                 xn,
                 n,
                 &mut [
@@ -226,58 +251,97 @@ impl Model {
                     MatmulJob { w: &lw.wk, out: k },
                     MatmulJob { w: &lw.wv, out: v },
                 ],
-                xq,
-            );
+            )?;
             if let Some([bq, bk, bv]) = &lw.qkv_bias {
                 cpu::add_bias_rows(q, bq);
                 cpu::add_bias_rows(k, bk);
                 cpu::add_bias_rows(v, bv);
             }
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
-                cpu::rms_norm_inplace(q, qn, cfg.norm_eps);
-                cpu::rms_norm_inplace(k, kn, cfg.norm_eps);
+                be.rms_norm_inplace(q, qn, cfg.norm_eps)?;
+                be.rms_norm_inplace(k, kn, cfg.norm_eps)?;
             }
             let cs: &[(f32, f32)] = if has_local && cfg.swa_layers[il] { cs_local } else { cs_global };
+            be.rope(q, n, hd, cs, cfg.rope_style)?;
+            be.rope(k, n, hd, cs, cfg.rope_style)?;
+            store_kv(be, entries, slots, kv, il, (k, v), kvd)?;
             for (t, e) in entries.iter().enumerate() {
-                let cos_sin = &cs[t * half..(t + 1) * half];
-                cpu::rope_apply(&mut q[t * qd..(t + 1) * qd], hd, cos_sin, cfg.rope_style);
-                cpu::rope_apply(&mut k[t * kvd..(t + 1) * kvd], hd, cos_sin, cfg.rope_style);
-                let r = t * kvd..(t + 1) * kvd;
-                let seq = kv.seq_mut(e.seq);
-                seq.write(il, slots[t], &k[r.clone()], &v[r]);
-                if let Some(log) = seq.query_log_mut() {
+                if let Some(log) = kv.seq_mut(e.seq).query_log_mut() {
                     log.record(il, e.pos, &q[t * qd..(t + 1) * qd]);
                 }
             }
             let shape = self.attention_shape(il);
-            cpu::attention(shape, entries, batch.prompt_chunks(), kv, il, q, att);
+            be.attention(shape, entries, batch.prompt_chunks(), kv, il, q, att)?;
             if tracking {
                 accumulate_attention(shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq));
             }
-            cpu::matmul(pool, &lw.wo, att, n, y, xq);
+            be.matmul(&lw.wo, att, n, y)?;
             if let Some(pn) = &lw.post_attn_norm {
-                cpu::rms_norm_inplace(y, pn, cfg.norm_eps);
+                be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
             }
-            cpu::add_inplace(x, y);
+            be.add(x, y)?;
 
             // Feed-forward.
-            cpu::rms_norm_rows(x, &lw.ffn_norm, cfg.norm_eps, xn);
-            cpu::matmul_many(
-                pool,
+            be.rms_norm(x, &lw.ffn_norm, cfg.norm_eps, xn)?;
+            be.matmul_many(
                 xn,
                 n,
                 &mut [MatmulJob { w: &lw.w_gate, out: gate }, MatmulJob { w: &lw.w_up, out: up }],
-                xq,
-            );
-            cpu::gated_activation(gate, up, cfg.activation, self.exact_f32);
-            cpu::matmul(pool, &lw.w_down, gate, n, y, xq);
+            )?;
+            be.gated_activation(gate, up, cfg.activation, self.exact_f32)?;
+            be.matmul(&lw.w_down, gate, n, y)?;
             if let Some(pn) = &lw.post_ffn_norm {
-                cpu::rms_norm_inplace(y, pn, cfg.norm_eps);
+                be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
             }
-            cpu::add_inplace(x, y);
+            be.add(x, y)?;
         }
         Ok(())
     }
+}
+
+/// Gives back the slots taken for `entries` (as many as `slots` holds), newest first.
+fn release_slots(entries: &[BatchEntry], slots: &[usize], kv: &mut KvCache) {
+    for (e, &s) in entries.iter().zip(slots).rev() {
+        kv.seq_mut(e.seq).truncate(s);
+    }
+}
+
+/// Writes each entry's key and value rows (`kv_rows`: `[n, kv_dim]` each) into its slot of
+/// `layer`. An f16 cache is written by the backend's copy, one call per run of consecutive
+/// slots of one sequence (a prompt chunk is one run); other storage types on the host.
+fn store_kv(
+    be: &dyn Backend,
+    entries: &[BatchEntry],
+    slots: &[usize],
+    kv: &mut KvCache,
+    layer: usize,
+    kv_rows: (&[f32], &[f32]),
+    kvd: usize,
+) -> Result<()> {
+    let (k, v) = kv_rows;
+    let mut t = 0;
+    while t < entries.len() {
+        let seq = entries[t].seq;
+        let mut end = t + 1;
+        while end < entries.len() && entries[end].seq == seq && slots[end] == slots[end - 1] + 1 {
+            end += 1;
+        }
+        let rows = t * kvd..end * kvd;
+        let cache = kv.seq_mut(seq);
+        match cache.rows_f16_mut(layer, slots[t]..slots[t] + (end - t)) {
+            Some((kd, vd)) => {
+                be.copy_to_f16(&k[rows.clone()], kd)?;
+                be.copy_to_f16(&v[rows], vd)?;
+            }
+            None => {
+                for i in t..end {
+                    cache.write(layer, slots[i], &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd]);
+                }
+            }
+        }
+        t = end;
+    }
+    Ok(())
 }
 
 /// Adds the attention each query of the batch gave to each slot of its sequence in `layer`,

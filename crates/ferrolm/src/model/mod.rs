@@ -17,6 +17,7 @@ pub use embed::Pooling;
 pub use ferrolm_kernels::GgmlType;
 pub use tensors::{TensorMap, TensorRef};
 
+use crate::backend::Placement;
 use crate::constrain::TokenEnv;
 use crate::format::gguf::GgufFile;
 use crate::kv::{KvCache, KvType};
@@ -48,6 +49,8 @@ pub struct Model {
     token_env: OnceLock<Arc<TokenEnv>>,
     /// Forward-pass buffers kept between passes (one per concurrent pass).
     workspaces: std::sync::Mutex<Vec<forward::Workspace>>,
+    /// Which backend runs each forward pass.
+    placement: Placement,
 }
 
 impl std::fmt::Debug for Model {
@@ -114,7 +117,32 @@ impl Model {
             exact_f32: opts.exact_f32,
             token_env: OnceLock::new(),
             workspaces: std::sync::Mutex::new(Vec::new()),
+            placement: Placement::default(),
         })
+    }
+
+    /// Runs the forward passes on `placement`'s backends (the CPU by default). An error when a
+    /// backend cannot multiply by one of the model's weight types.
+    pub fn set_placement(&mut self, placement: Placement) -> Result<()> {
+        for be in placement.backends() {
+            for (name, w) in self.weights.matrices() {
+                if !be.supports_weight(w.ty) {
+                    return Err(crate::backend::BackendError::Unsupported {
+                        backend: be.name(),
+                        what: format!("{} weights (tensor '{name}')", w.ty),
+                    }
+                    .into());
+                }
+            }
+        }
+        tracing::info!(placement = %placement.describe(), "compute placement");
+        self.placement = placement;
+        Ok(())
+    }
+
+    /// Where the forward passes run.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// The model's configuration.

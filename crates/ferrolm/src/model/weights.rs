@@ -65,8 +65,7 @@ impl Weight {
         }
     }
 
-    /// A weight over bytes held in memory (tests of the kernels' callers).
-    #[cfg(test)]
+    /// A weight over bytes held in memory (tests, backend comparisons).
     pub(crate) fn owned(ty: GgmlType, rows: usize, cols: usize, bytes: Vec<u8>) -> Weight {
         let row_bytes = ty.row_bytes(cols as u64).map_or(0, |b| b as usize);
         assert_eq!(bytes.len(), rows * row_bytes, "weight bytes");
@@ -149,6 +148,27 @@ pub struct ModelWeights {
     pub output: Weight,
     /// RoPE frequency factors, when the model has them.
     pub rope_factors: RopeFactors,
+}
+
+impl ModelWeights {
+    /// Every weight matrix with its GGUF name.
+    pub fn matrices(&self) -> Vec<(String, &Weight)> {
+        let mut out = vec![("token_embd.weight".to_string(), &self.token_embd)];
+        for (i, l) in self.layers.iter().enumerate() {
+            let named = [
+                ("attn_q", &l.wq),
+                ("attn_k", &l.wk),
+                ("attn_v", &l.wv),
+                ("attn_output", &l.wo),
+                ("ffn_gate", &l.w_gate),
+                ("ffn_up", &l.w_up),
+                ("ffn_down", &l.w_down),
+            ];
+            out.extend(named.into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
+        }
+        out.push(("output.weight".to_string(), &self.output));
+        out
+    }
 }
 
 struct Loader<'a> {
