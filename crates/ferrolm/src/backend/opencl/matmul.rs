@@ -1,0 +1,169 @@
+//! Matrix products and row gathers on quantized weights (kernels in `kernels/quant.cl`).
+//!
+//! A product with a quantized weight runs two kernels: the activations are quantized on the
+//! device into the weight type's 8-bit "vec_dot type" (Q8_0, Q8_1 or Q8_K, bit for bit as
+//! [`quant::quantize_activations`] does on the CPU) into scratch slot 0, then one work group of
+//! [`MM_WG`] work items per (output row, token) takes the integer dot products of the row's
+//! blocks with the token's quantized blocks and sums them. Float weights (F32, F16, BF16) are
+//! multiplied by the f32 activations directly. A gather dequantizes one value per work item.
+
+use ferrolm_kernels::quant;
+
+use super::cl::{Arg, Cl};
+use crate::GgmlType;
+use crate::backend::{BackendError, BackendResult};
+use crate::model::weights::Weight;
+
+/// Work items per matmul work group (`MM_WG` in `quant.cl`).
+const MM_WG: usize = 64;
+
+/// Scratch slot of the quantized activations.
+const XQ_SLOT: usize = 0;
+
+/// The kernels of one weight type.
+#[derive(Clone, Copy, Debug)]
+struct Kernels {
+    /// The matmul kernel (`mm_*`).
+    matmul: &'static str,
+    /// The activation quantizer (`q_act_*`) and the values per activation block; `None` for float
+    /// weights, which take the f32 activations.
+    act: Option<(&'static str, usize)>,
+    /// The gather kernel (`q_get_*`).
+    gather: &'static str,
+}
+
+/// The kernels for weights of type `ty`, `None` when there are none.
+fn kernels(ty: GgmlType) -> Option<Kernels> {
+    use GgmlType::*;
+    const ACT_Q8_0: Option<(&str, usize)> = Some(("q_act_q8_0", 32));
+    const ACT_Q8_1: Option<(&str, usize)> = Some(("q_act_q8_1", 32));
+    const ACT_Q8_K: Option<(&str, usize)> = Some(("q_act_q8_k", quant::QK_K));
+    let k = |matmul, act, gather| Some(Kernels { matmul, act, gather });
+    match ty {
+        F32 => k("mm_f32", None, "q_get_f32"),
+        F16 => k("mm_f16", None, "q_get_f16"),
+        BF16 => k("mm_bf16", None, "q_get_bf16"),
+        Q4_0 => k("mm_q4_0", ACT_Q8_0, "q_get_q4_0"),
+        Q4_1 => k("mm_q4_1", ACT_Q8_1, "q_get_q4_1"),
+        Q5_0 => k("mm_q5_0", ACT_Q8_0, "q_get_q5_0"),
+        Q5_1 => k("mm_q5_1", ACT_Q8_1, "q_get_q5_1"),
+        Q8_0 => k("mm_q8_0", ACT_Q8_0, "q_get_q8_0"),
+        Q2_K => k("mm_q2_k", ACT_Q8_K, "q_get_q2_k"),
+        Q3_K => k("mm_q3_k", ACT_Q8_K, "q_get_q3_k"),
+        Q4_K => k("mm_q4_k", ACT_Q8_K, "q_get_q4_k"),
+        Q5_K => k("mm_q5_k", ACT_Q8_K, "q_get_q5_k"),
+        Q6_K => k("mm_q6_k", ACT_Q8_K, "q_get_q6_k"),
+        _ => None,
+    }
+}
+
+/// Whether [`matmul`] and [`gather`] handle this weight type.
+pub(super) fn supports(ty: GgmlType) -> bool {
+    kernels(ty).is_some()
+}
+
+/// The error for a weight type without kernels.
+fn unsupported_type(ty: GgmlType) -> BackendError {
+    BackendError::Unsupported { backend: "opencl", what: format!("{ty} weights") }
+}
+
+/// The error for arguments that do not fit together (a caller's bug, reported instead of a
+/// panic or an out-of-bounds kernel).
+fn bad_shape(what: String) -> BackendError {
+    BackendError::Unsupported { backend: "opencl", what }
+}
+
+/// `v` as a kernel's `uint` argument.
+fn to_u32(v: usize, what: &str) -> BackendResult<u32> {
+    u32::try_from(v).map_err(|_| bad_shape(format!("{what} of {v} (over u32::MAX)")))
+}
+
+/// The kernels for `w`, after checking that its rows are whole blocks.
+fn kernels_for(w: &Weight) -> BackendResult<Kernels> {
+    let k = kernels(w.ty).ok_or_else(|| unsupported_type(w.ty))?;
+    if w.cols % w.ty.block_size() != 0 {
+        return Err(bad_shape(format!("{} rows of {} values (not whole blocks)", w.ty, w.cols)));
+    }
+    Ok(k)
+}
+
+/// `out [n, w.rows] = x [n, w.cols] · Wᵀ`.
+pub(super) fn matmul(cl: &mut Cl, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {
+    let k = kernels_for(w)?;
+    let (rows, cols) = (w.rows, w.cols);
+    if x.len() != n * cols || out.len() != n * rows {
+        return Err(bad_shape(format!(
+            "a matmul of {} activations and {} outputs for {n} tokens and a {w:?}",
+            x.len(),
+            out.len()
+        )));
+    }
+    if n == 0 || rows == 0 {
+        return Ok(());
+    }
+    if cols == 0 {
+        out.fill(0.0);
+        return Ok(());
+    }
+    let (rows_u, cols_u) = (to_u32(rows, "rows")?, to_u32(cols, "columns")?);
+    let wmem = cl.weight(w)?; // [rows, row_bytes]
+    let xv = cl.view(x)?; // [n, cols]
+    let ov = cl.view_mut(out)?; // [n, rows]
+    let global = [rows * MM_WG, n];
+    let local = [MM_WG, 1];
+    match k.act {
+        Some((quantizer, block)) => {
+            let rb = quant::act_row_bytes(w.ty, cols)
+                .ok_or_else(|| bad_shape(format!("{} activations of {cols} values", w.ty)))?;
+            let blocks = n * cols / block;
+            let xq = cl.scratch(XQ_SLOT, n * rb)?; // [n, rb] quantized activation blocks
+            cl.run(
+                quantizer,
+                &[Arg::Mem(xv.mem()), Arg::Mem(xq), Arg::U32(to_u32(blocks, "blocks")?)],
+                &[blocks],
+                None,
+            )?;
+            let args = [Arg::Mem(wmem), Arg::Mem(xq), Arg::Mem(ov.mem()), Arg::U32(rows_u), Arg::U32(cols_u)];
+            cl.run(k.matmul, &args, &global, Some(&local))?;
+        }
+        None => {
+            let args =
+                [Arg::Mem(wmem), Arg::Mem(xv.mem()), Arg::Mem(ov.mem()), Arg::U32(rows_u), Arg::U32(cols_u)];
+            cl.run(k.matmul, &args, &global, Some(&local))?;
+        }
+    }
+    cl.sync(&ov)
+}
+
+/// Rows `ids` of `table`, dequantized, times `scale`. `out: [ids.len(), table.cols]`
+pub(super) fn gather(cl: &mut Cl, table: &Weight, ids: &[u32], scale: f32, out: &mut [f32]) -> BackendResult {
+    let k = kernels_for(table)?;
+    let cols = table.cols;
+    if out.len() != ids.len() * cols {
+        return Err(bad_shape(format!(
+            "a gather of {} rows into {} values from a {table:?}",
+            ids.len(),
+            out.len()
+        )));
+    }
+    if let Some(&id) = ids.iter().find(|&&id| id as usize >= table.rows) {
+        return Err(bad_shape(format!("row {id} of a {table:?} (out of range)")));
+    }
+    if ids.is_empty() || cols == 0 {
+        return Ok(());
+    }
+    let (cols_u, row_bytes) = (to_u32(cols, "columns")?, to_u32(table.row_bytes(), "row bytes")?);
+    let wmem = cl.weight(table)?; // [rows, row_bytes]
+    let iv = cl.view(ids)?; // [ids]
+    let ov = cl.view_mut(out)?; // [ids, cols]
+    let args = [
+        Arg::Mem(wmem),
+        Arg::Mem(iv.mem()),
+        Arg::Mem(ov.mem()),
+        Arg::U32(cols_u),
+        Arg::U32(row_bytes),
+        Arg::F32(scale),
+    ];
+    cl.run(k.gather, &args, &[cols, ids.len()], None)?;
+    cl.sync(&ov)
+}
