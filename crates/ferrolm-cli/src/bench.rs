@@ -15,6 +15,7 @@ mod output;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use ferrolm::backend::{BackendChoice, Placement};
 use ferrolm::engine::Batch;
 use ferrolm::kv::{CacheManager, KvCache, KvType, SeqId};
 use ferrolm::model::{LoadOptions, Model};
@@ -66,6 +67,13 @@ pub struct Args {
     /// Eviction policy, budget and memory threshold (evictions are part of the timed work).
     #[command(flatten)]
     pub cache: crate::cache_args::CacheArgs,
+    /// Backends to measure (comma list): cpu, opencl, hybrid (prompt chunks on OpenCL,
+    /// generation on the CPU), auto.
+    #[arg(long = "backend", value_delimiter = ',', default_value = "cpu")]
+    pub backends: Vec<BackendChoice>,
+    /// Hybrid mode: batches of at least this many tokens run on OpenCL.
+    #[arg(long, default_value_t = 32)]
+    pub hybrid_min_batch: usize,
     /// Skip the warm-up run before each test's repetitions.
     #[arg(long)]
     pub no_warmup: bool,
@@ -140,7 +148,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut first = true;
     for (i, spec) in args.models.iter().enumerate() {
         let path = crate::pull::resolve_model(Some(spec))?;
-        let model = Model::load_with(&path, &LoadOptions::default())
+        let mut model = Model::load_with(&path, &LoadOptions::default())
             .with_context(|| format!("loading {}", path.display()))?;
         let minfo = ModelInfo::new(&path, &model);
         if i == 0 {
@@ -148,40 +156,58 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             printer.begin(&build, &cpu)?;
         }
         printer.model(&minfo)?;
-        for &n_threads in &plan.threads {
-            for &test in &plan.tests {
-                if !first && !plan.delay.is_zero() {
-                    std::thread::sleep(plan.delay);
+        for &choice in &args.backends {
+            let placement =
+                choice.resolve(args.hybrid_min_batch, None).with_context(|| format!("--backend {choice}"))?;
+            model.set_placement(placement).with_context(|| format!("--backend {choice}"))?;
+            let backend = backend_label(model.placement());
+            for &n_threads in &plan.threads {
+                for &test in &plan.tests {
+                    if !first && !plan.delay.is_zero() {
+                        std::thread::sleep(plan.delay);
+                    }
+                    first = false;
+                    tracing::info!(
+                        model = %minfo.filename,
+                        n_threads,
+                        n_prompt = test.n_prompt,
+                        n_gen = test.n_gen,
+                        n_parallel = test.n_parallel,
+                        "bench"
+                    );
+                    let test_time = info::rfc3339_now();
+                    let samples_ns = with_threads(n_threads, || run_test(&model, &args, test))??;
+                    printer.result(&TestResult {
+                        backend: &backend,
+                        build: &build,
+                        cpu: &cpu,
+                        model: &minfo,
+                        n_batch: args.batch_size,
+                        n_threads,
+                        type_k: args.cache_type_k,
+                        type_v: args.cache_type_v,
+                        n_prompt: test.n_prompt,
+                        n_gen: test.n_gen,
+                        n_parallel: test.n_parallel,
+                        test_time,
+                        samples_ns,
+                    })?;
                 }
-                first = false;
-                tracing::info!(
-                    model = %minfo.filename,
-                    n_threads,
-                    n_prompt = test.n_prompt,
-                    n_gen = test.n_gen,
-                    n_parallel = test.n_parallel,
-                    "bench"
-                );
-                let test_time = info::rfc3339_now();
-                let samples_ns = with_threads(n_threads, || run_test(&model, &args, test))??;
-                printer.result(&TestResult {
-                    build: &build,
-                    cpu: &cpu,
-                    model: &minfo,
-                    n_batch: args.batch_size,
-                    n_threads,
-                    type_k: args.cache_type_k,
-                    type_v: args.cache_type_v,
-                    n_prompt: test.n_prompt,
-                    n_gen: test.n_gen,
-                    n_parallel: test.n_parallel,
-                    test_time,
-                    samples_ns,
-                })?;
             }
         }
     }
     printer.finish()
+}
+
+/// llama-bench's name of the backends a placement uses.
+fn backend_label(p: &Placement) -> String {
+    let name = |b: &dyn ferrolm::backend::Backend| if b.name() == "opencl" { "OpenCL" } else { "CPU" };
+    match p {
+        Placement::Single(b) => name(b.as_ref()).to_string(),
+        Placement::Hybrid { prefill, decode, .. } => {
+            format!("{}+{}", name(prefill.as_ref()), name(decode.as_ref()))
+        }
+    }
 }
 
 /// Runs `f` with the kernels using `n` threads. The one place the thread count is applied.

@@ -15,6 +15,7 @@ mod pull;
 mod sampling_args;
 mod serve;
 mod template;
+mod test_backend;
 mod tokenize;
 
 use clap::{Parser, Subcommand};
@@ -52,6 +53,8 @@ enum Command {
     Perplexity(perplexity::Args),
     /// Serve a model over an OpenAI-compatible HTTP API (Ctrl-C or SIGTERM stops it).
     Serve(Box<serve::Args>),
+    /// Compare every operator of the OpenCL backend with the CPU on random inputs.
+    TestBackend(test_backend::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -70,6 +73,7 @@ fn main() -> std::process::ExitCode {
         Command::Template(a) => template::run(a),
         Command::Embed(a) => embed::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::TestBackend(a) => test_backend::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Serve(a) => serve::run(*a),
     };

@@ -1,6 +1,7 @@
 //! Options shared by the commands that load a model and run a session (`generate`, `chat`).
 
 use anyhow::Context;
+use ferrolm::backend::BackendChoice;
 use ferrolm::kv::KvType;
 use ferrolm::model::{GgmlType, LoadOptions, Model};
 use ferrolm::session::SessionOptions;
@@ -33,6 +34,36 @@ pub struct ModelArgs {
     /// Eviction policy, budget and memory threshold.
     #[command(flatten)]
     pub cache: crate::cache_args::CacheArgs,
+    /// Where forward passes run.
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// `--backend` and the hybrid mode's thresholds.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BackendArgs {
+    /// Compute backend: cpu, opencl (needs a build with `--features opencl` and an OpenCL
+    /// runtime), auto (OpenCL when it finds a GPU, else cpu) or hybrid (prompt chunks on
+    /// OpenCL, generation on the CPU, over one shared KV cache).
+    #[arg(long, default_value = "cpu")]
+    pub backend: BackendChoice,
+    /// Hybrid mode: batches of at least this many tokens run on OpenCL, smaller ones on the CPU.
+    #[arg(long, default_value_t = 32)]
+    pub hybrid_min_batch: usize,
+    /// Hybrid mode: once a sequence holds this many tokens, its generation moves to OpenCL too.
+    #[arg(long)]
+    pub hybrid_switch_ctx: Option<usize>,
+}
+
+impl BackendArgs {
+    /// Resolves the choice (opening the OpenCL device when asked for) and puts `model` on it.
+    pub fn apply(&self, model: &mut Model) -> anyhow::Result<()> {
+        let placement = self
+            .backend
+            .resolve(self.hybrid_min_batch, self.hybrid_switch_ctx)
+            .with_context(|| format!("--backend {}", self.backend))?;
+        model.set_placement(placement).with_context(|| format!("--backend {}", self.backend))
+    }
 }
 
 impl ModelArgs {
@@ -53,7 +84,9 @@ impl ModelArgs {
         let path = crate::pull::resolve_model(self.model.as_deref())?;
         let t = std::time::Instant::now();
         let opts = LoadOptions { quantize: self.quantize, ..LoadOptions::default() };
-        let model = Model::load_with(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+        let mut model =
+            Model::load_with(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+        self.backend.apply(&mut model)?;
         Ok((model, t.elapsed().as_secs_f64() * 1e3, path))
     }
 

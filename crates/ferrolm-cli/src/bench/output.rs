@@ -31,6 +31,8 @@ pub struct TestResult<'a> {
     pub cpu: &'a str,
     /// The model.
     pub model: &'a ModelInfo,
+    /// The backend(s) the passes ran on (`CPU`, `OpenCL`, `OpenCL+CPU` for the hybrid).
+    pub backend: &'a str,
     /// Largest prompt chunk per forward pass.
     pub n_batch: usize,
     /// Threads.
@@ -76,7 +78,7 @@ impl TestResult<'_> {
             ("build_commit", json!(self.build.commit)),
             ("build_number", json!(0)),
             ("cpu_info", json!(self.cpu)),
-            ("backends", json!("CPU")),
+            ("backends", json!(self.backend)),
             ("model_filename", json!(self.model.filename)),
             ("model_type", json!(self.model.model_type())),
             ("model_size", json!(self.model.size)),
@@ -205,7 +207,7 @@ impl<W: Write> Printer<W> {
                     r.model.model_type(),
                     r.model.size_label(),
                     r.model.params_label(),
-                    "CPU".to_string(),
+                    r.backend.to_string(),
                     r.n_threads.to_string(),
                     r.name(),
                     format!("{:.2} ± {:.2}", mean(&ts), stddev(&ts)),
@@ -306,6 +308,7 @@ mod tests {
             file_type: None,
         };
         let r = TestResult {
+            backend: "CPU",
             build: &build,
             cpu: "cpu \"x\"",
             model: &model,
