@@ -4,16 +4,23 @@
 # `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai client, prefix cache,
 # disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test). Extra
 # arguments go to `cargo test`. FERROLM_SKIP_SERVER_TESTS=1 skips the end-to-end tests.
+#
+# The tests are built with the OpenCL backend (feature `opencl`, loaded at run time: the build
+# needs no OpenCL files) and run it on PoCL, which scripts/install-opencl.sh installs when no
+# OpenCL runtime is there; then both the plain build (from fetch-test-models.sh) and the OpenCL
+# build are checked for a clear message where OpenCL is missing.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/fetch-test-models.sh
-cargo test --workspace "$@"
+bash scripts/install-opencl.sh
+cargo test --workspace --features ferrolm/opencl,ferrolm-cli/opencl "$@"
+bash scripts/check-opencl-messages.sh
 
 if [[ "${FERROLM_SKIP_SERVER_TESTS:-0}" != 1 ]]; then
-    # The release binary was built by fetch-test-models.sh; rebuild in case sources changed.
-    cargo build --release -p ferrolm-cli
+    # The release binary was built by check-opencl-messages.sh; rebuild in case sources changed.
+    cargo build --release -p ferrolm-cli --features opencl
     FERROLM_BIN="${CARGO_TARGET_DIR:-target}/release/ferrolm" FERROLM_LOAD_MIN_RATIO="${FERROLM_LOAD_MIN_RATIO:-0}" \
         bash scripts/server_tests/run_all.sh
 fi

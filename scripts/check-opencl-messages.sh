@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# `--backend opencl` where OpenCL is missing must fail with a clear message, not a crash:
+# (1) a build without the `opencl` feature, (2) a build with it on a machine without an OpenCL
+# runtime (simulated by pointing the ICD loader at an empty vendor folder). Also checks that
+# `ferrolm test-backend` passes when a runtime is there. Leaves the release binary built with
+# the feature.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+target="${CARGO_TARGET_DIR:-target}"
+model="${FERROLM_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/ferrolm}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+expect_error() { # expect_error NAME PATTERN COMMAND...
+    local name="$1" pattern="$2"
+    shift 2
+    local out rc=0
+    out="$("$@" 2>&1)" || rc=$?
+    if [[ ${rc} == 0 || ${rc} -gt 128 ]] || ! grep -q "${pattern}" <<<"${out}"; then
+        echo "FAIL ${name}: exit ${rc}, expected an error matching '${pattern}':" >&2
+        echo "${out}" | tail -n 5 >&2
+        exit 1
+    fi
+    echo "ok ${name}: $(grep -m1 "${pattern}" <<<"${out}")" >&2
+}
+
+# (1) The plain release build made by fetch-test-models.sh.
+cargo build --release -q -p ferrolm-cli
+expect_error "no opencl feature" "built without OpenCL" \
+    "${target}/release/ferrolm" generate -m "${model}" -p "Hi" -n 4 --backend opencl
+expect_error "no opencl feature (test-backend)" "built without OpenCL" "${target}/release/ferrolm" test-backend
+
+# (2) The release build with the feature (it replaces the plain one; scripts/test.sh runs the
+# server tests on it).
+cargo build --release -q -p ferrolm-cli --features opencl
+bin="${target}/release/ferrolm"
+empty="$(mktemp -d)"
+trap 'rm -rf "${empty}"' EXIT
+expect_error "no OpenCL runtime" "no OpenCL runtime found" \
+    env OCL_ICD_VENDORS="${empty}" "${bin}" generate -m "${model}" -p "Hi" -n 4 --backend opencl
+
+# With a runtime (CI installs PoCL): every operator within 1e-3 of the CPU.
+if compgen -G "/etc/OpenCL/vendors/*.icd" >/dev/null; then
+    "${bin}" test-backend | tail -n 2
+elif [[ "${CI:-}" == true ]]; then
+    echo "FAIL: CI=true but no OpenCL runtime is installed" >&2
+    exit 1
+fi
