@@ -39,9 +39,14 @@ expect_error "no OpenCL runtime" "no OpenCL runtime found" \
     env OCL_ICD_VENDORS="${empty}" "${bin}" generate -m "${model}" -p "Hi" -n 4 --backend opencl
 
 # With a runtime (CI installs PoCL): every operator within 1e-3 of the CPU.
-if compgen -G "/etc/OpenCL/vendors/*.icd" >/dev/null; then
-    "${bin}" test-backend | tail -n 2
-elif [[ "${CI:-}" == true ]]; then
-    echo "FAIL: CI=true but no OpenCL runtime is installed" >&2
+rc=0
+out="$("${bin}" test-backend 2>&1)" || rc=$?
+if [[ ${rc} == 0 ]]; then
+    tail -n 2 <<<"${out}"
+elif [[ "${CI:-}" != true ]] && grep -q "no OpenCL runtime\|lists no device" <<<"${out}"; then
+    echo "notice: no OpenCL runtime, test-backend not run ($(tail -n 1 <<<"${out}"))" >&2
+else
+    echo "FAIL test-backend (exit ${rc}):" >&2
+    tail -n 20 <<<"${out}" >&2
     exit 1
 fi
