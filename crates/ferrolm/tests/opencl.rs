@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use common::Reference;
@@ -63,15 +62,7 @@ fn greedy(model: &Model, prompt: &[u32], steps: usize, forced: Option<&[u32]>) -
 }
 
 fn prompts(dir: &str) -> Vec<(String, Vec<u32>, usize)> {
-    let root = common::fixtures_dir().join("reference");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "expected reference files in {dir}");
-    files
+    common::reference_files(dir)
         .iter()
         .map(|f| {
             let r: Reference = serde_json::from_str(&std::fs::read_to_string(f).unwrap()).unwrap();

@@ -77,14 +77,7 @@ fn check_file(model: &Model, json: &Path) -> Outcome {
 fn check_model(file: &str, dir: &str) {
     let Some(path) = common::require_model(file) else { return };
     let model = Model::load(&path).unwrap();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join(dir))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 5, "expected reference files in {dir}");
-    for f in files {
+    for f in common::reference_files(dir) {
         let o = check_file(&model, &f);
         eprintln!(
             "{dir}/{}: {}/{} steps compared, max |logit diff| {:.3}",

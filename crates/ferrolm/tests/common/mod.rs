@@ -58,6 +58,19 @@ pub fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
 }
 
+/// The reference files of one model (`tests/fixtures/reference/<dir>/*.json`), sorted; at
+/// least five.
+pub fn reference_files(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures_dir().join("reference").join(dir))
+        .expect("reference folder")
+        .map(|e| e.expect("reference entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "expected reference files in {dir}");
+    files
+}
+
 /// A llama.cpp reference file (`tests/fixtures/reference/<model>/<prompt>.json`): the prompt's
 /// tokens and, per greedy step, the token, its bytes and the top-10 `(id, logit)`.
 #[derive(serde::Deserialize)]

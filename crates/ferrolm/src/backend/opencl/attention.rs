@@ -53,12 +53,7 @@ pub(super) fn attention(
     q: &[f32],
     out: &mut [f32],
 ) -> BackendResult {
-    let (k_ty, v_ty) = kv.types();
-    for t in [k_ty, v_ty] {
-        if !matches!(t, KvType::F16 | KvType::F32) {
-            return Err(unsupported(format!("a {t} KV cache")));
-        }
-    }
+    check_kv(kv)?;
     check_shape(&shape, entries.len(), kv, q, out)?;
     out.fill(0.0);
     let hd = shape.head_dim;
@@ -234,6 +229,17 @@ fn check_shape(shape: &AttentionShape, n_tok: usize, kv: &KvCache, q: &[f32], ou
             q.len(),
             out.len()
         )));
+    }
+    Ok(())
+}
+
+/// Checks that the kernels can read a cache: f32 or f16 keys and values.
+pub(super) fn check_kv(kv: &KvCache) -> BackendResult {
+    let (k, v) = kv.types();
+    for t in [k, v] {
+        if !matches!(t, KvType::F16 | KvType::F32) {
+            return Err(unsupported(format!("a {t} KV cache (use f16 or f32)")));
+        }
     }
     Ok(())
 }

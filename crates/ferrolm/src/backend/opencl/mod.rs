@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use half::f16;
 
-use super::{AttentionShape, Backend, BackendError, BackendResult};
+use super::{AttentionShape, Backend, BackendResult};
 use crate::GgmlType;
 use crate::engine::BatchEntry;
 use crate::kv::{KvCache, SeqId};
@@ -91,7 +91,7 @@ impl Backend for OpenClBackend {
     }
 
     fn check_kv(&self, kv: &KvCache) -> BackendResult {
-        check_kv(kv)
+        attention::check_kv(kv)
     }
 
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {
@@ -149,19 +149,4 @@ impl Backend for OpenClBackend {
     ) -> BackendResult {
         attention::attention(&mut self.cl(), shape, entries, prompt_chunks, kv, layer, q, out)
     }
-}
-
-/// Checks that the backend can run a model's cache: f32 or f16 keys and values.
-fn check_kv(kv: &KvCache) -> BackendResult {
-    use crate::kv::KvType;
-    let (k, v) = kv.types();
-    for t in [k, v] {
-        if !matches!(t, KvType::F16 | KvType::F32) {
-            return Err(BackendError::Unsupported {
-                backend: "opencl",
-                what: format!("a {t} KV cache (use f16 or f32)"),
-            });
-        }
-    }
-    Ok(())
 }
