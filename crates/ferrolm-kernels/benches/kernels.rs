@@ -5,13 +5,16 @@
 //! `dequantize/TYPE` (throughput in bytes of quantized input), `matvec_dot/TYPE/ISA` (one `dot`
 //! per row of a matrix, as a decode step does; bytes of weights), `matvec_gemm/TYPE/ISA` (the same
 //! matvec through `gemm` with one token, 16 rows a call), `gemm/TYPE/ISA` (64 tokens, 16 rows a
-//! call; elements are multiply-adds × 2, i.e. FLOP).
+//! call; elements are multiply-adds × 2, i.e. FLOP), `gemm8/TYPE/ISA|packed` (8 tokens, a
+//! server's generating slots, through the GGUF-layout kernel and the packed copy).
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use ferrolm_kernels::quant::{VecDot, act_row_bytes, dequantize_row, quantize_activations, quantize_row};
+use ferrolm_kernels::quant::{
+    PackedActs, PackedRows, VecDot, act_row_bytes, dequantize_row, quantize_activations, quantize_row,
+};
 use ferrolm_kernels::{GgmlType, Isa};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
@@ -174,6 +177,44 @@ fn lm_head(c: &mut Criterion) {
     g.finish();
 }
 
+/// A server's batch of generating slots: `SLOTS` tokens against SmolLM2-135M's FFN-up shape
+/// (1536 × 576), 64 rows a call as the engine's stream hands them out, through the GGUF-layout
+/// kernel of the best level and through the packed (row-interleaved) copy where the CPU has one.
+fn small_batch(c: &mut Criterion) {
+    const SLOTS: usize = 8;
+    let mut rng = StdRng::seed_from_u64(5);
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        let (rows, cols) = (1536, 576);
+        let w = weights(ty, rows, cols, &mut rng);
+        let xq = activations(ty, cols, SLOTS, &mut rng);
+        let rb = w.len() / rows;
+        let mut out = vec![0f32; rows * SLOTS];
+        let mut g = c.benchmark_group(format!("gemm{SLOTS}/{ty}"));
+        g.throughput(Throughput::Elements((2 * rows * cols * SLOTS) as u64));
+        let k = VecDot::new(ty).expect("kernel");
+        g.bench_function(BenchmarkId::from_parameter(k.isa()), |b| {
+            b.iter(|| {
+                for (r0, ws) in (0..rows).step_by(64).zip(w.chunks(64 * rb)) {
+                    k.gemm(black_box(ws), ws.len() / rb, &xq, SLOTS, &mut out[r0..], rows);
+                }
+                black_box(&out);
+            })
+        });
+        if let Some(p) = PackedRows::new(ty, &w, rows, cols) {
+            let acts = p.prepare(&xq, SLOTS, PackedActs::default());
+            g.bench_function(BenchmarkId::from_parameter("packed"), |b| {
+                b.iter(|| {
+                    for r0 in (0..rows).step_by(64) {
+                        p.gemm(r0..r0 + 64, black_box(&acts), &mut out[r0..], rows);
+                    }
+                    black_box(&out);
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
 fn main() {
     let mut c = Criterion::default()
         .warm_up_time(Duration::from_millis(300))
@@ -184,5 +225,6 @@ fn main() {
     matvec(&mut c);
     gemm(&mut c);
     lm_head(&mut c);
+    small_batch(&mut c);
     c.final_summary();
 }

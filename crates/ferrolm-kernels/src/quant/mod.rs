@@ -31,6 +31,7 @@ pub mod iq4_nl;
 pub mod iq4_xs;
 mod kernel;
 pub mod kv;
+pub mod packed;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;
@@ -48,6 +49,8 @@ mod x86_avx512;
 #[cfg(target_arch = "x86_64")]
 mod x86_avx512_formats;
 #[cfg(target_arch = "x86_64")]
+mod x86_avx512_packed;
+#[cfg(target_arch = "x86_64")]
 mod x86_avxvnni;
 #[cfg(target_arch = "x86_64")]
 mod x86_avxvnni_formats;
@@ -55,6 +58,7 @@ mod x86_avxvnni_formats;
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
 pub use kernel::VecDot;
+pub use packed::{PackedActs, PackedRows};
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
 pub use q4_0::BlockQ4_0;

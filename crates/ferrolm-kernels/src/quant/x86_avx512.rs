@@ -256,6 +256,10 @@ fn tile<F: Format, const T: usize>(
         let mut acc = [zero_ps(t); T];
         for g in 0..split.groups {
             let wg = F::unpack(t, &row[g * F::W_GROUP..(g + 1) * F::W_GROUP]);
+            if T >= 4 {
+                tile_group_dot::<F, T>(t, &wg, x, per_row, g * gs, &mut acc);
+                continue;
+            }
             for (j, a) in acc.iter_mut().enumerate() {
                 let base = j * per_row + g * gs;
                 *a = group_dot::<F, T>(t, &wg, F::NQ, &x[base..base + gs], *a);
@@ -304,6 +308,38 @@ fn group_dot<F: Format, const T: usize>(
         let f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), wg.scale);
         let a = _mm512_fmadd_ps(f, _mm512_castsi512_ps(x[nq]), acc);
         if F::MIN { _mm512_fmadd_ps(wg.min, _mm512_castsi512_ps(x[nq + 1]), a) } else { a }
+    }
+}
+
+/// [`group_dot`] for every token of a tile at once (token `j`'s group at `x[j * per_row + at..]`),
+/// with the tokens' `vpdpbusd` chains interleaved: one chain per token would be latency-bound
+/// (eight dependent `vpdpbusd` per group), and the out-of-order window does not reach far
+/// enough ahead to overlap the chains of consecutive tokens by itself.
+#[inline(always)]
+fn tile_group_dot<F: Format, const T: usize>(
+    _t: Avx512,
+    wg: &WGroup,
+    x: &[__m512i],
+    per_row: usize,
+    at: usize,
+    acc: &mut [__m512; T],
+) {
+    let nq = F::NQ;
+    let xs: [&[__m512i]; T] = std::array::from_fn(|j| &x[j * per_row + at..j * per_row + at + nq + 3]);
+    // SAFETY: `_t` proves AVX-512 F/VNNI support; every intrinsic reads registers only.
+    unsafe {
+        let mut s: [__m512i; T] =
+            std::array::from_fn(|j| if F::INIT { xs[j][nq + 2] } else { _mm512_setzero_si512() });
+        for (q, &wq) in wg.q[..nq].iter().enumerate() {
+            for (sj, xj) in s.iter_mut().zip(&xs) {
+                *sj = _mm512_dpbusd_epi32(*sj, wq, xj[q]);
+            }
+        }
+        for j in 0..T {
+            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[j]), wg.scale);
+            let a = _mm512_fmadd_ps(f, _mm512_castsi512_ps(xs[j][nq]), acc[j]);
+            acc[j] = if F::MIN { _mm512_fmadd_ps(wg.min, _mm512_castsi512_ps(xs[j][nq + 1]), a) } else { a };
+        }
     }
 }
 

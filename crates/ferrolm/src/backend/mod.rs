@@ -177,6 +177,10 @@ thread_local! {
     static XQ: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Element-wise operators of at least this many values run on the worker pool: below, one
+/// decode step's, the synchronisation costs more than the work.
+const PAR_ELEMENTWISE_MIN: usize = 4096;
+
 impl Backend for CpuBackend {
     fn name(&self) -> &'static str {
         "cpu"
@@ -207,7 +211,18 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> BackendResult {
-        cpu::rms_norm_rows(x, w, eps, out);
+        // Rows of a batch split over the threads (a row's arithmetic is the same either way).
+        let n = w.len().max(1);
+        if out.len() / n >= 4 && out.len() >= PAR_ELEMENTWISE_MIN {
+            let pool = crate::threads::pool();
+            let rows = (out.len() / n).div_ceil(2 * pool.n_threads());
+            crate::threads::par_chunks_mut(&pool, out, rows * n, |c, o| {
+                let x = &x[c * rows * n..c * rows * n + o.len()];
+                cpu::rms_norm_rows(x, w, eps, o);
+            });
+        } else {
+            cpu::rms_norm_rows(x, w, eps, out);
+        }
         Ok(())
     }
 
@@ -248,7 +263,16 @@ impl Backend for CpuBackend {
     }
 
     fn gated_activation(&self, gate: &mut [f32], up: &[f32], act: Activation, exact: bool) -> BackendResult {
-        cpu::gated_activation(gate, up, act, exact);
+        // Element-wise: split over the threads for a batch (a server's slots, a prompt).
+        if gate.len() >= PAR_ELEMENTWISE_MIN {
+            let pool = crate::threads::pool();
+            let chunk = gate.len().div_ceil(2 * pool.n_threads()).next_multiple_of(16);
+            crate::threads::par_chunks_mut(&pool, gate, chunk, |c, g| {
+                cpu::gated_activation(g, &up[c * chunk..c * chunk + g.len()], act, exact);
+            });
+        } else {
+            cpu::gated_activation(gate, up, act, exact);
+        }
         Ok(())
     }
 

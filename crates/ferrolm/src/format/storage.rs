@@ -25,6 +25,30 @@ impl Storage {
         Ok(Storage::Mapped(map))
     }
 
+    /// Tells the system that bytes `range` will not be read soon (a memory map only): it may
+    /// drop their pages from this process's resident memory; a later read maps them again from
+    /// the page cache or the file, with the same bytes. Used once a weight has a packed copy.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Storage::Mapped(m) = self
+            && range.start < range.end
+            && range.end <= m.len()
+        {
+            // SAFETY: the map is a read-only shared mapping of a file: MADV_DONTNEED only drops
+            // pages, and the next access faults the file's same bytes back in, so no slice
+            // borrowed from the map ever observes a change. (memmap2 widens the range to whole
+            // pages; neighbouring bytes are refetched the same way.)
+            let res = unsafe {
+                m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len())
+            };
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "madvise(DONTNEED) failed; the pages stay resident");
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = range;
+    }
+
     /// All bytes.
     pub fn as_bytes(&self) -> &[u8] {
         match self {

@@ -101,6 +101,16 @@ impl Model {
             config.rope_style = style;
         }
         let weights = ModelWeights::from_tensors(&tensors, &config)?;
+        // The CPU is the default placement: its packed weight copies are made now, at load.
+        let t1 = std::time::Instant::now();
+        let packed = weights.pack_for_cpu();
+        if packed > 0 {
+            tracing::info!(
+                mib = packed >> 20,
+                ms = t1.elapsed().as_millis() as u64,
+                "weights packed for the CPU kernels"
+            );
+        }
         tracing::info!(
             path = %path.display(),
             arch = config.arch.name(),

@@ -112,9 +112,64 @@ pub(crate) fn parallel_for(pool: &ThreadPool, n_items: usize, f: impl Fn(usize) 
     });
 }
 
+/// Runs `f(c, chunk)` for every `chunk`-long piece of `data` (the last may be shorter), the
+/// pieces spread over the threads of `pool` as [`parallel_for`] does. `c` is the piece's index:
+/// it starts at element `c * chunk`.
+pub(crate) fn par_chunks_mut<T: Send>(
+    pool: &ThreadPool,
+    data: &mut [T],
+    chunk: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let chunk = chunk.max(1);
+    let (ptr, len) = (SendPtr(data.as_mut_ptr()), data.len());
+    parallel_for(pool, len.div_ceil(chunk), |c| {
+        let start = c * chunk;
+        let n = chunk.min(len - start);
+        // SAFETY: piece `c` is `start..start + n`, inside `data`; every index `c` is claimed by
+        // exactly one thread, and the pieces of different indices do not overlap, so no two
+        // threads ever hold the same element. `data` stays borrowed until the region ends.
+        let piece = unsafe { std::slice::from_raw_parts_mut(ptr.at(start), n) };
+        f(c, piece);
+    });
+}
+
+/// A pointer shared by the tasks of one parallel region (see [`par_chunks_mut`]).
+struct SendPtr<T>(*mut T);
+
+// SAFETY: the tasks only touch disjoint pieces through it (see `par_chunks_mut`).
+unsafe impl<T: Send> Send for SendPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer `i` elements further.
+    ///
+    /// # Safety
+    /// `i` must be within the allocation the pointer came from.
+    unsafe fn at(&self, i: usize) -> *mut T {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.add(i) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn par_chunks_mut_visits_every_element_once() {
+        let pool = ThreadPool::new(3).expect("pool");
+        for (len, chunk) in [(0, 4), (1, 4), (10, 3), (64, 16), (65, 16)] {
+            let mut v = vec![0usize; len];
+            par_chunks_mut(&pool, &mut v, chunk, |c, piece| {
+                for (i, x) in piece.iter_mut().enumerate() {
+                    *x += c * chunk + i + 1;
+                }
+            });
+            assert!(v.iter().enumerate().all(|(i, &x)| x == i + 1), "{len} {chunk}: {v:?}");
+        }
+    }
 
     #[test]
     fn parallel_for_visits_every_item_once() {

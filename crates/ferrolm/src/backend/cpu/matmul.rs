@@ -16,7 +16,8 @@
 
 use std::cell::RefCell;
 
-use ferrolm_kernels::quant::{self, VecDot};
+use ferrolm_kernels::quant::packed::TILE_ROWS;
+use ferrolm_kernels::quant::{self, PackedActs, PackedRows, VecDot};
 
 use crate::model::weights::Weight;
 use crate::threads::{ThreadPool, parallel_for};
@@ -32,6 +33,9 @@ const GEMM_TOKENS: usize = 32;
 /// stream through the weights like a single token: the weights dominate the cost, as they are
 /// read once for every token of the batch.
 const STREAM_MAX_TOKENS: usize = 16;
+
+/// Small batches of at least this many tokens split their stream into several runs per thread.
+const SPLIT_FINER_TOKENS: usize = 4;
 
 /// Weight rows per kernel call in a small batch's stream: with the batch's tokens they stay
 /// in L1/L2 between the token tiles of the kernel.
@@ -108,6 +112,17 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
     }
     let n_jobs = jobs.len();
     let weights: [Option<&Weight>; MAX_JOBS] = std::array::from_fn(|i| jobs.get(i).map(|j| j.w));
+    // Weights with a row-interleaved copy get their activations prepared once for every task.
+    let mut spare = PACKED_ACTS.take();
+    let mut packed: [Option<(&PackedRows, PackedActs<'_>)>; MAX_JOBS] = Default::default();
+    for i in 0..n_jobs {
+        if let (Some(w), Some((_, rb)), Some(_)) = (weights[i], plans[i].act, kernels[i])
+            && let Some(p) = w.packed()
+        {
+            let x = &xq[plans[i].offset..plans[i].offset + rb * n_tok];
+            packed[i] = Some((p, p.prepare(x, n_tok, spare.pop().unwrap_or_default())));
+        }
+    }
     let streamed = n_tok <= STREAM_MAX_TOKENS;
     // Rows and tokens per kernel call.
     let tiles = if streamed { (STREAM_ROWS, STREAM_MAX_TOKENS) } else { (GEMM_ROWS, GEMM_TOKENS) };
@@ -120,17 +135,17 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
         let out = outs[i];
         match (plans[i].act, kernels[i]) {
             (Some((_, rb)), Some(k)) => {
-                let xq = &xq[plans[i].offset..plans[i].offset + rb * n_tok];
-                if n_tok == 1 {
-                    // SAFETY: rows r0..r1 of this job belong to one task, claimed by exactly one
-                    // thread; the output holds `n_tok * rows` floats.
-                    let o = unsafe { out.slice(r0, r1 - r0) };
-                    // The block kernel streams the rows with prefetching and unpacks the
-                    // activations once: faster than a dot product per row.
-                    let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
-                    k.gemm(w_rows, r1 - r0, xq, 1, o, r1 - r0);
-                } else {
-                    gemm_rows(&k, w, (r0, r1), tiles, xq, rb, n_tok, out);
+                let q = QuantRows {
+                    k,
+                    w,
+                    xq: &xq[plans[i].offset..plans[i].offset + rb * n_tok],
+                    rb,
+                    n_tok,
+                    tiles,
+                };
+                match &packed[i] {
+                    Some((p, acts)) => q.run_packed(p, acts, r0, r1, out),
+                    None => q.run(r0, r1, out),
                 }
             }
             (Some(_), None) => {}
@@ -145,7 +160,10 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
         // measured half as fast with two threads as one stream per thread. A thread that joins
         // late finds its run taken by the others ([`parallel_for`] shares the runs dynamically).
         let shapes = jobs.iter().map(|j| (j.w.rows, j.w.row_bytes()));
-        let split = DecodeSplit::new(shapes, pool.n_threads());
+        // From a few tokens on, the arithmetic outweighs the stream: more, shorter runs let a
+        // thread that finishes early take over work instead of waiting for the other.
+        let runs = if n_tok >= SPLIT_FINER_TOKENS { 4 * pool.n_threads() } else { pool.n_threads() };
+        let split = DecodeSplit::new(shapes, runs);
         parallel_for(pool, split.n_tasks, |task| {
             let (i0, r0) = split.boundary(task);
             let (i1, r1) = split.boundary(task + 1);
@@ -155,19 +173,70 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
                 run(i, from, to);
             }
         });
-        return;
+    } else {
+        // Prompt batches: blocks of rows of each matrix, numbered matrix after matrix.
+        let mut tasks = [0usize; MAX_JOBS + 1];
+        for i in 0..n_jobs {
+            tasks[i + 1] = tasks[i] + weights[i].map_or(0, |w| w.rows).div_ceil(GEMM_ROWS);
+        }
+        parallel_for(pool, tasks[n_jobs], |task| {
+            let i = (0..n_jobs).find(|&i| task < tasks[i + 1]).unwrap_or(0);
+            let r0 = (task - tasks[i]) * GEMM_ROWS;
+            let rows = weights[i].map_or(0, |w| w.rows);
+            run(i, r0, (r0 + GEMM_ROWS).min(rows));
+        });
     }
-    // Prompt batches: blocks of rows of each matrix, numbered matrix after matrix.
-    let mut tasks = [0usize; MAX_JOBS + 1];
-    for (i, job) in jobs.iter().enumerate() {
-        tasks[i + 1] = tasks[i] + job.w.rows.div_ceil(GEMM_ROWS);
+    spare.extend(packed.into_iter().flatten().map(|(_, acts)| acts.recycle()));
+    PACKED_ACTS.set(spare);
+}
+
+/// One quantized job's rows as a task runs them: the kernel, the weight, the job's quantized
+/// activations (`n_tok` rows of `rb` bytes) and the (rows, tokens) of a kernel call.
+struct QuantRows<'a> {
+    k: VecDot,
+    w: &'a Weight,
+    xq: &'a [u8],
+    rb: usize,
+    n_tok: usize,
+    tiles: (usize, usize),
+}
+
+impl QuantRows<'_> {
+    /// Rows `r0..r1` through the GGUF-layout kernels.
+    fn run(&self, r0: usize, r1: usize, out: OutPtr) {
+        if r0 >= r1 {
+            return;
+        }
+        let w = self.w;
+        if self.n_tok == 1 {
+            // SAFETY: rows r0..r1 of this job belong to one task, claimed by exactly one
+            // thread; the output holds `n_tok * rows` floats.
+            let o = unsafe { out.slice(r0, r1 - r0) };
+            // The block kernel streams the rows with prefetching and unpacks the
+            // activations once: faster than a dot product per row.
+            let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
+            self.k.gemm(w_rows, r1 - r0, self.xq, 1, o, r1 - r0);
+        } else {
+            gemm_rows(&self.k, w, (r0, r1), self.tiles, self.xq, self.rb, self.n_tok, out);
+        }
     }
-    parallel_for(pool, tasks[n_jobs], |task| {
-        let i = (0..n_jobs).find(|&i| task < tasks[i + 1]).unwrap_or(0);
-        let r0 = (task - tasks[i]) * GEMM_ROWS;
-        let rows = weights[i].map_or(0, |w| w.rows);
-        run(i, r0, (r0 + GEMM_ROWS).min(rows));
-    });
+
+    /// Rows `r0..r1` with the packed kernel for their whole packed tiles, the GGUF-layout
+    /// kernels for the rest (a partial tile at either end, rows past the packed ones).
+    fn run_packed(&self, p: &PackedRows, acts: &PackedActs<'_>, r0: usize, r1: usize, out: OutPtr) {
+        let a = r0.next_multiple_of(TILE_ROWS).min(r1);
+        let b = (r1.min(p.rows()) / TILE_ROWS * TILE_ROWS).max(a);
+        self.run(r0, a, out);
+        self.run(b, r1, out);
+        if a < b {
+            let ldo = out.stride(self.n_tok);
+            // SAFETY: this task owns rows a..b of every token's output row (it alone was handed
+            // rows r0..r1 of this job); `span` checks that they lie inside the output.
+            unsafe {
+                p.gemm_ptr(a..b, acts, 0..self.n_tok, out.span(a, (self.n_tok - 1) * ldo + b - a), ldo)
+            };
+        }
+    }
 }
 
 /// How a decode matmul's rows (those of every job, one after the other) split into one
@@ -256,6 +325,8 @@ fn quantize(pool: &ThreadPool, w: &Weight, x: &[f32], n_tok: usize, rb: usize, x
 thread_local! {
     /// A task's products before they go to the strided output. `[tokens, rows]`
     static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Buffers for packed weights' prepared activations, reused by the next call.
+    static PACKED_ACTS: std::cell::Cell<Vec<PackedActs<'static>>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// Rows `r0..r1` of a quantized weight against every token: blocks of at most `max_rows` rows,
@@ -330,6 +401,13 @@ impl OutPtr {
     /// Floats per token row (`rows`).
     fn stride(&self, n_tok: usize) -> usize {
         self.1 / n_tok
+    }
+
+    /// A pointer to float `start`, after checking that `start..start + len` is in bounds.
+    fn span(&self, start: usize, len: usize) -> *mut f32 {
+        assert!(start + len <= self.1, "matmul output range out of bounds");
+        // SAFETY: in bounds (checked above).
+        unsafe { self.0.add(start) }
     }
 
     /// `len` floats from `start`.

@@ -47,6 +47,13 @@ pub(super) struct RangeTask {
     part: usize,
 }
 
+impl RangeTask {
+    /// Number of cache slots the task spans (its cost, roughly).
+    pub(super) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+}
+
 /// Length of a range task's region of `Plan::parts`: the partial result (`[max; group]`,
 /// `[sum; group]`, `[out; group * head_dim]`, what [`merge`] reads), then the task's scratch (its
 /// queries, `[group, head_dim]`, the scores and factors of a span, `[group, SPAN]` each, and

@@ -308,6 +308,13 @@ impl Plan {
         }
         self.part_len = decode::part_len(ctx.group, ctx.shape.head_dim, ctx.v_blocks.is_some());
         decode::push_ranges(self, ctx, threads);
+        // Longest ranges first, so that the short ones fill in at the end of the parallel loop
+        // rather than one thread finishing a long one alone (the order changes no result: each
+        // task writes its own region). Tiles, the longest work, stay ahead.
+        self.tasks.sort_unstable_by_key(|t| match t {
+            Task::Tile(_) => (0, 0),
+            Task::Range(r) => (1, usize::MAX - r.slots()),
+        });
         decode::quantize_queries(self, ctx);
         let n_parts = self.jobs.last().map_or(0, |j| j.parts.end);
         self.parts.resize(n_parts * self.part_len, 0.0);
