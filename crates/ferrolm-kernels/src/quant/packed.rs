@@ -31,7 +31,7 @@
 
 use std::ops::Range;
 
-use crate::{GgmlType, Isa};
+use crate::GgmlType;
 
 /// Rows per tile (one per 32-bit lane of a 512-bit vector).
 pub const TILE_ROWS: usize = 16;
@@ -130,6 +130,7 @@ pub(super) type PackedFn = unsafe fn(&[u8], usize, &PackedActs<'_>, Range<usize>
 /// term `s = d·Σx` (f32 bits) or the integer start value (`−8·Σx` for Q4_0, `−128·Σx` for Q8_0,
 /// whose packed weights are `w + 128`).
 #[derive(Clone, Copy, Default)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 kernel only
 pub(super) struct ActBlock {
     pub(super) d: f32,
     pub(super) extra: u32,
@@ -139,6 +140,7 @@ pub(super) struct ActBlock {
 /// ([`super::quantize_activations`]) and, per token and block, the scalars the kernel needs
 /// ([`PackedRows::prepare`]). Reuse one across calls: preparing only grows its buffer.
 #[derive(Default)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 kernel only
 pub struct PackedActs<'a> {
     kind: Option<Kind>,
     pub(super) xq: &'a [u8],
@@ -179,7 +181,7 @@ impl std::fmt::Debug for PackedRows {
 
 impl PackedRows {
     /// Whether [`PackedRows::new`] packs weights of type `ty` on this CPU (at the level
-    /// [`Isa::best`] chose, so `FERROLM_ISA` below `avx512` turns packing off).
+    /// [`crate::Isa::best`] chose, so `FERROLM_ISA` below `avx512` turns packing off).
     pub fn available(ty: GgmlType) -> bool {
         Self::kernel(ty).is_some()
     }
@@ -187,7 +189,7 @@ impl PackedRows {
     fn kernel(ty: GgmlType) -> Option<PackedFn> {
         let kind = Kind::of(ty)?;
         #[cfg(target_arch = "x86_64")]
-        if Isa::best() == Isa::Avx512 {
+        if crate::Isa::best() == crate::Isa::Avx512 {
             return Some(super::x86_avx512_packed::kernel(kind));
         }
         let _ = kind;
