@@ -228,12 +228,17 @@ impl QuantRows<'_> {
         let b = (r1.min(p.rows()) / TILE_ROWS * TILE_ROWS).max(a);
         self.run(r0, a, out);
         self.run(b, r1, out);
-        if a < b {
-            let ldo = out.stride(self.n_tok);
-            // SAFETY: this task owns rows a..b of every token's output row (it alone was handed
+        let ldo = out.stride(self.n_tok);
+        // Blocks of rows small enough to stay in L1 while the kernel walks the tokens in tiles
+        // (a whole run at once would stream a batch of more than one token tile from memory
+        // once per tile).
+        let step = self.tiles.0.next_multiple_of(TILE_ROWS);
+        for c in (a..b).step_by(step) {
+            let e = (c + step).min(b);
+            // SAFETY: this task owns rows c..e of every token's output row (it alone was handed
             // rows r0..r1 of this job); `span` checks that they lie inside the output.
             unsafe {
-                p.gemm_ptr(a..b, acts, 0..self.n_tok, out.span(a, (self.n_tok - 1) * ldo + b - a), ldo)
+                p.gemm_ptr(c..e, acts, 0..self.n_tok, out.span(c, (self.n_tok - 1) * ldo + e - c), ldo)
             };
         }
     }
