@@ -305,9 +305,19 @@ fn group_dot<F: Format, const T: usize>(
                 s = _mm512_dpbusd_epi32(s, w, v);
             }
         }
+        scale_group::<F>(_t, wg, s, &x[nq..], acc)
+    }
+}
+
+/// `acc + scale · f32(s) · d_x (+ min · a_x)`: one group's integer sums `s` scaled and added,
+/// with `x` the activation group's vectors after its values (`[d_x, a_x, …]`).
+#[inline(always)]
+fn scale_group<F: Format>(_t: Avx512, wg: &WGroup, s: __m512i, x: &[__m512i], acc: __m512) -> __m512 {
+    // SAFETY: `_t` proves AVX-512 F support; every intrinsic reads registers only.
+    unsafe {
         let f = _mm512_mul_ps(_mm512_cvtepi32_ps(s), wg.scale);
-        let a = _mm512_fmadd_ps(f, _mm512_castsi512_ps(x[nq]), acc);
-        if F::MIN { _mm512_fmadd_ps(wg.min, _mm512_castsi512_ps(x[nq + 1]), a) } else { a }
+        let a = _mm512_fmadd_ps(f, _mm512_castsi512_ps(x[0]), acc);
+        if F::MIN { _mm512_fmadd_ps(wg.min, _mm512_castsi512_ps(x[1]), a) } else { a }
     }
 }
 
@@ -335,10 +345,8 @@ fn tile_group_dot<F: Format, const T: usize>(
                 *sj = _mm512_dpbusd_epi32(*sj, wq, xj[q]);
             }
         }
-        for j in 0..T {
-            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(s[j]), wg.scale);
-            let a = _mm512_fmadd_ps(f, _mm512_castsi512_ps(xs[j][nq]), acc[j]);
-            acc[j] = if F::MIN { _mm512_fmadd_ps(wg.min, _mm512_castsi512_ps(xs[j][nq + 1]), a) } else { a };
+        for ((a, sj), xj) in acc.iter_mut().zip(s).zip(&xs) {
+            *a = scale_group::<F>(_t, wg, sj, &xj[nq..], *a);
         }
     }
 }
