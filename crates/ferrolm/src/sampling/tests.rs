@@ -38,6 +38,39 @@ fn argmax_first_max_and_masks() {
 }
 
 #[test]
+fn argmax_matches_the_sequential_scan_on_long_rows() {
+    // The first strictly greater value, scanning left to right: what `argmax` promises.
+    let scan = |l: &[f32]| {
+        let (mut best, mut val) = (0, f32::NEG_INFINITY);
+        for (i, &x) in l.iter().enumerate() {
+            if x > val {
+                (best, val) = (i, x);
+            }
+        }
+        best as u32
+    };
+    for n in [1, 15, 16, 17, 33, 1000, 49152, 49155] {
+        let mut l = logits_of(n, n as u32);
+        assert_eq!(argmax(&l), scan(&l), "n={n}");
+        // Ties in different lanes and chunks, NaNs, -0 before +0, a maximum in the tail.
+        l.iter_mut().step_by(7).for_each(|x| *x = f32::NAN);
+        assert_eq!(argmax(&l), scan(&l), "n={n} with NaN");
+        l.iter_mut().for_each(|x| *x = if x.is_nan() { *x } else { -1.0 });
+        for i in [n / 3, n / 2, n - 1] {
+            l[i] = 5.0;
+        }
+        assert_eq!(argmax(&l), scan(&l), "n={n} ties");
+        l[n - 1] = f32::INFINITY;
+        assert_eq!(argmax(&l), (n - 1) as u32, "n={n} +inf last");
+        l.iter_mut().for_each(|x| *x = if x.is_nan() { *x } else { 0.0 });
+        l[n / 2] = -0.0;
+        assert_eq!(argmax(&l), scan(&l), "n={n} zeros");
+        l.iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+        assert_eq!(argmax(&l), 0, "n={n} all masked");
+    }
+}
+
+#[test]
 fn same_seed_same_tokens_and_reset_replays() {
     let logits = logits_of(5000, 7);
     let p = SamplerParams {
