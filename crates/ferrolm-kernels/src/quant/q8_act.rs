@@ -31,7 +31,16 @@ pub const Q8_K_BYTES: usize = 4 + QK_K + 2 * (QK_K / 16);
 #[inline(always)]
 fn quantize32(x: &[f32], qs: &mut [i8]) -> (f32, i32) {
     let (x, qs) = (&x[..QK8], &mut qs[..QK8]);
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    // max|x| lane by lane, in a form that vectorises (`a > m` keeps `m` for a NaN, as
+    // `f32::max` does; the maximum does not depend on the order).
+    let mut lanes = [0f32; 8];
+    for c in x.chunks_exact(8) {
+        for (m, &v) in lanes.iter_mut().zip(c) {
+            let a = v.abs();
+            *m = if a > *m { a } else { *m };
+        }
+    }
+    let amax = lanes.iter().fold(0f32, |m, &a| if a > m { a } else { m });
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;

@@ -84,19 +84,24 @@ pub fn quantize_activations(ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(
 #[inline(always)]
 pub(super) fn quantize_any(vt: GgmlType, x: &[f32], out: &mut [u8]) {
     // Dispatching on the type outside the loop keeps the block quantizer inlined in it.
+    // The loops are written out (not a block function passed by value) so that each block
+    // quantizer is inlined, and vectorised, in the caller's target features.
     match vt {
-        GgmlType::Q8_1 => blocks(x, out, QK8, Q8_1_BYTES, quantize_block_q8_1),
-        GgmlType::Q8_K => blocks(x, out, QK_K, Q8_K_BYTES, quantize_block_q8_k),
-        _ => blocks(x, out, QK8, Q8_0_BYTES, quantize_block_q8_0),
-    }
-}
-
-/// Applies the block quantizer `f` to every `elems`-value chunk of `x` and `bytes`-byte chunk of
-/// `out`.
-#[inline(always)]
-fn blocks(x: &[f32], out: &mut [u8], elems: usize, bytes: usize, f: impl Fn(&[f32], &mut [u8])) {
-    for (xb, ob) in x.chunks_exact(elems).zip(out.chunks_exact_mut(bytes)) {
-        f(xb, ob);
+        GgmlType::Q8_1 => {
+            for (xb, ob) in x.chunks_exact(QK8).zip(out.chunks_exact_mut(Q8_1_BYTES)) {
+                quantize_block_q8_1(xb, ob);
+            }
+        }
+        GgmlType::Q8_K => {
+            for (xb, ob) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+                quantize_block_q8_k(xb, ob);
+            }
+        }
+        _ => {
+            for (xb, ob) in x.chunks_exact(QK8).zip(out.chunks_exact_mut(Q8_0_BYTES)) {
+                quantize_block_q8_0(xb, ob);
+            }
+        }
     }
 }
 
