@@ -5,7 +5,7 @@
 
 use half::f16;
 
-use crate::simd_vec::{FVec, exp_scalar};
+use crate::simd_vec::{FVec, exp_scalar, prefetch_rows};
 
 /// An element type the kernels read matrices in (converted to f32 on load).
 pub(crate) trait Elem: Copy {
@@ -207,6 +207,9 @@ unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
     }
 }
 
+/// Key rows ahead of the ones dotted whose lines are requested (see [`prefetch_rows`]).
+const PREFETCH_KEYS: usize = 16;
+
 /// Row-against-row dot products, each in [`FVec::dot`]'s order (f16 rows converted first), times
 /// `d.scale`.
 ///
@@ -233,6 +236,9 @@ pub(crate) unsafe fn dots<V: FVec, B: Elem>(d: &DotsArgs<B>) {
             let mut rows = [std::ptr::null::<f32>(); 8];
             for (r, row) in rows.iter_mut().enumerate().take(n) {
                 let bp = d.b.add((j + r) * d.ldb);
+                if j + r + PREFETCH_KEYS < d.nb {
+                    prefetch_rows(bp.wrapping_add(PREFETCH_KEYS * d.ldb), d.k * std::mem::size_of::<B>());
+                }
                 *row = if B::IS_F32 {
                     bp.cast::<f32>()
                 } else {

@@ -9,7 +9,10 @@
 //! [`accumulate_f16`] then applies them in key order.
 
 use crate::simd_attn_generic::Elem;
-use crate::simd_vec::{FVec, exp_scalar};
+use crate::simd_vec::{FVec, exp_scalar, prefetch_rows};
+
+/// Value rows ahead of the one accumulated whose lines are requested (see [`prefetch_rows`]).
+const PREFETCH_ROWS: usize = 16;
 
 /// One query's scores over consecutive keys: replaces `s[j]` by `vs_j`, writes `ms[j]`, and
 /// advances `max` and `sum`.
@@ -153,8 +156,12 @@ unsafe fn acc_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
                 *x = V::load(a.c.add((i0 + i) * a.ldc + l0 + v * V::W));
             }
         }
+        let seg = NV * V::W * std::mem::size_of::<B>();
         for kk in 0..a.k {
             let bp = a.b.add(kk * a.ldb + l0);
+            if kk + PREFETCH_ROWS < a.k {
+                prefetch_rows(bp.wrapping_add(PREFETCH_ROWS * a.ldb), seg);
+            }
             let mut bv = [V::zero(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
                 *x = B::load::<V>(bp.add(v * V::W));

@@ -78,6 +78,22 @@ pub(crate) mod exp_consts {
     pub const MAX_X: f32 = 88.0;
 }
 
+/// Asks for the cache lines of `bytes` bytes at `p` ahead of their use (x86_64; elsewhere
+/// nothing). Attention kernels walk the KV cache row by row with the row stride of all KV heads,
+/// a pattern the hardware prefetchers follow too late: the loads of a row then wait on memory.
+#[inline(always)]
+pub(crate) fn prefetch_rows<T>(p: *const T, bytes: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..bytes).step_by(64) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and the
+        // address is computed with wrapping arithmetic (never dereferenced).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>().wrapping_add(off)) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, bytes);
+}
+
 /// Scalar `eˣ` with the same range reduction and polynomial as the vector kernels.
 #[inline(always)]
 pub(crate) fn exp_scalar(x: f32) -> f32 {
