@@ -24,9 +24,26 @@ pub(crate) unsafe fn scan_row<V: FVec>(s: &mut [f32], ms: &mut [f32], max: &mut 
     let n = s.len();
     let (w, min) = (V::W, f32::MIN);
     let mref_in = max.max(min);
-    // Running maxima (finite references) first.
+    // Running maxima (finite references) first. A vector of scores none of which exceeds the
+    // maximum so far (the common case once it has settled) gets it in every lane without the
+    // serial chain of `max`es; NaN scores, which `f32::max` skips, leave it unchanged either way.
     let mut cur = *max;
-    for (c, &x) in ms[..n].iter_mut().zip(s.iter()) {
+    let mut j = 0;
+    // SAFETY: vector accesses at `j + w ≤ n ≤ ms.len()`; V's features.
+    unsafe {
+        while j + w <= n {
+            if V::load(s.as_ptr().add(j)).hmax() <= cur {
+                V::splat(cur.max(min)).store(ms.as_mut_ptr().add(j));
+            } else {
+                for (c, &x) in ms[j..j + w].iter_mut().zip(&s[j..j + w]) {
+                    cur = cur.max(x);
+                    *c = cur.max(min);
+                }
+            }
+            j += w;
+        }
+    }
+    for (c, &x) in ms[j..n].iter_mut().zip(&s[j..n]) {
         cur = cur.max(x);
         *c = cur.max(min);
     }
