@@ -220,14 +220,16 @@ pub(crate) unsafe fn dots<V: FVec, B: Elem>(d: &DotsArgs<B>) {
     // Rows are dotted eight at a time; f16 rows are converted into a buffer first, on the stack
     // when they are short enough (always, for the usual head sizes), else one at a time on the
     // heap.
+    // The stack buffer is left uninitialised (zeroing 16 KiB would cost more than a short call
+    // does): every row is written by `convert_row` before `dot8` reads it, through raw pointers.
     const STACK: usize = 512;
-    let mut stack = [0f32; 8 * STACK];
+    let mut stack = [const { std::mem::MaybeUninit::<f32>::uninit() }; 8 * STACK];
     let mut heap = Vec::new();
     let batch = if B::IS_F32 || d.k <= STACK { 8 } else { 1 };
     if batch == 1 && !B::IS_F32 {
         heap.resize(d.k, 0.0);
     }
-    let buf: &mut [f32] = if d.k <= STACK { &mut stack[..8 * d.k] } else { &mut heap };
+    let buf: *mut f32 = if d.k <= STACK { stack.as_mut_ptr().cast() } else { heap.as_mut_ptr() };
     // SAFETY: indices within the described bounds (caller contract); V's features.
     unsafe {
         let mut j = 0;
@@ -242,9 +244,10 @@ pub(crate) unsafe fn dots<V: FVec, B: Elem>(d: &DotsArgs<B>) {
                 *row = if B::IS_F32 {
                     bp.cast::<f32>()
                 } else {
-                    let dst = &mut buf[r * d.k..(r + 1) * d.k];
-                    convert_row::<V, B>(bp, dst);
-                    dst.as_ptr()
+                    // Row `r` of the buffer: inside it (`batch` rows of `d.k` floats).
+                    let dst = buf.add(r * d.k);
+                    convert_row::<V, B>(bp, dst, d.k);
+                    dst.cast_const()
                 };
             }
             for i in 0..d.na {
@@ -263,20 +266,20 @@ pub(crate) unsafe fn dots<V: FVec, B: Elem>(d: &DotsArgs<B>) {
     }
 }
 
-/// `dst.len()` elements of `src` as f32.
+/// `len` elements of `src` as f32, written to `dst`.
 ///
 /// # Safety
-/// `V`'s features; `dst.len()` elements readable at `src`.
+/// `V`'s features; `len` elements readable at `src` and writable at `dst`.
 #[inline(always)]
-unsafe fn convert_row<V: FVec, B: Elem>(src: *const B, dst: &mut [f32]) {
-    let n = dst.len() / V::W * V::W;
-    // SAFETY: vector accesses at `t + W ≤ n ≤ dst.len()`; V's features.
+unsafe fn convert_row<V: FVec, B: Elem>(src: *const B, dst: *mut f32, len: usize) {
+    let n = len / V::W * V::W;
+    // SAFETY: vector accesses at `t + W ≤ n ≤ len`; V's features.
     unsafe {
         for t in (0..n).step_by(V::W) {
-            B::load::<V>(src.add(t)).store(dst.as_mut_ptr().add(t));
+            B::load::<V>(src.add(t)).store(dst.add(t));
         }
-        for (t, x) in dst.iter_mut().enumerate().skip(n) {
-            *x = (*src.add(t)).to_f32();
+        for t in n..len {
+            dst.add(t).write((*src.add(t)).to_f32());
         }
     }
 }
