@@ -85,10 +85,16 @@ unsafe fn gemm<const K: u8>(
     }
 }
 
+/// Tiles beyond the next one that are requested into L2 (see [`tile_dot`]).
+const L2_AHEAD_TILES: usize = 3;
+
 /// One tile against `T` tokens: token `j`'s block `b` values at `x + j·x_rb + b·ab`, its
 /// scalars at `a[j·nb + b]`, its 16 results to `dst + j·ldo`. `next` (the next tile, possibly
 /// past the end: only prefetched) is prefetched a block's share at a time, so a decode stream
-/// runs one tile ahead of the loads.
+/// runs one tile ahead of the loads; the tile [`L2_AHEAD_TILES`] further is requested into L2
+/// at the same pace. With the first prefetch alone, a batch of 8 tokens waited on memory in
+/// those prefetches (all of the core's L1 miss buffers busy): the second keeps more of the
+/// stream in flight and turns the first into L2 hits (tg128 ×8: 770 → 830 t/s).
 ///
 /// # Safety
 /// As [`gemm`], for the tile and tokens described.
@@ -114,7 +120,9 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
         let mut acc = [_mm512_setzero_ps(); T];
         for b in 0..nb {
             for l in (0..qb + sb).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(b * (qb + sb) + l).cast());
+                let ahead = next.wrapping_add(b * (qb + sb) + l);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+                _mm_prefetch::<_MM_HINT_T2>(ahead.wrapping_add(L2_AHEAD_TILES * nb * (qb + sb)).cast());
             }
             let qp = q0.add(b * qb);
             let q: [__m512i; 8] = match kind {
