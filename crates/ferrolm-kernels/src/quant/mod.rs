@@ -88,6 +88,13 @@ pub const QK_K: usize = 256;
 #[cfg(target_arch = "x86_64")]
 pub(crate) const PREFETCH_AHEAD: usize = 4096;
 
+/// How far ahead the same kernels also request the stream into L2 only, in bytes: enough that
+/// the L1 prefetches [`PREFETCH_AHEAD`] bytes ahead find their lines in L2 rather than each
+/// holding one of the core's few L1 miss buffers for a trip to memory (as the packed kernel
+/// does, see docs/kernels.md).
+#[cfg(target_arch = "x86_64")]
+pub(crate) const PREFETCH_AHEAD_L2: usize = 4 * PREFETCH_AHEAD;
+
 /// Errors from the quant kernels.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantError {
