@@ -28,24 +28,18 @@ pub(crate) unsafe fn scan_row<V: FVec>(s: &mut [f32], ms: &mut [f32], max: &mut 
     // maximum so far (the common case once it has settled) gets it in every lane without the
     // serial chain of `max`es; NaN scores, which `f32::max` skips, leave it unchanged either way.
     let mut cur = *max;
-    let mut j = 0;
-    // SAFETY: vector accesses at `j + w ≤ n ≤ ms.len()`; V's features.
-    unsafe {
-        while j + w <= n {
-            if V::load(s.as_ptr().add(j)).hmax() <= cur {
-                V::splat(cur.max(min)).store(ms.as_mut_ptr().add(j));
-            } else {
-                for (c, &x) in ms[j..j + w].iter_mut().zip(&s[j..j + w]) {
-                    cur = cur.max(x);
-                    *c = cur.max(min);
-                }
-            }
-            j += w;
+    for j in (0..n).step_by(w) {
+        let e = (j + w).min(n);
+        // SAFETY: a whole vector `j..j + w ≤ n ≤ ms.len()`; V's features.
+        if e - j == w && unsafe { V::load(s.as_ptr().add(j)).hmax() } <= cur {
+            // SAFETY: as above.
+            unsafe { V::splat(cur.max(min)).store(ms.as_mut_ptr().add(j)) };
+            continue;
         }
-    }
-    for (c, &x) in ms[j..n].iter_mut().zip(&s[j..n]) {
-        cur = cur.max(x);
-        *c = cur.max(min);
+        for (c, &x) in ms[j..e].iter_mut().zip(&s[j..e]) {
+            cur = cur.max(x);
+            *c = cur.max(min);
+        }
     }
     let mref_out = cur.max(min);
     // Then, from the top down (so that each `ms[j - 1]` is still a maximum when read):

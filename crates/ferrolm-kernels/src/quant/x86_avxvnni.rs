@@ -17,8 +17,8 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
+use super::prefetch_next;
 use super::x86_avxvnni_formats::{Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
-use super::{PREFETCH_AHEAD, PREFETCH_AHEAD_L2};
 use crate::GgmlType;
 
 /// Proof that the CPU supports [`Isa::AvxVnni`](crate::Isa::AvxVnni): only built after
@@ -233,7 +233,7 @@ fn tile<F: Format, const T: usize>(
     let units_at = split.groups * gs;
     for (r, row) in w.chunks_exact(w_rb).enumerate() {
         if T == 1 {
-            prefetch_next(t, row);
+            prefetch_next(row);
         }
         let mut acc = [zero_ps(t); T];
         for g in 0..split.groups {
@@ -296,23 +296,6 @@ fn group_dot<F: Format, const T: usize>(
         let f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), wg.scale);
         let a = _mm256_fmadd_ps(f, _mm256_castsi256_ps(x[nq]), acc);
         if F::MIN { _mm256_fmadd_ps(wg.min, _mm256_castsi256_ps(x[nq + 1]), a) } else { a }
-    }
-}
-
-/// Prefetches as many bytes as `row` holds, [`PREFETCH_AHEAD`] bytes past its start (and into
-/// L2, [`PREFETCH_AHEAD_L2`] bytes past it): the rows the decode matvec will reach a few rows
-/// later, as it walks a matrix stored row after row.
-#[inline(always)]
-fn prefetch_next(_t: AvxVnni, row: &[u8]) {
-    let next = row.as_ptr().wrapping_add(PREFETCH_AHEAD);
-    let far = row.as_ptr().wrapping_add(PREFETCH_AHEAD_L2);
-    for off in (0..row.len()).step_by(64) {
-        // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and the
-        // pointer is not dereferenced (`wrapping_add` keeps its computation defined).
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off).cast());
-            _mm_prefetch::<_MM_HINT_T2>(far.wrapping_add(off).cast());
-        }
     }
 }
 
