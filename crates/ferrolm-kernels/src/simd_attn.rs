@@ -9,7 +9,8 @@
 //! - [`AttnKernels::scan_row`], [`AttnKernels::accumulate_f16`]: the key-by-key online softmax
 //!   with an f16 accumulator of llama.cpp's CPU flash attention (for f16 values), computed a run
 //!   of keys at a time;
-//! - [`AttnKernels::max`], [`AttnKernels::exp_sum`], [`AttnKernels::softcap`]: row helpers;
+//! - [`AttnKernels::max`], [`AttnKernels::exp_sum`], [`AttnKernels::softcap`]: row helpers, and
+//!   [`AttnKernels::silu_mul`], the feed-forward's SwiGLU (it needs the same vector `exp`);
 //! - [`AttnKernels::f16_rows_to_f32`], [`AttnKernels::round_f16`]: f16 conversions (F16C).
 //!
 //! The portable level ([`Isa::Scalar`]) is the reference; the SIMD levels may differ from it in
@@ -116,6 +117,7 @@ pub struct AttnKernels {
     max: unsafe fn(&[f32]) -> f32,
     exp_sum: unsafe fn(&mut [f32], f32) -> f32,
     softcap: unsafe fn(&mut [f32], f32),
+    silu_mul: unsafe fn(&mut [f32], &[f32]),
     f16_rows: F16RowsFn,
     round_f16: unsafe fn(&mut [f32]),
     scan_row: unsafe fn(&mut [f32], &mut [f32], &mut f32, &mut f32),
@@ -141,6 +143,7 @@ macro_rules! table {
             max: generic::$m::max,
             exp_sum: generic::$m::exp_sum,
             softcap: generic::$m::softcap,
+            silu_mul: generic::$m::silu_mul,
             f16_rows: generic::$m::f16_rows,
             round_f16: generic::$m::round_f16,
             scan_row: generic::$m::scan_row,
@@ -317,6 +320,17 @@ impl AttnKernels {
     pub fn softcap(&self, x: &mut [f32], cap: f32) {
         // SAFETY: supported level.
         unsafe { (self.softcap)(x, cap) }
+    }
+
+    /// `gate[i] = silu(gate[i]) · up[i]`, `silu(x) = x / (1 + e^-x)`: the SwiGLU of a
+    /// feed-forward block, with this module's `exp`.
+    ///
+    /// # Panics
+    /// If the lengths differ.
+    pub fn silu_mul(&self, gate: &mut [f32], up: &[f32]) {
+        assert_eq!(gate.len(), up.len(), "silu_mul: gate and up lengths differ");
+        // SAFETY: supported level; equal lengths.
+        unsafe { (self.silu_mul)(gate, up) }
     }
 
     /// Converts `src` (f16) to `dst` (f32): `dst` gets `src.rows` rows of `src.cols` elements,

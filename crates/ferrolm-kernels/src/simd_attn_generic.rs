@@ -391,6 +391,29 @@ pub(crate) unsafe fn softcap<V: FVec>(x: &mut [f32], cap: f32) {
     }
 }
 
+/// `g[i] = silu(g[i]) · u[i]` with `silu(x) = x / (1 + e^-x)` (SwiGLU; equal lengths).
+///
+/// # Safety
+/// `V`'s features; `u.len() >= g.len()`.
+#[inline(always)]
+pub(crate) unsafe fn silu_mul<V: FVec>(g: &mut [f32], u: &[f32]) {
+    let w = V::W;
+    let n = g.len() / w * w;
+    // SAFETY: vector accesses at `i + w ≤ n ≤ g.len() ≤ u.len()`; V's features.
+    unsafe {
+        let one = V::splat(1.0);
+        for i in (0..n).step_by(w) {
+            let p = g.as_mut_ptr().add(i);
+            let x = V::load(p);
+            let e = V::zero().sub(x).exp();
+            x.div(one.add(e)).mul(V::load(u.as_ptr().add(i))).store(p);
+        }
+    }
+    for (x, &y) in g[n..].iter_mut().zip(&u[n..]) {
+        *x = *x / (1.0 + exp_scalar(-*x)) * y;
+    }
+}
+
 /// `dst[i·ldd + t] = src[i·lds + t]` as f32, for `i < rows`, `t < cols`.
 ///
 /// # Safety
@@ -536,6 +559,14 @@ macro_rules! level {
             pub(crate) unsafe fn softcap(x: &mut [f32], cap: f32) {
                 // SAFETY: forwarded contract.
                 unsafe { super::softcap::<$v>(x, cap) }
+            }
+
+            /// # Safety
+            /// The level's features; `u.len() >= g.len()`.
+            $(#[target_feature(enable = $feat)])?
+            pub(crate) unsafe fn silu_mul(g: &mut [f32], u: &[f32]) {
+                // SAFETY: forwarded contract.
+                unsafe { super::silu_mul::<$v>(g, u) }
             }
 
             /// # Safety

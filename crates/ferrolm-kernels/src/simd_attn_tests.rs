@@ -198,6 +198,29 @@ fn max_softcap_and_conversions() {
 }
 
 #[test]
+fn silu_mul_matches_f64() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for k in levels() {
+        for n in [0usize, 1, 7, 8, 15, 16, 17, 100, 515] {
+            // Gates over the range where e^-x under- and overflows, and ordinary values.
+            let g: Vec<f32> = random(n, &mut rng).into_iter().map(|v| v * 120.0).collect();
+            let u = random(n, &mut rng);
+            let mut y = g.clone();
+            k.silu_mul(&mut y, &u);
+            for ((&a, &b), &c) in g.iter().zip(&u).zip(&y) {
+                let want = a as f64 / (1.0 + (-a as f64).exp()) * b as f64;
+                let tol = 4.0 * f32::EPSILON as f64 * want.abs() + 1e-30;
+                assert!((c as f64 - want).abs() <= tol, "{k:?}: silu({a}) * {b} = {c}, want {want}");
+            }
+        }
+        let mut specials = [-0.0f32, 0.0, 1e-30, -1e-30];
+        k.silu_mul(&mut specials, &[1.0; 4]);
+        assert_eq!(specials.map(f32::to_bits)[..2], [(-0.0f32).to_bits(), 0], "{k:?}");
+        assert!((specials[2] - 5e-31).abs() < 1e-36 && (specials[3] + 5e-31).abs() < 1e-36, "{k:?}");
+    }
+}
+
+#[test]
 fn softmax_lanes_blocks_compose_into_the_softmax() {
     let mut rng = StdRng::seed_from_u64(10);
     for k in levels() {

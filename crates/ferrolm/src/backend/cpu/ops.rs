@@ -133,7 +133,7 @@ pub fn gelu_tanh_f16(x: f32) -> f32 {
 /// through llama.cpp's f16 table.
 pub fn gated_activation(gate: &mut [f32], up: &[f32], act: Activation, exact: bool) {
     match (act, exact) {
-        (Activation::Silu, _) => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = silu(*g) * u),
+        (Activation::Silu, _) => ferrolm_kernels::simd_attn::AttnKernels::best().silu_mul(gate, up),
         (Activation::GeluTanh, false) => {
             gate.iter_mut().zip(up).for_each(|(g, &u)| *g = gelu_tanh_f16(*g) * u)
         }
