@@ -211,11 +211,14 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> BackendResult {
-        // Rows of a batch split over the threads (a row's arithmetic is the same either way).
+        // Rows of a batch split over the threads (a row's arithmetic is the same either way),
+        // in whole groups of rows normalised together; a decode batch's few groups stay on one
+        // thread, where they take less than the synchronisation would.
         let n = w.len().max(1);
-        if out.len() / n >= 4 && out.len() >= PAR_ELEMENTWISE_MIN {
+        let group = cpu::RMS_GROUP;
+        if out.len() / n >= 4 * group && out.len() >= PAR_ELEMENTWISE_MIN {
             let pool = crate::threads::pool();
-            let rows = (out.len() / n).div_ceil(2 * pool.n_threads());
+            let rows = (out.len() / n).div_ceil(2 * pool.n_threads()).next_multiple_of(group);
             crate::threads::par_chunks_mut(&pool, out, rows * n, |c, o| {
                 let x = &x[c * rows * n..c * rows * n + o.len()];
                 cpu::rms_norm_rows(x, w, eps, o);

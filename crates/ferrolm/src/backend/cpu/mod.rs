@@ -7,6 +7,7 @@ mod ops;
 
 pub use attention::{AttentionShape, attention, attention_mass};
 pub use matmul::{MatmulJob, matmul, matmul_many};
+pub(crate) use ops::RMS_GROUP;
 pub use ops::{
     add_bias_rows, add_inplace, gated_activation, gelu_tanh, rms_norm_inplace, rms_norm_rows, rope_apply,
     rope_cos_sin, silu, softcap,
