@@ -48,31 +48,23 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
 /// that activations quantized after the norm round the same way as llama.cpp's.
 fn inv_rms_rows(x: &[f32], n: usize, eps: f32) -> [f32; RMS_GROUP] {
     let mut ss = [0.0f64; RMS_GROUP];
-    match x.len() / n {
-        0 => {}
-        1 => sums_of_squares::<1>(x, n, &mut ss),
-        2 => sums_of_squares::<2>(x, n, &mut ss),
-        3 => sums_of_squares::<3>(x, n, &mut ss),
-        4 => sums_of_squares::<4>(x, n, &mut ss),
-        5 => sums_of_squares::<5>(x, n, &mut ss),
-        6 => sums_of_squares::<6>(x, n, &mut ss),
-        7 => sums_of_squares::<7>(x, n, &mut ss),
-        _ => sums_of_squares::<RMS_GROUP>(x, n, &mut ss),
+    if x.len() / n >= RMS_GROUP {
+        // A whole group: a fixed number of rows, so that the inner loop unrolls.
+        let rows: [&[f32]; RMS_GROUP] = std::array::from_fn(|r| &x[r * n..(r + 1) * n]);
+        for i in 0..n {
+            for (s, row) in ss.iter_mut().zip(&rows) {
+                *s += f64::from(row[i] * row[i]);
+            }
+        }
+    } else {
+        for (s, row) in ss.iter_mut().zip(x.chunks_exact(n)) {
+            *s = row.iter().map(|&v| f64::from(v * v)).sum();
+        }
     }
     ss.map(|s| {
         let mean = (s / n as f64) as f32;
         1.0 / (mean + eps).sqrt()
     })
-}
-
-/// `ss[r] = Σ_i f64(x_ri²)` for the first `R` rows, each sum taken in element order.
-fn sums_of_squares<const R: usize>(x: &[f32], n: usize, ss: &mut [f64; RMS_GROUP]) {
-    let rows: [&[f32]; R] = std::array::from_fn(|r| &x[r * n..(r + 1) * n]);
-    for i in 0..n {
-        for (s, row) in ss.iter_mut().zip(&rows) {
-            *s += f64::from(row[i] * row[i]);
-        }
-    }
 }
 
 /// The `(cos, sin)` of every rotated pair (`rope_dims / 2` of them) at logical position `pos`,
