@@ -12,7 +12,6 @@ pub mod quant;
 pub mod simd;
 pub mod simd_attn;
 mod simd_attn_generic;
-mod simd_attn_seq;
 mod simd_vec;
 mod types;
 

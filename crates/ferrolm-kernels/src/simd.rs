@@ -128,6 +128,19 @@ pub(crate) unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+/// Whether this CPU supports AVX2, FMA and F16C (detected once, then cached).
+pub fn has_avx2_fma_f16c() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        *DETECTED.get_or_init(|| has_avx2_fma() && is_x86_feature_detected!("f16c"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,90 +196,5 @@ mod tests {
         let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
         assert_eq!(dot_f32_scalar(&a, &b), want);
         assert_eq!(dot_f32(&a, &b), want);
-    }
-}
-
-/// Whether this CPU supports AVX2, FMA and F16C (detected once, then cached).
-pub fn has_avx2_fma_f16c() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static DETECTED: OnceLock<bool> = OnceLock::new();
-        *DETECTED.get_or_init(|| has_avx2_fma() && is_x86_feature_detected!("f16c"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// `acc[i] = f16(v[i]·w + acc[i])` (fused, then rounded to the nearest f16): an f16 accumulator
-/// held in f32 storage, as GGML's `ggml_vec_mad_f16` keeps one.
-///
-/// # Panics
-/// If `acc.len() != v.len()`.
-pub fn mad_round_f16(acc: &mut [f32], v: &[f32], w: f32) {
-    assert_eq!(acc.len(), v.len(), "mad_round_f16: length mismatch");
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma_f16c() {
-        // SAFETY: AVX2, FMA and F16C were detected on this CPU just above.
-        unsafe { mad_round_f16_avx2(acc, v, w) };
-        return;
-    }
-    for (a, &x) in acc.iter_mut().zip(v) {
-        *a = half::f16::from_f32(x.mul_add(w, *a)).to_f32();
-    }
-}
-
-/// `acc[i] = f16(acc[i]·r)`: rescales an f16 accumulator held in f32 storage.
-pub fn scale_round_f16(acc: &mut [f32], r: f32) {
-    for a in acc.iter_mut() {
-        *a = half::f16::from_f32(*a * r).to_f32();
-    }
-}
-
-/// AVX2/FMA/F16C version of [`mad_round_f16`].
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C; `acc.len() == v.len()`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mad_round_f16_avx2(acc: &mut [f32], v: &[f32], w: f32) {
-    use std::arch::x86_64::*;
-    let n8 = acc.len() / 8 * 8;
-    let wv = _mm256_set1_ps(w);
-    for i in (0..n8).step_by(8) {
-        // SAFETY: `i + 8 <= n8 <= acc.len() == v.len()`, so both unaligned 8-float loads and the
-        // store are in bounds; the features were checked by the caller.
-        unsafe {
-            let a = _mm256_loadu_ps(acc.as_ptr().add(i));
-            let x = _mm256_loadu_ps(v.as_ptr().add(i));
-            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_fmadd_ps(x, wv, a));
-            _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
-        }
-    }
-    for (a, &x) in acc[n8..].iter_mut().zip(&v[n8..]) {
-        *a = half::f16::from_f32(x.mul_add(w, *a)).to_f32();
-    }
-}
-
-#[cfg(test)]
-mod f16_acc_tests {
-    use super::*;
-
-    #[test]
-    fn mad_round_f16_matches_scalar_definition() {
-        for n in [1usize, 7, 8, 9, 64, 256, 257] {
-            let v: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.013).collect();
-            let mut acc: Vec<f32> = (0..n).map(|i| half::f16::from_f32((i as f32).sin()).to_f32()).collect();
-            let mut want = acc.clone();
-            for (a, &x) in want.iter_mut().zip(&v) {
-                *a = half::f16::from_f32(x.mul_add(0.37, *a)).to_f32();
-            }
-            mad_round_f16(&mut acc, &v, 0.37);
-            assert_eq!(acc, want, "n = {n}");
-        }
-        let mut a = vec![1.0f32, 3.0];
-        scale_round_f16(&mut a, 1.0 / 3.0);
-        assert_eq!(a[1], half::f16::from_f32(1.0).to_f32());
     }
 }

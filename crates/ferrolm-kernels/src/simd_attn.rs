@@ -6,9 +6,6 @@
 //! - [`AttnKernels::dots`]: dot products of rows against rows (one query's scores), summed in
 //!   exactly [`crate::simd::dot_f32`]'s order;
 //! - [`AttnKernels::softmax_lanes`]: one block of a column-wise online softmax;
-//! - [`AttnKernels::scan_row`], [`AttnKernels::accumulate_f16`]: the key-by-key online softmax
-//!   with an f16 accumulator of llama.cpp's CPU flash attention (for f16 values), computed a run
-//!   of keys at a time;
 //! - [`AttnKernels::max`], [`AttnKernels::exp_sum`], [`AttnKernels::softcap`]: row helpers, and
 //!   [`AttnKernels::silu_mul`], the feed-forward's SwiGLU (it needs the same vector `exp`);
 //! - [`AttnKernels::f16_rows_to_f32`], [`AttnKernels::round_f16`]: f16 conversions (F16C).
@@ -21,7 +18,6 @@ use half::f16;
 
 use crate::Isa;
 use crate::simd_attn_generic::{self as generic, BetaRaw, DotsArgs, GemmArgs, SoftmaxArgs};
-use crate::simd_attn_seq::AccArgs;
 
 /// Elements of a matrix, stored as f32 or f16.
 #[derive(Clone, Copy, Debug)]
@@ -120,9 +116,6 @@ pub struct AttnKernels {
     silu_mul: unsafe fn(&mut [f32], &[f32]),
     f16_rows: F16RowsFn,
     round_f16: unsafe fn(&mut [f32]),
-    scan_row: unsafe fn(&mut [f32], &mut [f32], &mut f32, &mut f32),
-    acc_f32: unsafe fn(&AccArgs<f32>),
-    acc_f16: unsafe fn(&AccArgs<f16>),
 }
 
 impl std::fmt::Debug for AttnKernels {
@@ -146,9 +139,6 @@ macro_rules! table {
             silu_mul: generic::$m::silu_mul,
             f16_rows: generic::$m::f16_rows,
             round_f16: generic::$m::round_f16,
-            scan_row: generic::$m::scan_row,
-            acc_f32: generic::$m::acc_f32,
-            acc_f16: generic::$m::acc_f16,
         }
     };
 }
@@ -344,66 +334,6 @@ impl AttnKernels {
         assert!(dst.len() >= extent(src.rows, src.cols, dst_stride, 1), "f16_rows_to_f32: dst too short");
         // SAFETY: supported level; extents checked above.
         unsafe { (self.f16_rows)(s.as_ptr(), src.stride, src.rows, src.cols, dst.as_mut_ptr(), dst_stride) }
-    }
-
-    /// The key-by-key softmax factors of one query over consecutive keys (`s` holds its scores,
-    /// `max`, `sum` its running maximum and denominator). For each key `j` in order:
-    /// `M' = max(M, s_j)`, `ms_j = exp(M - M')`, `vs_j = exp(s_j - M')`. Writes `vs` over `s`
-    /// and `ms` into `ms`, and advances `max` and `sum` (`sum = sum·exp(M_in - M_out) +
-    /// Σ vs_j·exp(M_j - M_out)`). A -∞ score gives `ms = 1, vs = 0`; an unchanged maximum gives
-    /// exactly `ms = 1`.
-    ///
-    /// # Panics
-    /// If `ms` is shorter than `s`.
-    pub fn scan_row(&self, s: &mut [f32], ms: &mut [f32], max: &mut f32, sum: &mut f32) {
-        assert!(ms.len() >= s.len(), "scan_row: short factors");
-        // SAFETY: supported level; length checked above.
-        unsafe { (self.scan_row)(s, ms, max, sum) }
-    }
-
-    /// Applies the factors of a scan to f16 accumulators (f32 storage): for each row `i` and key
-    /// `j` in order, `c_i = f16(c_i·ms(i, j))` when `ms(i, j) ≠ 1`, then
-    /// `c_i = f16(b_j·vs(i, j) + c_i)` (fused, rounded to nearest) — llama.cpp's
-    /// `ggml_vec_scale_f16` and `ggml_vec_mad_f16`.
-    ///
-    /// # Panics
-    /// If `ms` and `vs` differ in shape or strides, the shapes disagree (`ms` is
-    /// `c.rows × b.rows`, `b` is `b.rows × c.cols`), or a matrix reaches past its slice.
-    pub fn accumulate_f16(&self, ms: Strided<'_>, vs: Strided<'_>, b: Rows<'_>, c: RowsMut<'_>) {
-        let same = (ms.rows, ms.cols, ms.row_stride, ms.col_stride)
-            == (vs.rows, vs.cols, vs.row_stride, vs.col_stride);
-        assert!(
-            same && ms.rows == c.rows && ms.cols == b.rows && b.cols == c.cols,
-            "accumulate_f16: shapes disagree"
-        );
-        let ext = extent(ms.rows, ms.cols, ms.row_stride, ms.col_stride);
-        assert!(ms.data.len() >= ext && vs.data.len() >= ext, "accumulate_f16: factors too short");
-        assert!(b.data.len() >= extent(b.rows, b.cols, b.stride, 1), "accumulate_f16: b too short");
-        assert!(c.data.len() >= extent(c.rows, c.cols, c.stride, 1), "accumulate_f16: c too short");
-        macro_rules! args {
-            ($b:expr) => {
-                AccArgs {
-                    m: c.rows,
-                    n: c.cols,
-                    k: b.rows,
-                    ms: ms.data.as_ptr(),
-                    vs: vs.data.as_ptr(),
-                    rs: ms.row_stride,
-                    cs: ms.col_stride,
-                    b: $b.as_ptr(),
-                    ldb: b.stride,
-                    c: c.data.as_mut_ptr(),
-                    ldc: c.stride,
-                }
-            };
-        }
-        // SAFETY: supported level; extents checked above.
-        unsafe {
-            match b.data {
-                Elems::F32(x) => (self.acc_f32)(&args!(x)),
-                Elems::F16(x) => (self.acc_f16)(&args!(x)),
-            }
-        }
     }
 
     /// Rounds every element to the nearest f16 (ties to even), keeping it as f32.

@@ -153,6 +153,12 @@ unsafe fn gemm_rows<V: FVec, B: Elem, const MR: usize, const NV: usize>(g: &Gemm
                 i += 4;
             }
         }
+        // Three rows left (a decode group of three query heads) in one block, so that each row
+        // of `b` is loaded and converted once.
+        if MR > 3 && g.m - i == 3 {
+            gemm_block::<V, B, 3, NV>(g, i, l0);
+            i += 3;
+        }
         if MR > 2 {
             while i + 2 <= g.m {
                 gemm_block::<V, B, 2, NV>(g, i, l0);
@@ -166,6 +172,10 @@ unsafe fn gemm_rows<V: FVec, B: Elem, const MR: usize, const NV: usize>(g: &Gemm
     }
 }
 
+/// Rows of `b` ahead of the one multiplied whose lines are requested (see [`prefetch_rows`]): in
+/// a decode step `b` is a stretch of the value cache, read once and rarely in cache.
+const PREFETCH_B_ROWS: usize = 16;
+
 /// One `MR × NV` register block of the output: rows `i0..i0 + MR`, lanes `l0..l0 + NV·W`.
 #[inline(always)]
 unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
@@ -178,8 +188,12 @@ unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
         let mut acc = [[V::zero(); NV]; MR];
         let a0 = g.a.add(i0 * g.a_rs);
         let b0 = g.b.add(l0);
+        let seg = NV * V::W * std::mem::size_of::<B>();
         for kk in 0..g.k {
             let bp = b0.add(kk * g.ldb);
+            if kk + PREFETCH_B_ROWS < g.k {
+                prefetch_rows(bp.wrapping_add(PREFETCH_B_ROWS * g.ldb), seg);
+            }
             let mut bv = [V::zero(); NV];
             for (v, x) in bv.iter_mut().enumerate() {
                 *x = B::load::<V>(bp.add(v * V::W));
@@ -465,37 +479,12 @@ pub(crate) unsafe fn round_f16<V: FVec>(x: &mut [f32]) {
 
 /// One instruction-set level's entry points: every generic kernel instantiated for a vector type
 /// under the level's `#[target_feature]` attribute (none for the portable level). `$mr`, `$nv`:
-/// the GEMM's register block (rows × vectors of lanes); `$amr`, `$anv`: the f16 accumulation's.
+/// the GEMM's register block (rows × vectors of lanes).
 macro_rules! level {
-    ($name:ident, $v:ty, $mr:literal, $nv:literal, $amr:literal, $anv:literal $(, $feat:literal)?) => {
+    ($name:ident, $v:ty, $mr:literal, $nv:literal $(, $feat:literal)?) => {
         /// Entry points of one instruction-set level.
         pub(crate) mod $name {
             use super::*;
-            use crate::simd_attn_seq::{self as seq, AccArgs};
-
-            /// # Safety
-            /// The level's features; `ms.len() >= s.len()`.
-            $(#[target_feature(enable = $feat)])?
-            pub(crate) unsafe fn scan_row(s: &mut [f32], ms: &mut [f32], max: &mut f32, sum: &mut f32) {
-                // SAFETY: forwarded contract.
-                unsafe { seq::scan_row::<$v>(s, ms, max, sum) }
-            }
-
-            /// # Safety
-            /// The level's features; `a` describes in-bounds matrices.
-            $(#[target_feature(enable = $feat)])?
-            pub(crate) unsafe fn acc_f32(a: &AccArgs<f32>) {
-                // SAFETY: forwarded contract.
-                unsafe { seq::accumulate_f16::<$v, f32, $amr, $anv>(a) }
-            }
-
-            /// # Safety
-            /// The level's features; `a` describes in-bounds matrices.
-            $(#[target_feature(enable = $feat)])?
-            pub(crate) unsafe fn acc_f16(a: &AccArgs<f16>) {
-                // SAFETY: forwarded contract.
-                unsafe { seq::accumulate_f16::<$v, f16, $amr, $anv>(a) }
-            }
 
             /// # Safety
             /// The level's features; `g` describes in-bounds matrices.
@@ -595,8 +584,8 @@ macro_rules! level {
     };
 }
 
-level!(portable, crate::simd_vec::Portable, 4, 2, 2, 2);
+level!(portable, crate::simd_vec::Portable, 4, 2);
 #[cfg(target_arch = "x86_64")]
-level!(avx2, crate::simd_vec::Avx2, 6, 2, 4, 2, "avx2,fma,f16c");
+level!(avx2, crate::simd_vec::Avx2, 6, 2, "avx2,fma,f16c");
 #[cfg(target_arch = "x86_64")]
-level!(avx512, crate::simd_vec::Avx512, 6, 4, 4, 4, "avx512f");
+level!(avx512, crate::simd_vec::Avx512, 6, 4, "avx512f");

@@ -56,15 +56,18 @@ fn sliding_window_generation_stays_bounded_and_readable() {
     assert!(session.tokens().len() > 1200, "logical positions go on past the cache size");
     let ev = session.eviction_stats();
     assert!(ev.n_events > 10 && ev.n_evicted > 1000, "{ev:?}");
-    // Not collapsed into one repeated token: the last 400 tokens are varied. (A 135M model loops
-    // over phrases with or without eviction; a broken cache collapses to one or two tokens.)
+    // Not collapsed into one repeated token. A 135M model loops over phrases with or without
+    // eviction: over seeds 1-8 of this setup, the last 400 tokens held 6 to 180 distinct tokens,
+    // the most frequent one 20 to 97 times (two or three seeds loop on a short phrase, which
+    // seeds depends on the last bits of the arithmetic); a broken cache collapses to one or two
+    // tokens.
     let tail = &tokens[800..];
     let mut distinct = tail.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
     let most = distinct.iter().map(|d| tail.iter().filter(|t| *t == d).count()).max().unwrap();
     assert!(
-        distinct.len() > 25 && most < tail.len() / 4,
+        distinct.len() >= 5 && most < tail.len() / 3,
         "{} distinct, most frequent {most}",
         distinct.len()
     );

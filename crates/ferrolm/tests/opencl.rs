@@ -5,10 +5,10 @@
 //! Runs on any OpenCL runtime; CI installs PoCL, which runs the kernels on the CPU. Without a
 //! runtime the tests say so and pass, except under `CI=true`, where they fail.
 //!
-//! Greedy tokens are compared with the tolerances `reference.rs` uses between us and llama.cpp:
-//! both backends are fed the CPU's greedy tokens, the greedy token must agree at every step
-//! except near-ties of the CPU's logits (best two within [`TIE_GAP`], where rounding
-//! legitimately decides), and the top-10 logits must be close at every step.
+//! Greedy tokens are compared with per-model tolerances ([`Tol`]): both backends are fed the
+//! CPU's greedy tokens, the greedy token must agree at every step except near-ties of the CPU's
+//! logits (best two within [`Tol::tie_gap`], where rounding legitimately decides), and the
+//! top-10 logits must be close at every step.
 #![cfg(feature = "opencl")]
 #![allow(clippy::unwrap_used)]
 
@@ -22,16 +22,29 @@ use ferrolm::engine::Batch;
 use ferrolm::model::Model;
 use ferrolm::sampling::argmax;
 
-/// Two logits closer than this are a near-tie.
-const TIE_GAP: f32 = 0.5;
-/// Largest difference of a top-3 logit between the backends. Not an ulp bound: activations are
-/// re-quantized to 8 bits before every matmul, so an ulp of difference (a different summation
-/// order) now and then moves a value by a quantization step, which grows through the layers.
-/// Measured: up to 0.97 on Gemma 3 (whose logits span ~40), 0.4 on SmolLM2; `reference.rs`
-/// sees up to 1.02 between two of our own CPU kernel sets.
-const LOGIT_TOL: f32 = 1.5;
-/// Largest difference of the other top-10 logits.
-const TAIL_LOGIT_TOL: f32 = 2.0;
+/// How close the backends must be on one model. Not ulp bounds: activations are re-quantized to
+/// 8 bits before every matmul, so an ulp of difference (a different summation order) now and
+/// then moves a value by a quantization step, which grows through the layers.
+struct Tol {
+    /// Largest difference of a top-3 logit.
+    top3: f32,
+    /// Largest difference of the other top-10 logits.
+    tail: f32,
+    /// A step whose two best CPU logits are closer than this is a near-tie (either token may
+    /// win), so its greedy tokens are not compared.
+    tie_gap: f32,
+}
+
+/// SmolLM2: the backends stay within 0.5.
+const SMOL_TOL: Tol = Tol { top3: 1.5, tail: 2.0, tie_gap: 0.5 };
+
+/// Gemma 3 (logits spanning ~40) is far more sensitive. On the same forced decoding (all 32
+/// steps of the `code`, `capital` and `gemma-chat` references) our own CPU kernel levels
+/// (AVX-512, AVX2, portable) differ by up to 2.10 on a top-3 logit, and by 1.81 with the f16
+/// value accumulator the attention had until 2026-11 (which made the two backends round alike:
+/// they then agreed within 0.97). The backends now differ by up to 1.9; the one greedy flip seen
+/// (`code`, step 23) had a CPU gap between 0.5 and 0.75.
+const GEMMA_TOL: Tol = Tol { top3: 2.5, tail: 2.5, tie_gap: 0.75 };
 
 fn opencl() -> Option<Arc<dyn Backend>> {
     match ferrolm::backend::opencl() {
@@ -81,7 +94,7 @@ fn top10(l: &[f32]) -> Vec<usize> {
 }
 
 /// Checks `placement`'s greedy tokens against the CPU's for every reference prompt of `dir`.
-fn check(file: &str, dir: &str, placement: impl Fn() -> Placement, label: &str) {
+fn check(file: &str, dir: &str, tol: &Tol, placement: impl Fn() -> Placement, label: &str) {
     let Some(path) = common::require_model(file) else { return };
     let mut cpu = Model::load(&path).unwrap();
     cpu.set_placement(Placement::Single(Arc::new(CpuBackend))).unwrap();
@@ -97,7 +110,7 @@ fn check(file: &str, dir: &str, placement: impl Fn() -> Placement, label: &str) 
             for (rank, &id) in t.iter().enumerate() {
                 let err = (wl[id] - gl[id]).abs();
                 max_err = max_err.max(err);
-                let tol = if rank < 3 { LOGIT_TOL } else { TAIL_LOGIT_TOL };
+                let tol = if rank < 3 { tol.top3 } else { tol.tail };
                 assert!(
                     err <= tol,
                     "{label} {dir}/{name} step {i}: logit of token {id} {} vs cpu {}",
@@ -105,12 +118,17 @@ fn check(file: &str, dir: &str, placement: impl Fn() -> Placement, label: &str) 
                     wl[id]
                 );
             }
-            if wl[t[0]] - wl[t[1]] < TIE_GAP {
+            if wl[t[0]] - wl[t[1]] < tol.tie_gap {
                 ties += 1; // a near-tie: rounding legitimately decides
                 continue;
             }
             compared += 1;
-            assert_eq!(gt, wt, "{label} {dir}/{name} step {i}: greedy token {gt}, cpu {wt}");
+            assert_eq!(
+                gt,
+                wt,
+                "{label} {dir}/{name} step {i}: greedy token {gt}, cpu {wt} (cpu gap {})",
+                wl[t[0]] - wl[t[1]]
+            );
         }
         eprintln!(
             "{label} {dir}/{name}: {compared}/{steps} steps agree, {ties} near-ties, max |logit diff| {max_err:.3}"
@@ -149,22 +167,22 @@ const GEMMA: (&str, &str) = ("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m");
 #[test]
 fn smollm2_opencl_matches_cpu() {
     if opencl().is_some() {
-        check(SMOL.0, SMOL.1, single, "opencl");
+        check(SMOL.0, SMOL.1, &SMOL_TOL, single, "opencl");
     }
 }
 
 #[test]
 fn gemma3_opencl_matches_cpu() {
     if opencl().is_some() {
-        check(GEMMA.0, GEMMA.1, single, "opencl");
+        check(GEMMA.0, GEMMA.1, &GEMMA_TOL, single, "opencl");
     }
 }
 
 #[test]
 fn hybrid_modes_match_cpu() {
     if opencl().is_some() {
-        check(SMOL.0, SMOL.1, hybrid_prefill, "hybrid prefill");
-        check(GEMMA.0, GEMMA.1, hybrid_switch, "hybrid switch");
+        check(SMOL.0, SMOL.1, &SMOL_TOL, hybrid_prefill, "hybrid prefill");
+        check(GEMMA.0, GEMMA.1, &GEMMA_TOL, hybrid_switch, "hybrid switch");
     }
 }
 
@@ -181,7 +199,7 @@ fn every_operator_is_within_1e3_of_the_cpu() {
 /// Eviction prunes and compacts the KV cache on the host while the device reads it through
 /// shared memory: each policy evicts the same way on both backends, and perplexity stays within
 /// 5% of the CPU's (measured: 0.8–1.9% over the 96 scored tokens; the per-token logits differ
-/// by the usual re-quantization noise, see [`LOGIT_TOL`]).
+/// by the usual re-quantization noise, see [`Tol`]).
 #[test]
 fn eviction_policies_work_on_opencl() {
     use ferrolm::eval::{PerplexityOptions, perplexity};

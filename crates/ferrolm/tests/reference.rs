@@ -3,7 +3,14 @@
 //!
 //! Greedy tokens must match up to the first step whose two best reference logits are within
 //! 0.5 of each other; on every compared step the logits of the reference top-3 tokens must be
-//! within 1.0 of llama.cpp's and those of the rest of the top 10 within 1.5.
+//! within 1.0 of llama.cpp's and those of the rest of the top 10 within 1.5, each measured from
+//! the logit of the reference's best token (ours from ours, llama.cpp's from llama.cpp's): the
+//! softmax, and so every sampler, depends on the differences only, and a shift common to the
+//! whole vocabulary is not an error. (Such a shift appeared when the decode attention moved from
+//! llama.cpp's f16 value accumulator to f32 in 2026-11: Gemma 3's raw logits moved by up to 1.06
+//! while the differences stayed as close as before — within 0.94 on the top-3 under forced
+//! decoding of all 32 steps, old and new alike. llama.cpp's own flash and non-flash attention
+//! differ by up to 0.53 in log-probability on this reference's top-3.)
 //!
 //! The wider tail bound is the measured noise floor, not slack: activations are re-quantized
 //! to 8 bits before every matmul, so an ulp of difference in one layer's float accumulation
@@ -50,14 +57,16 @@ fn check_file(model: &Model, json: &Path) -> Outcome {
     let mut max_err = 0.0f32;
     let mut compared = 0;
     for (pos, (i, step)) in (tokens.len() as u32..).zip(r.steps.iter().enumerate()) {
+        let (ours0, ref0) = (logits[step.top[0].0 as usize], step.top[0].1);
         for (rank, &(id, l)) in step.top.iter().enumerate() {
-            let err = (logits[id as usize] - l).abs();
+            let err = ((logits[id as usize] - ours0) - (l - ref0)).abs();
             max_err = max_err.max(err);
             let tol = if rank < 3 { LOGIT_TOL } else { TAIL_LOGIT_TOL };
             assert!(
                 err <= tol,
-                "{name} step {i}: logit of rank-{rank} token {id} is {} (llama.cpp {l}, |diff| {err} > {tol})",
-                logits[id as usize]
+                "{name} step {i}: logit of rank-{rank} token {id} is {} from the best one (llama.cpp {}, |diff| {err} > {tol})",
+                logits[id as usize] - ours0,
+                l - ref0
             );
         }
         compared += 1;
@@ -80,7 +89,7 @@ fn check_model(file: &str, dir: &str) {
     for f in common::reference_files(dir) {
         let o = check_file(&model, &f);
         eprintln!(
-            "{dir}/{}: {}/{} steps compared, max |logit diff| {:.3}",
+            "{dir}/{}: {}/{} steps compared, max |logit diff| (from the best token) {:.3}",
             o.name, o.compared, o.total, o.max_err
         );
     }

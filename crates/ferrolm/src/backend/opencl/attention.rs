@@ -11,11 +11,10 @@
 //!
 //! Numerics follow the CPU's two paths. A sequence whose prompt chunk (or, without one, whose
 //! number of queries in the batch) is shorter than [`TILE_MIN_TOKENS`] takes the per-query
-//! path: for an f16 key cache the query is rounded to f16, and for f16 values the output is
-//! accumulated key by key in slot order with every update rounded to f16 (llama.cpp's f16
-//! accumulator); long spans are cut into ranges exactly where the CPU cuts them (see
-//! [`decode_ranges`]), so the same additions are rounded. Longer prompts take the f32 path: the
-//! same kernel without rounding, one range per query.
+//! path: for an f16 key cache the query is rounded to f16; long spans are cut into ranges where
+//! the CPU cuts them (see [`RangeSplit`]), each accumulated on its own and merged. Longer
+//! prompts take the f32 path: the same kernel without rounding, one range per query. Values
+//! are accumulated in f32 on both paths, as on the CPU.
 
 use super::cl::{Arg, Cl};
 use super::ops::dim;
@@ -120,7 +119,6 @@ pub(super) fn attention(
             Arg::I32(k_f16.into()),
             Arg::I32(v_f16.into()),
             Arg::I32((p.per_query && k_f16).into()),
-            Arg::I32((p.per_query && v_f16).into()),
             Arg::Local(hd * 4),
             Arg::Local(GROUP * 4),
             Arg::Local(GROUP * 4),
@@ -158,9 +156,9 @@ struct SeqPlan {
 /// How the CPU's per-query path splits a query's span of visible slots into ranges, each
 /// accumulated on its own and merged in f32 (`cpu::attention::decode::push_ranges`): from
 /// [`RangeSplit::MIN_SLOTS`] slots on, into about two ranges per thread of the CPU's pool
-/// across the KV heads, of at least [`RangeSplit::MIN_RANGE`] slots. Following it makes an f16
-/// cache's rounded accumulations the same as the CPU's. It also gives a long single-query
-/// decode several work-groups per head on a GPU.
+/// across the KV heads, of at least [`RangeSplit::MIN_RANGE`] slots. Following it groups the
+/// sums as the CPU does, and gives a long single-query decode several work-groups per head on
+/// a GPU.
 struct RangeSplit {
     per_job: usize,
 }

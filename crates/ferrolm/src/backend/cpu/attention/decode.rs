@@ -4,9 +4,8 @@
 //!
 //! A range is processed in spans of at most [`SPAN`] slots: the group's query heads are scored
 //! against each visible key row, the scores exponentiated in place, and the values accumulated
-//! (f32 values: a small GEMM, spans combined by an online softmax; f16 values: llama.cpp's
-//! key-by-key f16 accumulator, see the module above; quantized values: as f32, converted
-//! [`V_ROWS`] rows at a time). Quantized keys are scored against the job's queries quantized
+//! in f32 by a small GEMM, spans combined by an online softmax (f32 and f16 values read in
+//! place, quantized values converted [`V_ROWS`] rows at a time). Quantized keys are scored against the job's queries quantized
 //! once to Q8_0 ([`quantize_queries`]). A task's scratch memory is bounded by the span, not the
 //! context, and lives next to its partial result (see [`part_len`]).
 
@@ -56,13 +55,13 @@ impl RangeTask {
 
 /// Length of a range task's region of `Plan::parts`: the partial result (`[max; group]`,
 /// `[sum; group]`, `[out; group * head_dim]`, what [`merge`] reads), then the task's scratch (its
-/// queries, `[group, head_dim]`, the scores and factors of a span, `[group, SPAN]` each, and
+/// queries, `[group, head_dim]`, the scores of a span, `[group, SPAN]`, and
 /// for quantized values `v_blocks`, `[V_ROWS, head_dim]` converted values). Scratch kept with
 /// the task rather than per thread makes the memory a step uses independent of which thread
 /// runs what, so a warm decode step allocates nothing.
 pub(super) fn part_len(group: usize, head_dim: usize, v_blocks: bool) -> usize {
     let values = if v_blocks { V_ROWS * head_dim } else { 0 };
-    result_len(group, head_dim) + group * (head_dim + 2 * SPAN) + values
+    result_len(group, head_dim) + group * (head_dim + SPAN) + values
 }
 
 /// Length of a partial result.
@@ -148,8 +147,7 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
     let Some((cache, keys, values)) = ctx.seq(plan.seqs[job.seq].id) else { return };
     let (result, scratch) = region.split_at_mut(result_len(g, hd));
     let (q, scratch) = scratch.split_at_mut(g * hd);
-    let (s, scratch) = scratch.split_at_mut(g * SPAN);
-    let (ms, vbuf) = scratch.split_at_mut(g * SPAN);
+    let (s, vbuf) = scratch.split_at_mut(g * SPAN);
     let qpos = ctx.entries[job.token].pos;
     if let Cached::Float(_) = keys {
         q.copy_from_slice(ctx.q_group(job.token, job.kvh));
@@ -194,19 +192,6 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
                     k.softcap(&mut s[h * SPAN + r.start..h * SPAN + r.end], c);
                 }
             }
-        }
-        if let Cached::Float(values @ Elems::F16(_)) = values {
-            for h in 0..g {
-                let row = h * SPAN..h * SPAN + n;
-                k.scan_row(&mut s[row.clone()], &mut ms[row], &mut m[h], &mut l[h]);
-            }
-            for r in runs() {
-                let values = rows_at(values, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
-                let f = |d| Strided { data: d, rows: g, cols: r.len(), row_stride: SPAN, col_stride: 1 };
-                let o = RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd };
-                k.accumulate_f16(f(&ms[r.start..]), f(&s[r.start..]), values, o);
-            }
-            continue;
         }
         for h in 0..g {
             let row = &mut s[h * SPAN..h * SPAN + n];

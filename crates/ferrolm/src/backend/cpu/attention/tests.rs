@@ -48,7 +48,7 @@ fn scored_query(ty: KvType, q: &[f32]) -> Vec<f64> {
 /// Attention in f64 from the definition, over the cached rows as stored (read back as f32).
 /// Queries of sequences with fewer than [`TILE_MIN_TOKENS`] entries in the batch follow
 /// llama.cpp's per-query path: the query rounded to f16 when keys are f16 or quantized to Q8_0
-/// when keys are quantized, and with f16 values a key-by-key f16 accumulator.
+/// when keys are quantized.
 fn reference(
     shape: &AttentionShape,
     entries: &[BatchEntry],
@@ -86,27 +86,6 @@ fn reference(
             let o = &mut out[(t * nh + h) * hd..(t * nh + h + 1) * hd];
             let v = |slot: usize| &vals[slot * kv_dim + kvh * hd..][..hd];
             if scores.is_empty() {
-                continue;
-            }
-            if per_query && kv.types().1 == KvType::F16 {
-                // llama.cpp's loop: key by key, an f16 accumulator.
-                let r16 = |x: f64| f16::from_f64(x).to_f64();
-                let (mut m, mut z) = (f64::NEG_INFINITY, 0f64);
-                for &(slot, s) in &scores {
-                    let (mut ms, mut vs) = (1.0, 1.0);
-                    if s > m {
-                        ms = (m - s).exp();
-                        m = s;
-                        o.iter_mut().for_each(|a| *a = r16(*a * ms));
-                    } else {
-                        vs = (s - m).exp();
-                    }
-                    for (a, &x) in o.iter_mut().zip(v(slot)) {
-                        *a = r16(*a + vs * x as f64);
-                    }
-                    z = z * ms + vs;
-                }
-                o.iter_mut().for_each(|a| *a /= z);
                 continue;
             }
             let m = scores.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
@@ -156,10 +135,7 @@ fn check_tol(
             attention(shape, entries, &[], &kv, layer, &q, &mut out);
             for (i, (&got, &w)) in out.iter().zip(&want).enumerate() {
                 let (t, h) = (i / qd, i % qd / shape.head_dim);
-                let tiled = entries.iter().filter(|x| x.seq == entries[t].seq).count() >= TILE_MIN_TOKENS;
-                // An f16 accumulator: a few f16 ulps (long contexts are split into ranges,
-                // accumulated separately, then merged).
-                let tol = loose * if types.1 == KvType::F16 && !tiled { 4.0 * 2f64.powi(-11) } else { 2e-5 };
+                let tol = loose * 2e-5;
                 assert!(
                     (got as f64 - w).abs() <= tol * (1.0 + w.abs()),
                     "{shape:?} {types:?} layer {layer} threads {threads}: token {t} head {h}: {got} vs {w}"

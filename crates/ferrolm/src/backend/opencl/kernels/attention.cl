@@ -1,6 +1,6 @@
 // Attention over the KV cache (see attention.rs): `attn_partial` attends one query head over
 // one range of cache slots, `attn_merge` combines a query's ranges into its output row.
-// Expressions are evaluated as written (no contraction); the f16 accumulation uses explicit
+// Expressions are evaluated as written (no contraction); the value accumulation uses explicit
 // fma() like the CPU's.
 #pragma OPENCL FP_CONTRACT OFF
 
@@ -17,8 +17,7 @@ inline float attn_ld(__global const uchar *p, size_t i, int is_f16) {
 // visible), item 0 walks the scores in slot order keeping the running maximum and softmax
 // denominator, and turns each score into its weight and rescaling factor, then every item
 // updates its output dimensions key by key in slot order: c = c * factor (when the maximum
-// changed), c = fma(v, weight, c), each rounded to f16 with `round_acc` (llama.cpp's f16
-// accumulator). Writes (max, denominator, unnormalised output) of the range; a range that sees
+// changed), c = fma(v, weight, c), in f32 (like the CPU, not llama.cpp's f16 accumulator). Writes (max, denominator, unnormalised output) of the range; a range that sees
 // no slot writes (-inf, 0, zeros).
 __kernel void attn_partial(__global const float *q,     // [n_tok, n_head * head_dim]
                            __global const uint *info,   // [n_q, 5]: row, pos, first, end, range len
@@ -28,7 +27,7 @@ __kernel void attn_partial(__global const float *q,     // [n_tok, n_head * head
                            __global float *part,        // [n_ranges, n_q, n_head, 2 + head_dim]
                            uint head_dim, uint n_head, uint group, uint kv_dim, float scale,
                            float softcap, int has_window, uint window, int k_f16, int v_f16,
-                           int round_q, int round_acc,
+                           int round_q,
                            __local float *ql,   // [head_dim]
                            __local float *wt,   // [local size]: scores, then weights
                            __local float *fac)  // [local size]: rescaling factors
@@ -105,12 +104,8 @@ __kernel void attn_partial(__global const float *q,     // [n_tok, n_head * head
                 float c = acc[i];
                 if (f != 1.0f) {
                     c = c * f;
-                    if (round_acc) {
-                        c = round_f16(c);
-                    }
                 }
-                c = fma(attn_ld(v, base + d, v_f16), p, c);
-                acc[i] = round_acc ? round_f16(c) : c;
+                acc[i] = fma(attn_ld(v, base + d, v_f16), p, c);
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE);
