@@ -181,6 +181,20 @@ impl AttnKernels {
     /// If the shapes disagree (`a` is `c.rows × b.rows`, `b` is `b.rows × c.cols`), a matrix
     /// reaches past its slice, or `Beta::Rows` holds fewer than `c.rows` factors.
     pub fn gemm(&self, a: Strided<'_>, b: Rows<'_>, c: RowsMut<'_>, beta: Beta<'_>) {
+        self.gemm_impl(a, b, c, beta, false)
+    }
+
+    /// [`AttnKernels::gemm`] for a `b` read once from memory (a stretch of the KV cache in a
+    /// decode step): its rows are requested 16 rows ahead of their use. Same results; on a `b`
+    /// already in cache the requests only cost time.
+    ///
+    /// # Panics
+    /// As [`AttnKernels::gemm`].
+    pub fn gemm_stream(&self, a: Strided<'_>, b: Rows<'_>, c: RowsMut<'_>, beta: Beta<'_>) {
+        self.gemm_impl(a, b, c, beta, true)
+    }
+
+    fn gemm_impl(&self, a: Strided<'_>, b: Rows<'_>, c: RowsMut<'_>, beta: Beta<'_>, stream: bool) {
         assert!(a.rows == c.rows && a.cols == b.rows && b.cols == c.cols, "gemm: shapes disagree");
         assert!(a.data.len() >= extent(a.rows, a.cols, a.row_stride, a.col_stride), "gemm: a too short");
         assert!(b.data.len() >= extent(b.rows, b.cols, b.stride, 1), "gemm: b too short");
@@ -210,6 +224,7 @@ impl AttnKernels {
                     c: c.data.as_mut_ptr(),
                     ldc: c.stride,
                     beta,
+                    stream,
                 }
             };
         }

@@ -70,6 +70,8 @@ pub(crate) struct GemmArgs<B> {
     pub c: *mut f32,
     pub ldc: usize,
     pub beta: BetaRaw,
+    /// Request the rows of `b` ahead of their use ([`PREFETCH_B_ROWS`]).
+    pub stream: bool,
 }
 
 /// `c[i·ldc + j] = scale · Σ_t a[i·lda + t] · b[j·ldb + t]` for `i < na`, `j < nb`, `t < k`.
@@ -109,11 +111,16 @@ pub(crate) unsafe fn gemm<V: FVec, B: Elem, const MR: usize, const NV: usize>(g:
         let nv = (nvec - v0).min(NV);
         // SAFETY: forwarded contract; `v0 + nv ≤ nvec` keeps the vector loads inside `n`.
         unsafe {
-            match nv {
-                1 => gemm_rows::<V, B, MR, 1>(g, v0 * V::W),
-                2 => gemm_rows::<V, B, MR, 2>(g, v0 * V::W),
-                3 => gemm_rows::<V, B, MR, 3>(g, v0 * V::W),
-                _ => gemm_rows::<V, B, MR, 4>(g, v0 * V::W),
+            // The prefetches are a type parameter, so that a `b` in cache pays nothing for them.
+            match (nv, g.stream) {
+                (1, false) => gemm_rows::<V, B, MR, 1, false>(g, v0 * V::W),
+                (2, false) => gemm_rows::<V, B, MR, 2, false>(g, v0 * V::W),
+                (3, false) => gemm_rows::<V, B, MR, 3, false>(g, v0 * V::W),
+                (_, false) => gemm_rows::<V, B, MR, 4, false>(g, v0 * V::W),
+                (1, true) => gemm_rows::<V, B, MR, 1, true>(g, v0 * V::W),
+                (2, true) => gemm_rows::<V, B, MR, 2, true>(g, v0 * V::W),
+                (3, true) => gemm_rows::<V, B, MR, 3, true>(g, v0 * V::W),
+                (_, true) => gemm_rows::<V, B, MR, 4, true>(g, v0 * V::W),
             }
         }
         v0 += nv;
@@ -139,46 +146,50 @@ pub(crate) unsafe fn gemm<V: FVec, B: Elem, const MR: usize, const NV: usize>(g:
 
 /// All rows of one block of `NV` vectors of lanes starting at lane `l0`.
 #[inline(always)]
-unsafe fn gemm_rows<V: FVec, B: Elem, const MR: usize, const NV: usize>(g: &GemmArgs<B>, l0: usize) {
+unsafe fn gemm_rows<V: FVec, B: Elem, const MR: usize, const NV: usize, const S: bool>(
+    g: &GemmArgs<B>,
+    l0: usize,
+) {
     let mut i = 0;
     // SAFETY: every block has rows `i..i + R ≤ m` and lanes `l0..l0 + NV·W ≤ n`; caller contract.
     unsafe {
         while i + MR <= g.m {
-            gemm_block::<V, B, MR, NV>(g, i, l0);
+            gemm_block::<V, B, MR, NV, S>(g, i, l0);
             i += MR;
         }
         if MR > 4 {
             while i + 4 <= g.m {
-                gemm_block::<V, B, 4, NV>(g, i, l0);
+                gemm_block::<V, B, 4, NV, S>(g, i, l0);
                 i += 4;
             }
         }
         // Three rows left (a decode group of three query heads) in one block, so that each row
         // of `b` is loaded and converted once.
         if MR > 3 && g.m - i == 3 {
-            gemm_block::<V, B, 3, NV>(g, i, l0);
+            gemm_block::<V, B, 3, NV, S>(g, i, l0);
             i += 3;
         }
         if MR > 2 {
             while i + 2 <= g.m {
-                gemm_block::<V, B, 2, NV>(g, i, l0);
+                gemm_block::<V, B, 2, NV, S>(g, i, l0);
                 i += 2;
             }
         }
         while i < g.m {
-            gemm_block::<V, B, 1, NV>(g, i, l0);
+            gemm_block::<V, B, 1, NV, S>(g, i, l0);
             i += 1;
         }
     }
 }
 
-/// Rows of `b` ahead of the one multiplied whose lines are requested (see [`prefetch_rows`]): in
-/// a decode step `b` is a stretch of the value cache, read once and rarely in cache.
+/// Rows of `b` ahead of the one multiplied whose lines are requested (see [`prefetch_rows`]) when
+/// `b` streams from memory (`GemmArgs::stream`: a decode step's stretch of the value cache).
 const PREFETCH_B_ROWS: usize = 16;
 
-/// One `MR × NV` register block of the output: rows `i0..i0 + MR`, lanes `l0..l0 + NV·W`.
+/// One `MR × NV` register block of the output: rows `i0..i0 + MR`, lanes `l0..l0 + NV·W`;
+/// `S`: `g.stream`.
 #[inline(always)]
-unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
+unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize, const S: bool>(
     g: &GemmArgs<B>,
     i0: usize,
     l0: usize,
@@ -191,7 +202,7 @@ unsafe fn gemm_block<V: FVec, B: Elem, const MR: usize, const NV: usize>(
         let seg = NV * V::W * std::mem::size_of::<B>();
         for kk in 0..g.k {
             let bp = b0.add(kk * g.ldb);
-            if kk + PREFETCH_B_ROWS < g.k {
+            if S && kk + PREFETCH_B_ROWS < g.k {
                 prefetch_rows(bp.wrapping_add(PREFETCH_B_ROWS * g.ldb), seg);
             }
             let mut bv = [V::zero(); NV];

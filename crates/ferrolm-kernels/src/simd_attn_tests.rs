@@ -62,6 +62,15 @@ fn gemm_matches_f64_for_every_shape_stride_type_and_beta() {
                             RowsMut { data: &mut c, rows: m, cols: n, stride: ldc },
                             beta,
                         );
+                        // The streaming variant only adds prefetches: the same bits.
+                        let mut c2 = c0.clone();
+                        k.gemm_stream(
+                            Strided { data: &a, rows: m, cols: kk, row_stride: a_rs, col_stride: a_cs },
+                            Rows { data, rows: kk, cols: n, stride: ldb },
+                            RowsMut { data: &mut c2, rows: m, cols: n, stride: ldc },
+                            beta,
+                        );
+                        assert_eq!(c, c2, "{k:?} m{m} n{n} k{kk}: gemm_stream differs");
                         for i in 0..m {
                             for l in 0..n {
                                 let mut s = 0f64;

@@ -5,8 +5,8 @@
 //! A range is processed in spans of at most [`SPAN`] slots: the group's query heads are scored
 //! against each visible key row, the scores exponentiated in place, and the values accumulated
 //! in f32 by a small GEMM, spans combined by an online softmax (f32 and f16 values read in
-//! place, quantized values converted [`V_ROWS`] rows at a time). Quantized keys are scored against the job's queries quantized
-//! once to Q8_0 ([`quantize_queries`]). A task's scratch memory is bounded by the span, not the
+//! place, quantized values converted [`V_ROWS`] rows at a time). Quantized keys are scored
+//! against the job's queries quantized once to Q8_0 ([`quantize_queries`]). A task's scratch memory is bounded by the span, not the
 //! context, and lives next to its partial result (see [`part_len`]).
 
 use std::ops::Range;
@@ -216,7 +216,7 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
                 Cached::Float(x) => {
                     let values = rows_at(x, (start + r.start) * kv_dim + off, r.len(), hd, kv_dim);
                     let o = RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd };
-                    k.gemm(p(r.start, r.end), values, o, Beta::One);
+                    k.gemm_stream(p(r.start, r.end), values, o, Beta::One);
                 }
                 Cached::Blocks(ty, x) => {
                     for a in r.clone().step_by(V_ROWS) {
@@ -225,7 +225,7 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
                         ctx.kv_kernels.rows_to_f32(block_rows(ty, x, start + a, off, b - a, ctx), vf, hd);
                         let values = Rows { data: Elems::F32(vf), rows: b - a, cols: hd, stride: hd };
                         let o = RowsMut { data: &mut *o, rows: g, cols: hd, stride: hd };
-                        k.gemm(p(a, b), values, o, Beta::One);
+                        k.gemm_stream(p(a, b), values, o, Beta::One);
                     }
                 }
             }

@@ -17,8 +17,9 @@ inline float attn_ld(__global const uchar *p, size_t i, int is_f16) {
 // visible), item 0 walks the scores in slot order keeping the running maximum and softmax
 // denominator, and turns each score into its weight and rescaling factor, then every item
 // updates its output dimensions key by key in slot order: c = c * factor (when the maximum
-// changed), c = fma(v, weight, c), in f32 (like the CPU, not llama.cpp's f16 accumulator). Writes (max, denominator, unnormalised output) of the range; a range that sees
-// no slot writes (-inf, 0, zeros).
+// changed), c = fma(v, weight, c), in f32 (like the CPU, not llama.cpp's f16 accumulator).
+// Writes (max, denominator, unnormalised output) of the range; a range that sees no slot
+// writes (-inf, 0, zeros).
 __kernel void attn_partial(__global const float *q,     // [n_tok, n_head * head_dim]
                            __global const uint *info,   // [n_q, 5]: row, pos, first, end, range len
                            __global const uint *pos,    // [n_kv]
