@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use ferrolm::backend::{BackendChoice, Placement};
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::kv::{CacheManager, KvCache, KvType, SeqId};
 use ferrolm::model::{LoadOptions, Model};
 use rand::rngs::StdRng;

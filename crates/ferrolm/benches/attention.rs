@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use ferrolm::backend::cpu::{AttentionShape, attention};
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::kv::{KvCache, KvType};
 
 const THREADS: usize = 2;

@@ -1,6 +1,6 @@
 //! ferrolm: an LLM inference engine for small models on CPUs.
 //!
-//! The data flow is one path: text → [`tokenizer`] → tokens → [`engine::Batch`] →
+//! The data flow is one path: text → [`tokenizer`] → tokens → [`batch::Batch`] →
 //! [`model::Model::forward`] with an engine-owned [`kv::KvCache`] → logits → [`sampling`] → token,
 //! detokenized as a UTF-8-safe stream. A [`session::Session`] runs that loop for one conversation
 //! and keeps its KV cache between calls.
@@ -21,7 +21,7 @@
 pub mod backend;
 pub mod chat;
 pub mod constrain;
-pub mod engine;
+pub mod batch;
 mod error;
 pub mod eval;
 pub mod format;

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::kv::KvType;
 use ferrolm::model::convert::convert_hf_to_gguf;
 use ferrolm::model::{GgmlType, LoadOptions, Model};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ferrolm::constrain::{ConstrainError, Constraint, ConstraintSpec, TokenEnv};
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::kv::KvCache;
 use ferrolm::model::Model;
 use ferrolm::sampling::{Sampler, SamplerParams};

@@ -6,7 +6,7 @@
 
 mod common;
 
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::kv::KvType;
 use ferrolm::model::{Arch, LoadOptions, Model};
 use ferrolm::sampling::argmax;

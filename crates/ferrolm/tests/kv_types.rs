@@ -14,7 +14,7 @@
 
 mod common;
 
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::kv::KvType;
 use ferrolm::model::Model;
 

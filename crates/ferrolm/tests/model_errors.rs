@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use ferrolm::GgmlType;
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::format::gguf::{MetaArray, MetaValue};
 use ferrolm::format::gguf_write::GgufWriter;
 use ferrolm::model::Model;

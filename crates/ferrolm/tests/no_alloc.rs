@@ -8,7 +8,7 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use ferrolm::engine::{Batch, Logits};
+use ferrolm::batch::{Batch, Logits};
 use ferrolm::kv::{KvCache, KvType};
 use ferrolm::model::Model;
 

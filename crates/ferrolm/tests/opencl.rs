@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use common::Reference;
 use ferrolm::backend::{Backend, CpuBackend, Placement};
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::model::Model;
 use ferrolm::sampling::argmax;
 

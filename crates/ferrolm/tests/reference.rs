@@ -24,7 +24,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::Reference;
-use ferrolm::engine::Batch;
+use ferrolm::batch::Batch;
 use ferrolm::model::Model;
 use ferrolm::sampling::argmax;
 

@@ -1,6 +1,6 @@
 //! The engine: one thread that owns the model's KV cache and runs every request.
 //!
-//! Each tick it builds one [`Batch`](ferrolm::engine::Batch) from the decode tokens of the slots
+//! Each tick it builds one [`Batch`](ferrolm::batch::Batch) from the decode tokens of the slots
 //! that are generating and prompt chunks of the slots that are prefilling (in the order a
 //! [`BatchStrategy`] picks), runs one forward pass, then samples for each slot that got logits.
 //! A finished slot's KV cache goes to the [shared prefix cache](prefix), where any later request

@@ -7,7 +7,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrolm::engine::{Batch, Logits};
+use ferrolm::batch::{Batch, Logits};
 use ferrolm::kv::{CacheManager, KvCache, SeqCache, SeqId};
 use ferrolm::model::{Model, Pooling};
 

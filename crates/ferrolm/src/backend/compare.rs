@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::{AttentionShape, Backend, BackendResult, CpuBackend};
 use crate::GgmlType;
-use crate::engine::{Batch, BatchEntry};
+use crate::batch::{Batch, BatchEntry};
 use crate::kv::{KvCache, KvType};
 use crate::model::weights::Weight;
 use crate::model::{Activation, RopeStyle};

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use half::f16;
 
-use crate::engine::BatchEntry;
+use crate::batch::BatchEntry;
 use crate::kv::{KvCache, SeqId};
 use crate::model::weights::Weight;
 use crate::model::{Activation, RopeStyle};

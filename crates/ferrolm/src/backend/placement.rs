@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use super::{Backend, BackendError, BackendResult, CpuBackend};
-use crate::engine::Batch;
+use crate::batch::Batch;
 use crate::kv::KvCache;
 
 /// Where forward passes run.

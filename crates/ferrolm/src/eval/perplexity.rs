@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::engine::{Batch, Logits};
+use crate::batch::{Batch, Logits};
 use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvType, SeqId};
 use crate::model::Model;
 use crate::{Error, Result};

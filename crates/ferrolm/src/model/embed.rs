@@ -1,7 +1,7 @@
 //! Text embeddings: the final hidden states of a text, pooled into one vector.
 
 use super::Model;
-use crate::engine::Batch;
+use crate::batch::Batch;
 use crate::kv::{KvType, SeqId};
 use crate::{Error, Result};
 

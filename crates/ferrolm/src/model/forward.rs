@@ -7,8 +7,8 @@
 use super::{Model, RopeParams};
 use crate::backend::Backend;
 use crate::backend::cpu::{self, AttentionShape, MatmulJob};
-use crate::engine::BatchEntry;
-use crate::engine::{Batch, Logits};
+use crate::batch::BatchEntry;
+use crate::batch::{Batch, Logits};
 use crate::kv::KvCache;
 use crate::{Error, Result};
 

@@ -36,7 +36,7 @@ pub use generation::{Completion, FinishReason, GenerateParams, GenerationStats};
 pub use stop::{StopCheck, StopMatcher};
 pub use stream::{StreamEvent, TokenStream};
 
-use crate::engine::{Batch, Logits};
+use crate::batch::{Batch, Logits};
 use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvCache, KvType, SeqId};
 use crate::model::Model;
 use crate::{Error, Result};

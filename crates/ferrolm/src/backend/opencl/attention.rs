@@ -19,7 +19,7 @@
 use super::cl::{Arg, Cl};
 use super::ops::dim;
 use crate::backend::{AttentionShape, BackendError, BackendResult};
-use crate::engine::BatchEntry;
+use crate::batch::BatchEntry;
 use crate::kv::{KvCache, KvType, RowsView, SeqId};
 
 /// Sequences with at least this many queries (or a prompt chunk this long) take the f32 path

@@ -3,7 +3,7 @@
 
 use super::test_util::{backend, rand_vec, rel_err};
 use crate::backend::{AttentionShape, Backend, BackendError, CpuBackend};
-use crate::engine::BatchEntry;
+use crate::batch::BatchEntry;
 use crate::kv::{KvCache, KvType, SeqId};
 
 /// Layers of the test caches: every case also checks layer 1, whose rows differ.

@@ -25,7 +25,7 @@ use half::f16;
 
 use super::{AttentionShape, Backend, BackendResult};
 use crate::GgmlType;
-use crate::engine::BatchEntry;
+use crate::batch::BatchEntry;
 use crate::kv::{KvCache, SeqId};
 use crate::model::weights::Weight;
 use crate::model::{Activation, RopeStyle};

@@ -46,7 +46,7 @@ use std::ops::Range;
 use ferrolm_kernels::quant::kv::{BlockRows, KvBlocks, KvKernels};
 use ferrolm_kernels::simd_attn::{AttnKernels, Elems};
 
-use crate::engine::BatchEntry;
+use crate::batch::BatchEntry;
 pub use stats::attention_mass;
 
 use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId, Stored};
@@ -75,7 +75,7 @@ pub struct AttentionShape {
 ///
 /// `q`: `[n_tok, n_head * head_dim]` (rotated); `out`: same shape. `prompt_chunks`: sequences
 /// whose queries are part of a prompt chunk of the given length (see
-/// [`crate::engine::Batch::set_prompt_chunk`]); their path is chosen by that length instead of
+/// [`crate::batch::Batch::set_prompt_chunk`]); their path is chosen by that length instead of
 /// by their number of queries in this call, so that each query's result is the same either way.
 ///
 /// # Panics

@@ -1,4 +1,5 @@
-//! [`Batch`]: the one input of every forward pass, and [`Logits`], its output.
+//! [`Batch`]: the one input of every forward pass, and [`Logits`], its output. Generation on
+//! top of them lives in [`crate::session`] (one user) and [`crate::engine`] (many users).
 
 use crate::kv::SeqId;
 
