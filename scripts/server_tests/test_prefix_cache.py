@@ -5,7 +5,7 @@ Server: SmolLM2, --parallel 4, -c 4096. Each round:
   A   a chat request of ~550 prompt tokens (deterministic filler text + a question), streamed,
       8 tokens; /slots is polled meanwhile to see which slot ran it (slot S_A);
   C   a long streamed generation that keeps a slot busy; the scheduler gives the lowest free
-      slot to a new request (crates/ferrolm-server/src/engine/scheduler.rs), so C takes S_A
+      slot to a new request (crates/ferrolm/src/engine/scheduler.rs), so C takes S_A
       and the next request must run in another slot;
   B   streamed, same filler as A (>= 500 shared tokens) but another question;
   B'  streamed, same length as B but different filler (a cold prefix).

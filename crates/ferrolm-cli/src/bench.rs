@@ -19,14 +19,13 @@ use ferrolm::backend::{BackendChoice, Placement};
 use ferrolm::batch::Batch;
 use ferrolm::kv::{CacheManager, KvCache, KvType, SeqId};
 use ferrolm::model::{LoadOptions, Model};
+use ferrolm::sequence::{Outputs, Sequence};
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
 use info::{BuildInfo, ModelInfo};
 use output::{OutputFormat, Printer, TestResult};
 
-/// The sequence the benchmark runs in.
-const SEQ: SeqId = 0;
 /// Seed of the random token ids: every run of a test feeds the same tokens.
 const SEED: u64 = 1234;
 
@@ -233,26 +232,32 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
     };
     let cap = test.n_prompt + test.n_gen;
     let mut kv = model.new_kv_cache_typed(cap, args.cache_type_k, args.cache_type_v)?;
-    let mut mgr = CacheManager::new(args.cache.options(), model.attention_shapes(), cap)?;
+    let mut seqs = Vec::with_capacity(test.n_parallel);
+    for s in 0..test.n_parallel {
+        let mgr = CacheManager::new(args.cache.options(), model.attention_shapes(), cap)?;
+        seqs.push(Sequence::new(&mut kv, s as SeqId, mgr));
+    }
     if !args.no_warmup {
         if test.n_prompt > 0 {
-            prompt(model, &mut kv, &mut mgr, &tokens(test.n_prompt), args.batch_size)
+            prompt(model, &mut kv, &mut seqs[0], &tokens(test.n_prompt), args.batch_size)
                 .context("warm-up prompt run")?;
         }
         if test.n_gen > 0 {
             let ids: Vec<Vec<u32>> = (0..test.n_parallel).map(|_| tokens(1)).collect();
-            generate(model, &mut kv, &mut mgr, &ids).context("warm-up generation run")?;
+            generate(model, &mut kv, &mut seqs, &ids).context("warm-up generation run")?;
         }
     }
     let mut samples = Vec::with_capacity(args.repetitions);
     for rep in 0..args.repetitions {
         let ids: Vec<Vec<u32>> = (0..test.n_parallel).map(|_| tokens(test.n_prompt + test.n_gen)).collect();
-        kv.clear();
+        for seq in &mut seqs {
+            seq.clear(&mut kv);
+        }
         let t0 = Instant::now();
         if test.n_prompt > 0 {
-            prompt(model, &mut kv, &mut mgr, &ids[0], args.batch_size)
+            prompt(model, &mut kv, &mut seqs[0], &ids[0], args.batch_size)
         } else {
-            generate(model, &mut kv, &mut mgr, &ids)
+            generate(model, &mut kv, &mut seqs, &ids)
         }
         .with_context(|| format!("repetition {}", rep + 1))?;
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
@@ -267,31 +272,30 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
 fn prompt(
     model: &Model,
     kv: &mut KvCache,
-    mgr: &mut CacheManager,
+    seq: &mut Sequence,
     ids: &[u32],
     n_batch: usize,
 ) -> anyhow::Result<()> {
-    let n_batch = n_batch.min(mgr.max_chunk(true));
-    for (i, chunk) in ids.chunks(n_batch).enumerate() {
-        mgr.make_room(kv.seq_mut(SEQ), chunk.len(), true)?;
-        let batch = Batch::from_prompt(SEQ, (i * n_batch) as u32, chunk);
+    let n_batch = n_batch.min(seq.max_chunk(true));
+    let mut batch = Batch::new();
+    for chunk in ids.chunks(n_batch) {
+        batch.clear();
+        seq.feed(kv, &mut batch, chunk, true, Outputs::Last)?;
         model.forward(&batch, kv)?;
     }
-    mgr.end_prompt(kv.seq_mut(SEQ));
+    seq.end_prompt(kv);
     Ok(())
 }
 
 /// Feeds the token lists of `ids` (sequence `s` gets `ids[s]`, all of one length) one token of
 /// each per forward pass, asking for the logits of each.
-fn generate(model: &Model, kv: &mut KvCache, mgr: &mut CacheManager, ids: &[Vec<u32>]) -> anyhow::Result<()> {
+fn generate(model: &Model, kv: &mut KvCache, seqs: &mut [Sequence], ids: &[Vec<u32>]) -> anyhow::Result<()> {
     let mut batch = Batch::new();
     let len = ids.first().map_or(0, Vec::len);
     for pos in 0..len {
         batch.clear();
-        for (s, seq_ids) in ids.iter().enumerate() {
-            let seq = SEQ + s as SeqId;
-            mgr.make_room(kv.seq_mut(seq), 1, false)?;
-            batch.push(seq, pos as u32, seq_ids[pos], true);
+        for (seq, seq_ids) in seqs.iter_mut().zip(ids) {
+            seq.feed(kv, &mut batch, &seq_ids[pos..pos + 1], false, Outputs::Last)?;
         }
         model.forward(&batch, kv)?;
     }

@@ -115,6 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         FinishReason::EndOfGeneration => "end of generation",
         FinishReason::StopString => "stop string",
         FinishReason::ContextFull => "context full",
+        FinishReason::Timeout => "timeout",
         FinishReason::Cancelled => "cancelled",
     };
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;

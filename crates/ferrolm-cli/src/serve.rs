@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use ferrolm::engine::{BatchStrategy, Engine, EngineConfig};
 use ferrolm::hub;
 use ferrolm::model::Pooling;
-use ferrolm_server::engine::{BatchStrategy, Engine, EngineConfig};
 use ferrolm_server::{ServerConfig, serve};
 
 use crate::model_args::ModelArgs;

@@ -19,9 +19,11 @@
 //! ```
 
 pub mod backend;
+pub mod batch;
 pub mod chat;
 pub mod constrain;
-pub mod batch;
+pub mod decoder;
+pub mod engine;
 mod error;
 pub mod eval;
 pub mod format;
@@ -29,6 +31,7 @@ pub mod hub;
 pub mod kv;
 pub mod model;
 pub mod sampling;
+pub mod sequence;
 pub mod session;
 pub mod threads;
 pub mod tokenizer;

@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolm::chat::ChatTemplate;
-use ferrolm::constrain::{Constraint, ConstraintSpec};
+use ferrolm::engine::{
+    Engine, EngineError, GenRequest, MetricsSnapshot, RequestHandle, SlotInfo, SubmitError,
+};
 use ferrolm::model::Pooling;
-use tokio::sync::mpsc;
-
-use crate::engine::{Engine, EngineError, GenEvent, GenRequest, MetricsSnapshot, SlotInfo, SubmitError};
 
 /// A boxed `Send` future.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -35,10 +34,9 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn piece(&self, id: u32) -> Vec<u8>;
     /// The model's chat template, if it has one (or it does not compile: the message).
     fn chat_template(&self) -> Result<&ChatTemplate, String>;
-    /// Compiles a constraint, to reject a bad schema or grammar before queueing.
-    fn check_constraint(&self, spec: &ConstraintSpec) -> Result<(), String>;
-    /// Queues a generation.
-    fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError>;
+    /// Queues a generation (its constraint is compiled here: a bad schema or grammar is a
+    /// [`SubmitError::Constraint`]).
+    fn submit(&self, req: GenRequest) -> Result<RequestHandle, SubmitError>;
     /// Embeds texts.
     fn embed(
         &self,
@@ -111,12 +109,7 @@ impl Backend for EngineBackend {
         self.template.as_ref().map_err(Clone::clone)
     }
 
-    fn check_constraint(&self, spec: &ConstraintSpec) -> Result<(), String> {
-        let env = self.engine.model().token_env().map_err(|e| e.to_string())?;
-        Constraint::new(&env, spec).map(drop).map_err(|e| e.to_string())
-    }
-
-    fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError> {
+    fn submit(&self, req: GenRequest) -> Result<RequestHandle, SubmitError> {
         self.engine.submit(req)
     }
 
@@ -126,7 +119,13 @@ impl Backend for EngineBackend {
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>> {
-        Box::pin(self.engine.embed(texts, pooling, normalize))
+        let engine = self.engine.clone();
+        Box::pin(async move {
+            // The engine thread embeds between ticks; wait for it off the async workers.
+            tokio::task::spawn_blocking(move || engine.embed(texts, pooling, normalize))
+                .await
+                .map_err(|_| EngineError::Stopped)?
+        })
     }
 
     fn metrics(&self) -> MetricsSnapshot {
@@ -146,7 +145,16 @@ impl Backend for EngineBackend {
     }
 
     fn wait_idle(&self, timeout: Duration) -> BoxFuture<'_, bool> {
-        Box::pin(self.engine.wait_idle(timeout))
+        Box::pin(async move {
+            let end = tokio::time::Instant::now() + timeout;
+            while !self.engine.is_idle() {
+                if tokio::time::Instant::now() >= end {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            true
+        })
     }
 }
 

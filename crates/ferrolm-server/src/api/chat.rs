@@ -14,10 +14,10 @@ use super::response::{
 use super::stream::{StreamHead, StreamKind, sse_response};
 use super::tools;
 use super::{AppState, check_context, json_response};
-use crate::engine::GenRequest;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::Response;
+use ferrolm::engine::GenRequest;
 
 /// Fields only chat reads.
 #[derive(Deserialize, Default, Debug)]
@@ -272,9 +272,6 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
     )?;
     check_context(backend, prompt.len(), max)?;
     spec.params.max_tokens = max;
-    if let Some(c) = &spec.params.constraint {
-        backend.check_constraint(c).map_err(|e| ApiError::invalid_param("response_format", e))?;
-    }
     let top = top_logprobs("top_logprobs", chat.top_logprobs)?;
     let logprobs = match (chat.logprobs.unwrap_or(false), top) {
         (true, k) => Some(k.unwrap_or(0)),
@@ -324,7 +321,8 @@ fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, tools: Option<&[S
 pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     let job = prepare(&state, &v)?;
-    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout).await?;
+    let rxs =
+        submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, Some("response_format")).await?;
     let id = new_id("chatcmpl-");
     let created = unix_now();
     if job.spec.stream {

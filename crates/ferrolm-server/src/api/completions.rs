@@ -14,7 +14,7 @@ use super::params::{CommonFields, GenSpec, max_tokens, params_for_choice, top_lo
 use super::response::{LegacyLogprobs, UsageSum, collect, fingerprint, new_id, submit_all, unix_now};
 use super::stream::{StreamHead, StreamKind, sse_response};
 use super::{AppState, check_context, json_response};
-use crate::engine::GenRequest;
+use ferrolm::engine::GenRequest;
 
 /// Most prompts in one request.
 pub(crate) const MAX_PROMPTS: usize = 1024;
@@ -133,9 +133,6 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiE
         check_context(backend, p.tokens.len(), Some(max))?;
     }
     spec.params.max_tokens = Some(max);
-    if let Some(c) = &spec.params.constraint {
-        backend.check_constraint(c).map_err(ApiError::invalid)?;
-    }
     let logprobs = top_logprobs("logprobs", f.logprobs)?;
     Ok(CompletionJob { prompts, spec, logprobs, echo, model: state.cfg.answer_model(common.model) })
 }
@@ -160,7 +157,7 @@ fn requests(job: &CompletionJob) -> Vec<GenRequest> {
 pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     let job = prepare(&state, &v)?;
-    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout).await?;
+    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, None).await?;
     let id = new_id("cmpl-");
     let created = unix_now();
     if job.spec.stream {

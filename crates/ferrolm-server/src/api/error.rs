@@ -4,7 +4,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::engine::{EngineError, SubmitError};
+use ferrolm::engine::{EngineError, SubmitError};
 
 /// An error answered to the client, with its HTTP status.
 #[derive(Clone, Debug, PartialEq)]
@@ -144,7 +144,7 @@ impl From<SubmitError> for ApiError {
                 ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e.to_string())
             },
             SubmitError::ContextLength { .. } => ApiError::context_length(e.to_string()),
-            SubmitError::Invalid(m) => ApiError::invalid(m),
+            SubmitError::Invalid(m) | SubmitError::Constraint(m) => ApiError::invalid(m),
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::engine::MetricsSnapshot;
+use ferrolm::engine::MetricsSnapshot;
 
 /// The `Content-Type` of the exposition format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

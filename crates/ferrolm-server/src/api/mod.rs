@@ -1,4 +1,4 @@
-//! The OpenAI-compatible HTTP API over the [engine](crate::engine).
+//! The OpenAI-compatible HTTP API over the [engine](ferrolm::engine).
 //!
 //! Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
 //! `GET /v1/models` (and `/v1/models/{id}`), `POST /tokenize`, `POST /detokenize`,
@@ -44,7 +44,7 @@ pub use error::ApiError;
 
 use backend::{Backend, EngineBackend, SharedBackend};
 
-use crate::engine::Engine;
+use ferrolm::engine::Engine;
 
 /// How long the connections still open after a shutdown's drain get to end.
 const FINAL_GRACE: Duration = Duration::from_secs(5);

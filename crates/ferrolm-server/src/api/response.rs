@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use rand::distr::Alphanumeric;
 use serde_json::{Map, Value, json};
-use tokio::sync::mpsc;
 
 use super::backend::{Backend, piece_text};
 use super::error::ApiError;
-use crate::engine::{Finish, GenEvent, GenRequest, TokenLogprob, Usage};
+use ferrolm::decoder::{FinishReason, TokenLogprob};
+use ferrolm::engine::{Event, GenRequest, RequestHandle, SubmitError, Usage};
 
 /// `system_fingerprint` of every response.
 pub(crate) fn fingerprint() -> String {
@@ -38,28 +38,28 @@ pub(crate) struct Collected {
     /// Prompt tokens' log-probabilities (when asked).
     pub prompt_logprobs: Option<Vec<Option<TokenLogprob>>>,
     /// Why it ended.
-    pub finish: Option<Finish>,
+    pub finish: Option<FinishReason>,
     /// Counts and timings.
     pub usage: Usage,
 }
 
 /// Reads events until `Done`; an engine error, or a channel closed before `Done`, is an error.
-pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<GenEvent>) -> Result<Collected, ApiError> {
+pub(crate) async fn collect(mut rx: RequestHandle) -> Result<Collected, ApiError> {
     let mut out = Collected::default();
-    while let Some(ev) = rx.recv().await {
+    while let Some(ev) = rx.next_event().await {
         match ev {
-            GenEvent::PromptLogprobs(p) => out.prompt_logprobs = Some(p),
-            GenEvent::Token { text, logprob, .. } => {
+            Event::PromptLogprobs(p) => out.prompt_logprobs = Some(p),
+            Event::Token { text, logprob, .. } => {
                 out.text.push_str(&text);
                 out.logprobs.extend(logprob);
             }
-            GenEvent::Done { text, finish, usage } => {
+            Event::Done { text, finish, usage } => {
                 out.text.push_str(&text);
                 out.finish = Some(finish);
                 out.usage = usage;
                 return Ok(out);
             }
-            GenEvent::Error(m) => return Err(ApiError::internal(m)),
+            Event::Error(m) => return Err(ApiError::internal(m)),
         }
     }
     Err(ApiError::internal("the engine stopped before the request finished"))
@@ -67,12 +67,14 @@ pub(crate) async fn collect(mut rx: mpsc::UnboundedReceiver<GenEvent>) -> Result
 
 /// Queues every request. When the queue fills after some of them were accepted, waits for room
 /// (the accepted ones run meanwhile) until `deadline`; the first one refused is the answer's
-/// error (and the accepted ones are cancelled by dropping their receivers).
+/// error (and the accepted ones are cancelled by dropping their handles). A constraint that does
+/// not compile is the fault of the field `constraint_param` when one is given.
 pub(crate) async fn submit_all(
     backend: &dyn Backend,
     reqs: Vec<GenRequest>,
     timeout: Option<Duration>,
-) -> Result<Vec<mpsc::UnboundedReceiver<GenEvent>>, ApiError> {
+    constraint_param: Option<&str>,
+) -> Result<Vec<RequestHandle>, ApiError> {
     let start = Instant::now();
     let mut rxs = Vec::with_capacity(reqs.len());
     for req in reqs {
@@ -82,10 +84,16 @@ pub(crate) async fn submit_all(
                     rxs.push(rx);
                     break;
                 }
-                Err(crate::engine::SubmitError::QueueFull { .. })
+                Err(SubmitError::QueueFull { .. })
                     if !rxs.is_empty() && timeout.is_none_or(|t| start.elapsed() < t) =>
                 {
                     tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(SubmitError::Constraint(m)) => {
+                    return Err(match constraint_param {
+                        Some(param) => ApiError::invalid_param(param, m),
+                        None => ApiError::invalid(m),
+                    });
                 }
                 Err(e) => return Err(e.into()),
             }

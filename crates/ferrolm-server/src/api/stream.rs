@@ -14,17 +14,17 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{self, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use super::backend::SharedBackend;
 use super::error::ApiError;
 use super::response::{LegacyLogprobs, UsageSum, chat_logprob, fingerprint};
 use super::tools::ToolStream;
-use crate::engine::{GenEvent, TokenLogprob};
+use ferrolm::decoder::TokenLogprob;
+use ferrolm::engine::{Event, RequestHandle};
 
 /// What kind of chunks to write.
 pub(crate) enum StreamKind {
@@ -68,7 +68,7 @@ struct Pump {
     backend: SharedBackend,
     head: StreamHead,
     kind: StreamKind,
-    events: SelectAll<BoxStream<'static, (usize, Option<GenEvent>)>>,
+    events: SelectAll<BoxStream<'static, (usize, Option<Event>)>>,
     choices: Vec<Choice>,
     queue: VecDeque<String>,
     usage: UsageSum,
@@ -76,16 +76,10 @@ struct Pump {
     ended: bool,
 }
 
-/// A receiver as a stream of `(choice, event)`, ending with `(choice, None)` when it closes.
-fn tagged(i: usize, rx: mpsc::UnboundedReceiver<GenEvent>) -> BoxStream<'static, (usize, Option<GenEvent>)> {
-    stream::unfold(Some(rx), move |st| async move {
-        let mut rx = st?;
-        match rx.recv().await {
-            Some(ev) => Some(((i, Some(ev)), Some(rx))),
-            None => Some(((i, None), None)),
-        }
-    })
-    .boxed()
+/// A request's events as a stream of `(choice, event)`, ending with `(choice, None)` when it
+/// closes.
+fn tagged(i: usize, rx: RequestHandle) -> BoxStream<'static, (usize, Option<Event>)> {
+    StreamExt::map(rx, move |ev| (i, Some(ev))).chain(stream::once(async move { (i, None) })).boxed()
 }
 
 impl Pump {
@@ -177,7 +171,7 @@ impl Pump {
         }
     }
 
-    fn handle(&mut self, i: usize, ev: Option<GenEvent>) {
+    fn handle(&mut self, i: usize, ev: Option<Event>) {
         if self.choices[i].done {
             return;
         }
@@ -187,14 +181,14 @@ impl Pump {
         };
         if !self.choices[i].started {
             let lps = match &ev {
-                GenEvent::PromptLogprobs(p) => Some(p.as_slice()),
+                Event::PromptLogprobs(p) => Some(p.as_slice()),
                 _ => None,
             };
             self.start(i, lps);
         }
         match ev {
-            GenEvent::PromptLogprobs(_) => {}
-            GenEvent::Token { text, logprob, .. } => {
+            Event::PromptLogprobs(_) => {}
+            Event::Token { text, logprob, .. } => {
                 if let Some(lp) = &logprob {
                     self.add_logprob(i, lp);
                 }
@@ -203,7 +197,7 @@ impl Pump {
                     self.text_chunk(i, &shown, None);
                 }
             }
-            GenEvent::Done { text, finish, usage } => {
+            Event::Done { text, finish, usage } => {
                 let mut shown = self.shown(i, &text);
                 let names = match &self.kind {
                     StreamKind::Chat { tools: Some(t) } => t.clone(),
@@ -235,7 +229,7 @@ impl Pump {
                     self.finish_all();
                 }
             }
-            GenEvent::Error(m) => self.fail(ApiError::internal(m)),
+            Event::Error(m) => self.fail(ApiError::internal(m)),
         }
     }
 
@@ -287,7 +281,7 @@ pub(crate) fn sse_response(
     backend: SharedBackend,
     head: StreamHead,
     kind: StreamKind,
-    rxs: Vec<mpsc::UnboundedReceiver<GenEvent>>,
+    rxs: Vec<RequestHandle>,
 ) -> Response {
     let n_choices = rxs.len();
     let events = stream::select_all(rxs.into_iter().enumerate().map(|(i, rx)| tagged(i, rx)));
@@ -315,7 +309,7 @@ pub(crate) fn sse_response(
     }
     let body = stream::unfold(pump, |mut pump| async move {
         let data = pump.next().await?;
-        Some((Ok::<Event, Infallible>(Event::default().data(data)), pump))
+        Some((Ok::<sse::Event, Infallible>(sse::Event::default().data(data)), pump))
     });
     Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }

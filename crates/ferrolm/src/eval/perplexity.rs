@@ -15,8 +15,9 @@
 use std::time::{Duration, Instant};
 
 use crate::batch::{Batch, Logits};
-use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvType, SeqId};
+use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvType};
 use crate::model::Model;
+use crate::sequence::{Outputs, Sequence};
 use crate::{Error, Result};
 
 /// How perplexity is measured.
@@ -104,21 +105,21 @@ pub fn perplexity(
         n_windows = n_windows.min(m.max(1));
     }
     let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v)?;
-    let mut mgr = CacheManager::new(opts.cache.clone(), model.attention_shapes(), opts.n_ctx)?;
+    let mgr = CacheManager::new(opts.cache.clone(), model.attention_shapes(), opts.n_ctx)?;
+    let mut seq = Sequence::new(&mut kv, 0, mgr);
     let bos = model.tokenizer().bos().filter(|_| model.tokenizer().add_bos());
     let n_vocab = model.config().n_vocab;
     let t0 = Instant::now();
     let (mut nlls, mut window_perplexity, mut n_processed) = (Vec::new(), Vec::new(), 0);
     let mut batch = Batch::new();
     let mut logits = Logits::default();
-    const SEQ: SeqId = 0;
     progress(0, n_windows);
     for w in 0..n_windows {
         let mut win = tokens[w * stride..w * stride + opts.n_ctx].to_vec();
         if let Some(b) = bos {
             win[0] = b;
         }
-        kv.remove_seq(SEQ);
+        seq.clear(&mut kv);
         let n_context = opts.n_ctx - stride;
         let mut window_nll = 0.0;
         let mut pos = 0;
@@ -126,30 +127,22 @@ pub fn perplexity(
             let in_prompt = pos < n_context;
             // A chunk stays inside the context or inside the scored part.
             let end_part = if in_prompt { n_context } else { opts.n_ctx - 1 };
-            let chunk = opts.n_batch.min(mgr.max_chunk(in_prompt)).min(end_part - pos);
-            mgr.make_room(kv.seq_mut(SEQ), chunk, in_prompt)?;
+            let chunk = opts.n_batch.min(seq.max_chunk(in_prompt)).min(end_part - pos);
             batch.clear();
-            for (i, &t) in win[pos..pos + chunk].iter().enumerate() {
-                let p = pos + i;
-                // Logits of the last context token (it predicts the first scored one) and of
-                // every scored token but the window's last.
-                batch.push(SEQ, p as u32, t, p + 1 >= n_context);
-            }
+            // Logits of the last context token (it predicts the first scored one) and of every
+            // scored token but the window's last.
+            let first_out = (n_context - 1).saturating_sub(pos);
+            seq.feed(&mut kv, &mut batch, &win[pos..pos + chunk], in_prompt, Outputs::From(first_out))?;
             model.forward_into(&batch, &mut kv, &mut logits)?;
-            let mut row = 0;
-            for i in 0..chunk {
-                let p = pos + i;
-                if p + 1 >= n_context {
-                    let nll = nll(&logits.row(row)[..n_vocab], win[p + 1]);
-                    nlls.push(nll);
-                    window_nll += nll;
-                    row += 1;
-                }
+            for (row, p) in (pos.max(n_context - 1)..pos + chunk).enumerate() {
+                let nll = nll(&logits.row(row)[..n_vocab], win[p + 1]);
+                nlls.push(nll);
+                window_nll += nll;
             }
             pos += chunk;
             n_processed += chunk;
             if pos == n_context {
-                mgr.end_prompt(kv.seq_mut(SEQ));
+                seq.end_prompt(&mut kv);
             }
         }
         window_perplexity.push((window_nll / stride as f64).exp());
@@ -168,7 +161,7 @@ pub fn perplexity(
         window_perplexity,
         n_processed,
         time: t0.elapsed(),
-        evictions: mgr.stats(),
+        evictions: seq.eviction_stats(),
     })
 }
 

@@ -1,64 +1,8 @@
-//! What a generation is asked for ([`GenerateParams`]), how it ended ([`FinishReason`],
-//! [`GenerationStats`]) and what it produced ([`Completion`]).
+//! What a session's generation cost ([`GenerationStats`]) and produced ([`Completion`]).
 
 use std::time::Duration;
 
-use crate::constrain::ConstraintSpec;
-use crate::sampling::SamplerParams;
-
-/// Options of one generation.
-#[derive(Clone, Debug, Default)]
-pub struct GenerateParams {
-    /// Most tokens to generate; `None` goes on until an end-of-generation token, a stop string
-    /// or a full context.
-    pub max_tokens: Option<usize>,
-    /// The sampler chain.
-    pub sampler: SamplerParams,
-    /// Stop strings: generation ends when the text contains one; it and what follows are not
-    /// returned. Text that could still become a stop string is held back until it is decided.
-    pub stop: Vec<String>,
-    /// Keep going past the model's end-of-generation tokens.
-    pub ignore_eos: bool,
-    /// Constrain the output to a JSON schema, a Lark grammar or a regular expression: at each
-    /// step the tokens that cannot continue a match are masked out before sampling, and
-    /// generation ends when the match is complete.
-    pub constraint: Option<ConstraintSpec>,
-}
-
-impl GenerateParams {
-    /// Greedy decoding of at most `max_tokens` tokens.
-    pub fn greedy(max_tokens: usize) -> Self {
-        Self { max_tokens: Some(max_tokens), sampler: SamplerParams::greedy(), ..Self::default() }
-    }
-}
-
-/// Why a generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinishReason {
-    /// `max_tokens` were generated.
-    Length,
-    /// The model produced an end-of-generation token.
-    EndOfGeneration,
-    /// The text reached a stop string.
-    StopString,
-    /// The context is full.
-    ContextFull,
-    /// The generation was cancelled through a [`super::CancelHandle`].
-    Cancelled,
-}
-
-impl FinishReason {
-    /// A short name: `length`, `eog`, `stop`, `context`, `cancelled`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Length => "length",
-            FinishReason::EndOfGeneration => "eog",
-            FinishReason::StopString => "stop",
-            FinishReason::ContextFull => "context",
-            FinishReason::Cancelled => "cancelled",
-        }
-    }
-}
+use crate::decoder::FinishReason;
 
 /// Counts and timings of one generation.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,7 +15,7 @@ pub struct GenerationStats {
     pub n_prefilled: usize,
     /// Time spent on the prompt.
     pub prompt_time: Duration,
-    /// Tokens sampled, including a final end-of-generation token.
+    /// Tokens generated (an end-of-generation token that ended the generation not counted).
     pub n_generated: usize,
     /// Forward passes over generated tokens.
     pub n_decode: usize,

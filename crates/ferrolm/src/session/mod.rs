@@ -24,21 +24,21 @@
 
 mod chat;
 mod generation;
-mod stop;
 mod stream;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub use crate::decoder::{FinishReason, GenerateParams, StopCheck, StopMatcher};
 pub use chat::{ChatSession, ChatStream};
-pub use generation::{Completion, FinishReason, GenerateParams, GenerationStats};
-pub use stop::{StopCheck, StopMatcher};
+pub use generation::{Completion, GenerationStats};
 pub use stream::{StreamEvent, TokenStream};
 
 use crate::batch::{Batch, Logits};
 use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvCache, KvType, SeqId};
 use crate::model::Model;
+use crate::sequence::{Outputs, Sequence};
 use crate::{Error, Result};
 
 /// How a [`Session`] is set up.
@@ -101,11 +101,8 @@ pub struct Session<'m> {
     model: &'m Model,
     opts: SessionOptions,
     kv: KvCache,
-    /// Keeps `kv` within its budget.
-    manager: CacheManager,
-    /// Every token of the conversation so far, in order: token i has logical position i. Its
-    /// keys and values are in `kv` unless evicted.
-    tokens: Vec<u32>,
+    /// The conversation so far in `kv` (its tokens, its eviction policy).
+    seq: Sequence,
     /// Logits after the last token of `tokens` (empty when unknown). `[n_vocab]`
     logits: Vec<f32>,
     /// The batch and output of the last forward pass, kept so a decode step allocates nothing.
@@ -116,7 +113,7 @@ pub struct Session<'m> {
 
 impl std::fmt::Debug for Session<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("opts", &self.opts).field("n_tokens", &self.tokens.len()).finish()
+        f.debug_struct("Session").field("opts", &self.opts).field("n_tokens", &self.seq.len()).finish()
     }
 }
 
@@ -143,13 +140,12 @@ impl<'m> Session<'m> {
         }
         let mut kv = model.new_kv_cache_typed(opts.n_ctx, opts.type_k, opts.type_v)?;
         let manager = CacheManager::new(opts.cache.clone(), model.attention_shapes(), opts.n_ctx)?;
-        manager.prepare_seq(kv.seq_mut(SEQ));
+        let seq = Sequence::new(&mut kv, SEQ, manager);
         Ok(Self {
             model,
             opts,
             kv,
-            manager,
-            tokens: Vec::new(),
+            seq,
             logits: Vec::new(),
             batch: Batch::new(),
             out: Logits::default(),
@@ -169,7 +165,7 @@ impl<'m> Session<'m> {
 
     /// The tokens the cache holds (prompt and generated so far).
     pub fn tokens(&self) -> &[u32] {
-        &self.tokens
+        self.seq.tokens()
     }
 
     /// The context size.
@@ -184,8 +180,7 @@ impl<'m> Session<'m> {
 
     /// Forgets everything: the next prompt is prefilled from scratch.
     pub fn reset(&mut self) {
-        self.kv.clear();
-        self.tokens.clear();
+        self.seq.clear(&mut self.kv);
         self.logits.clear();
     }
 
@@ -197,17 +192,17 @@ impl<'m> Session<'m> {
     /// Tokens whose keys and values are cached (fewer than [`Session::tokens`] once some were
     /// evicted).
     pub fn kv_len(&self) -> usize {
-        self.kv.seq(SEQ).map_or(0, |s| s.len())
+        self.seq.kv_len(&self.kv)
     }
 
     /// Evictions so far.
     pub fn eviction_stats(&self) -> EvictionStats {
-        self.manager.stats()
+        self.seq.eviction_stats()
     }
 
     /// Whether no further token fits: the cache is at its limit and the policy never evicts.
     pub fn is_full(&self) -> bool {
-        !self.manager.evicts() && self.kv_len() >= self.manager.limit()
+        self.seq.is_full(&self.kv)
     }
 
     /// Tokenizes `prompt` as a whole prompt (the tokenizer's BOS added, special tokens such as
@@ -219,29 +214,17 @@ impl<'m> Session<'m> {
     /// Makes the cache hold exactly `prompt`, reusing its longest cached prefix, and leaves the
     /// logits after the prompt's last token ready. Stops early if the session is cancelled.
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<PrefillStats> {
-        if prompt.is_empty() {
-            return Err(Error::InvalidInput("the prompt is empty".into()));
-        }
-        if !self.manager.evicts() && prompt.len() > self.manager.limit() {
-            return Err(Error::InvalidInput(format!(
-                "the prompt has {} tokens, more than the context size of {}",
-                prompt.len(),
-                self.manager.limit()
-            )));
-        }
-        let n_vocab = self.model.config().n_vocab;
-        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::InvalidInput(format!("token id {t} is outside the vocabulary ({n_vocab})")));
-        }
-        let mut common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        if common == prompt.len() && (common < self.tokens.len() || self.logits.is_empty()) {
+        self.seq.check_prompt(prompt, self.model.config().n_vocab)?;
+        let cached = self.seq.tokens();
+        let mut common = cached.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        if common == prompt.len() && (common < cached.len() || self.logits.is_empty()) {
             // Everything is cached but the logits after the prompt are not: run its last token again.
             common -= 1;
         }
         self.truncate(common);
         let t0 = Instant::now();
         let mut cancelled = false;
-        let chunk_len = self.opts.n_batch.min(self.manager.max_chunk(true));
+        let chunk_len = self.opts.n_batch.min(self.seq.max_chunk(true));
         for chunk in prompt[common..].chunks(chunk_len) {
             if self.cancel.is_cancelled() {
                 cancelled = true;
@@ -250,12 +233,12 @@ impl<'m> Session<'m> {
             self.run(chunk, true)?;
         }
         if !cancelled {
-            self.manager.end_prompt(self.kv.seq_mut(SEQ));
+            self.seq.end_prompt(&mut self.kv);
         }
         let stats = PrefillStats {
             n_prompt: prompt.len(),
             n_cached: common,
-            n_prefilled: self.tokens.len() - common,
+            n_prefilled: self.seq.len() - common,
             time: t0.elapsed(),
             cancelled,
         };
@@ -294,9 +277,8 @@ impl<'m> Session<'m> {
 
     /// Drops cached tokens after the first `n`.
     fn truncate(&mut self, n: usize) {
-        if n < self.tokens.len() {
-            self.kv.seq_mut(SEQ).truncate_positions(n as u32);
-            self.tokens.truncate(n);
+        if n < self.seq.len() {
+            self.seq.truncate(&mut self.kv, n);
             self.logits.clear();
         }
     }
@@ -304,11 +286,13 @@ impl<'m> Session<'m> {
     /// Runs `tokens` after the cached ones (evicting first if the cache needs room) and keeps
     /// the logits after the last. `in_prompt`: the tokens are part of a prompt.
     fn run(&mut self, tokens: &[u32], in_prompt: bool) -> Result<()> {
-        let start = self.tokens.len();
-        self.manager.make_room(self.kv.seq_mut(SEQ), tokens.len(), in_prompt)?;
-        self.batch.set_prompt(SEQ, start as u32, tokens);
-        self.model.forward_into(&self.batch, &mut self.kv, &mut self.out)?;
-        self.tokens.extend_from_slice(tokens);
+        let start = self.seq.len();
+        self.batch.clear();
+        self.seq.feed(&mut self.kv, &mut self.batch, tokens, in_prompt, Outputs::Last)?;
+        if let Err(e) = self.model.forward_into(&self.batch, &mut self.kv, &mut self.out) {
+            self.truncate(start);
+            return Err(e);
+        }
         self.out.take_last_into(&mut self.logits);
         Ok(())
     }

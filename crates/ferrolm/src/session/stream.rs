@@ -2,13 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::generation::{Completion, FinishReason, GenerateParams, GenerationStats};
-use super::stop::StopMatcher;
+use super::generation::{Completion, GenerationStats};
 use super::{PrefillStats, Session};
 use crate::Result;
-use crate::constrain::Constraint;
-use crate::sampling::Sampler;
-use crate::tokenizer::StreamDecoder;
+use crate::decoder::{Decoder, FinishReason, GenerateParams, Step};
 
 /// One step of a streamed generation.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,28 +34,23 @@ pub enum StreamEvent {
 /// that was run through the model and is ready for the next call.
 pub struct TokenStream<'s, 'm> {
     session: &'s mut Session<'m>,
-    sampler: Sampler,
-    constraint: Option<Constraint>,
-    /// Logits with the constraint's mask applied. `[n_vocab]`
-    masked: Vec<f32>,
-    stop: StopMatcher,
-    decoder: StreamDecoder,
-    max_tokens: usize,
-    ignore_eos: bool,
+    /// The per-token step.
+    decoder: Decoder,
     prefill: PrefillStats,
     /// A sampled token not yet run through the model.
     pending: Option<u32>,
     /// The reason to report on the next call (the stream ends after it).
     finish: Option<FinishReason>,
     done: bool,
-    n_generated: usize,
     n_decode: usize,
     decode_time: Duration,
 }
 
 impl std::fmt::Debug for TokenStream<'_, '_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenStream").field("n_generated", &self.n_generated).finish_non_exhaustive()
+        f.debug_struct("TokenStream")
+            .field("n_generated", &self.decoder.n_generated())
+            .finish_non_exhaustive()
     }
 }
 
@@ -70,37 +62,16 @@ impl<'s, 'm> TokenStream<'s, 'm> {
         params: &GenerateParams,
     ) -> Result<Self> {
         session.cancel.clear();
-        let mut sampler = Sampler::new(params.sampler.clone(), session.model.tokenizer())?;
-        let constraint = match &params.constraint {
-            Some(spec) => Some(Constraint::new(&session.model.token_env()?, spec)?),
-            None => None,
-        };
+        let mut decoder = Decoder::new(session.model, params)?;
         let prefill = session.prefill(prompt)?;
-        for &t in prompt {
-            sampler.accept(t);
-        }
-        let max_tokens = params.max_tokens.unwrap_or(usize::MAX);
-        let finish = if prefill.cancelled {
-            Some(FinishReason::Cancelled)
-        } else if max_tokens == 0 {
-            Some(FinishReason::Length)
-        } else {
-            None
-        };
+        decoder.accept_prompt(prompt);
         Ok(Self {
             session,
-            sampler,
-            constraint,
-            masked: Vec::new(),
-            stop: StopMatcher::new(&params.stop),
-            decoder: StreamDecoder::new(),
-            max_tokens,
-            ignore_eos: params.ignore_eos,
+            decoder,
             prefill,
             pending: None,
-            finish,
+            finish: prefill.cancelled.then_some(FinishReason::Cancelled),
             done: false,
-            n_generated: 0,
             n_decode: 0,
             decode_time: Duration::ZERO,
         })
@@ -108,7 +79,7 @@ impl<'s, 'm> TokenStream<'s, 'm> {
 
     /// Tokens sampled so far.
     pub fn n_generated(&self) -> usize {
-        self.n_generated
+        self.decoder.n_generated()
     }
 
     /// Tokens cached in the session's KV cache and the bytes they take.
@@ -127,7 +98,7 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             n_cached: self.prefill.n_cached,
             n_prefilled: self.prefill.n_prefilled,
             prompt_time: self.prefill.time,
-            n_generated: self.n_generated,
+            n_generated: self.decoder.n_generated(),
             n_decode: self.n_decode,
             decode_time: self.decode_time,
             n_kv: self.session.kv_len(),
@@ -139,15 +110,11 @@ impl<'s, 'm> TokenStream<'s, 'm> {
 
     fn finished(&mut self, reason: FinishReason) -> StreamEvent {
         self.done = true;
-        let mut text = self.decoder.flush();
-        text = self.stop.push(&text).text + &self.stop.flush();
-        if reason == FinishReason::StopString {
-            text.clear();
-        }
+        let text = self.decoder.finish();
         StreamEvent::Finished { text, reason, stats: self.stats(reason) }
     }
 
-    /// One step: run the pending token, sample the next.
+    /// One step: run the pending token, then let the decoder pick the next.
     fn step(&mut self) -> Result<StreamEvent> {
         if let Some(reason) = self.finish {
             return Ok(self.finished(reason));
@@ -163,36 +130,20 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             self.session.run(&[tok], false)?;
             self.n_decode += 1;
         }
-        let tok = match &mut self.constraint {
-            Some(c) => {
-                self.masked.clear();
-                self.masked.extend_from_slice(&self.session.logits);
-                c.mask_logits(&mut self.masked)?;
-                let tok = self.sampler.sample(&self.masked);
-                c.accept(tok)?;
-                tok
-            }
-            None => self.sampler.sample(&self.session.logits),
-        };
-        self.sampler.accept(tok);
-        self.n_generated += 1;
+        let step = self.decoder.step(self.session.model.tokenizer(), &self.session.logits)?;
         self.decode_time += t0.elapsed();
-        let tokenizer = self.session.model.tokenizer();
-        if !self.ignore_eos && tokenizer.is_eog(tok) {
-            return Ok(self.finished(FinishReason::EndOfGeneration));
-        }
-        self.pending = Some(tok);
-        let piece = self.decoder.push(tokenizer, tok);
-        let check = self.stop.push(&piece);
-        if check.hit.is_some() {
-            self.finish = Some(FinishReason::StopString);
-        } else if self.constraint.as_ref().is_some_and(Constraint::is_finished) {
-            // The grammar is complete: only an end-of-generation token could follow.
-            self.finish = Some(FinishReason::EndOfGeneration);
-        } else if self.n_generated >= self.max_tokens {
-            self.finish = Some(FinishReason::Length);
-        }
-        Ok(StreamEvent::Token { id: tok, text: check.text })
+        let sampled = match step {
+            Step::End(reason) => return Ok(self.finished(reason)),
+            Step::Last(sampled, reason) => {
+                self.finish = Some(reason);
+                sampled
+            }
+            Step::Continue(sampled) => {
+                self.pending = Some(sampled.id);
+                sampled
+            }
+        };
+        Ok(StreamEvent::Token { id: sampled.id, text: sampled.text })
     }
 }
 

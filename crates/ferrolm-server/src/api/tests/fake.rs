@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use ferrolm::chat::ChatTemplate;
 use ferrolm::constrain::ConstraintSpec;
+use ferrolm::decoder::{FinishReason, TokenLogprob};
+use ferrolm::engine::{
+    EngineError, Event, EventSender, GenRequest, MetricsSnapshot, RequestHandle, SlotInfo, SlotState,
+    SubmitError, Usage, event_channel,
+};
 use ferrolm::model::Pooling;
-use tokio::sync::mpsc;
 
 use super::super::backend::{Backend, BoxFuture};
-use crate::engine::{
-    EngineError, Finish, GenEvent, GenRequest, MetricsSnapshot, SlotInfo, SlotState, SubmitError,
-    TokenLogprob, Usage,
-};
 
 pub(crate) const BOS: u32 = 256;
 const SPECIALS: [&str; 4] = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"];
@@ -50,7 +50,7 @@ pub(crate) struct Fake {
     /// Every request submitted.
     pub requests: Mutex<Vec<GenRequest>>,
     /// Senders of `Hang` requests.
-    pub held: Mutex<Vec<mpsc::UnboundedSender<GenEvent>>>,
+    pub held: Mutex<Vec<std::sync::Arc<EventSender>>>,
     pub accepted: AtomicUsize,
     pub embed_calls: Mutex<Vec<EmbedCall>>,
     pub shut_down: AtomicBool,
@@ -153,14 +153,12 @@ impl Backend for Fake {
         self.template.as_ref().map_err(Clone::clone)
     }
 
-    fn check_constraint(&self, spec: &ConstraintSpec) -> Result<(), String> {
-        match spec {
-            ConstraintSpec::Lark(g) if g.contains("bad") => Err("invalid constraint: bad grammar".into()),
-            _ => Ok(()),
+    fn submit(&self, req: GenRequest) -> Result<RequestHandle, SubmitError> {
+        if let Some(ConstraintSpec::Lark(g)) = &req.params.constraint
+            && g.contains("bad")
+        {
+            return Err(SubmitError::Constraint("invalid constraint: bad grammar".into()));
         }
-    }
-
-    fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError> {
         let mode = self.mode.lock().expect("lock").clone();
         match mode {
             Mode::ShuttingDown => return Err(SubmitError::ShuttingDown),
@@ -171,7 +169,7 @@ impl Backend for Fake {
         }
         self.accepted.fetch_add(1, Ordering::SeqCst);
         self.requests.lock().expect("lock").push(req.clone());
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = event_channel();
         let usage = |completion_tokens| Usage {
             prompt_tokens: req.prompt.len(),
             cached_tokens: 1,
@@ -181,9 +179,9 @@ impl Backend for Fake {
             decode_ms: 4.0,
         };
         match &mode {
-            Mode::Hang => self.held.lock().expect("lock").push(tx),
+            Mode::Hang => self.held.lock().expect("lock").push(std::sync::Arc::new(tx)),
             Mode::Fail(m) => {
-                let _ = tx.send(GenEvent::Error(m.clone()));
+                tx.send(Event::Error(m.clone()));
             }
             Mode::ShuttingDown => {}
             Mode::Reply(_) | Mode::QueueFullAfter(_) => {
@@ -199,7 +197,7 @@ impl Backend for Fake {
                         .enumerate()
                         .map(|(i, &id)| (i > 0).then(|| Fake::logprob(id, k)))
                         .collect();
-                    let _ = tx.send(GenEvent::PromptLogprobs(lps));
+                    tx.send(Event::PromptLogprobs(lps));
                 }
                 let max = req.params.max_tokens.unwrap_or(usize::MAX);
                 let bytes = reply.as_bytes();
@@ -217,10 +215,10 @@ impl Backend for Fake {
                         Err(_) => String::new(),
                     };
                     let logprob = req.logprobs.map(|k| Fake::logprob(u32::from(b), k));
-                    let _ = tx.send(GenEvent::Token { id: u32::from(b), text, logprob });
+                    tx.send(Event::Token { id: u32::from(b), text, logprob });
                 }
-                let finish = if n < bytes.len() { Finish::Length } else { Finish::Stop };
-                let _ = tx.send(GenEvent::Done {
+                let finish = if n < bytes.len() { FinishReason::Length } else { FinishReason::StopString };
+                tx.send(Event::Done {
                     text: String::from_utf8_lossy(&pending).into_owned(),
                     finish,
                     usage: usage(n),
@@ -266,9 +264,9 @@ impl Backend for Fake {
         self.cancelled_all.store(true, Ordering::SeqCst);
         // Cancelled requests end.
         for tx in self.held.lock().expect("lock").drain(..) {
-            let _ = tx.send(GenEvent::Done {
+            tx.send(Event::Done {
                 text: String::new(),
-                finish: Finish::Cancelled,
+                finish: FinishReason::Cancelled,
                 usage: Usage::default(),
             });
         }

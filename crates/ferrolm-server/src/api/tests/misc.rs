@@ -240,11 +240,10 @@ async fn disconnect_drops_the_receivers() {
         .expect("req");
     let resp = app.clone().oneshot(req).await.expect("infallible");
     assert_eq!(resp.status(), 200);
-    let held = fake.held.lock().expect("lock").clone();
-    assert_eq!(held.len(), 2);
-    assert!(held.iter().all(|tx| !tx.is_closed()));
+    let closed = || fake.held.lock().expect("lock").iter().map(|tx| tx.is_closed()).collect::<Vec<_>>();
+    assert_eq!(closed(), [false, false]);
     drop(resp);
-    assert!(held.iter().all(|tx| tx.is_closed()), "the stream owned the receivers");
+    assert_eq!(closed(), [true, true], "the stream owned the handles");
 
     // Not streaming: the handler future owns them.
     let body = r#"{"prompt": "x"}"#;
@@ -257,11 +256,11 @@ async fn disconnect_drops_the_receivers() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let tx = fake.held.lock().expect("lock")[2].clone();
-    assert!(!tx.is_closed());
+    let closed = || fake.held.lock().expect("lock")[2].is_closed();
+    assert!(!closed());
     task.abort();
     let _ = task.await;
-    assert!(tx.is_closed());
+    assert!(closed());
 }
 
 /// A real socket: the address is printed, requests are served, and shutdown drains then cancels.

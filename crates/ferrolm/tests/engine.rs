@@ -1,20 +1,18 @@
-//! The engine with a real model: batched generation equals generation alone, the prefix cache
-//! is shared across slots, dropped clients free their slots, prompt log-probabilities, queue
-//! limits.
+//! The engine with a real model, driven from plain threads (no async runtime): batched
+//! generation equals generation alone, concurrent callers, the prefix cache is shared across
+//! slots, dropped handles free their slots within a tick, prompt log-probabilities, queue limits.
 
-// The model-finding helpers of the library crate's tests (same folder rules, same CI rule).
-#[path = "../../ferrolm/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ferrolm::decoder::FinishReason;
+use ferrolm::engine::{
+    BatchStrategy, Engine, EngineConfig, Event, GenRequest, RequestHandle, SlotState, SubmitError, Usage,
+};
 use ferrolm::model::Model;
 use ferrolm::session::{GenerateParams, Session, SessionOptions};
-use ferrolm_server::engine::{
-    BatchStrategy, Engine, EngineConfig, Finish, GenEvent, GenRequest, SlotState, SubmitError, Usage,
-};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 const SMOL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -34,20 +32,20 @@ fn request(model: &Model, prompt: &str, max_tokens: usize) -> GenRequest {
 }
 
 /// Collects a request's tokens, text, finish and usage.
-async fn collect(mut rx: UnboundedReceiver<GenEvent>) -> (Vec<u32>, String, Finish, Usage) {
+fn collect(rx: RequestHandle) -> (Vec<u32>, String, FinishReason, Usage) {
     let (mut ids, mut text) = (Vec::new(), String::new());
-    while let Some(ev) = rx.recv().await {
+    for ev in rx {
         match ev {
-            GenEvent::Token { id, text: t, .. } => {
+            Event::Token { id, text: t, .. } => {
                 ids.push(id);
                 text.push_str(&t);
             }
-            GenEvent::Done { text: t, finish, usage } => {
+            Event::Done { text: t, finish, usage } => {
                 text.push_str(&t);
                 return (ids, text, finish, usage);
             }
-            GenEvent::PromptLogprobs(_) => {}
-            GenEvent::Error(e) => panic!("engine error: {e}"),
+            Event::PromptLogprobs(_) => {}
+            Event::Error(e) => panic!("engine error: {e}"),
         }
     }
     panic!("the stream ended without Done");
@@ -64,8 +62,8 @@ const PROMPTS: [&str; 8] = [
     "A haiku about the sea:",
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batched_greedy_generation_equals_each_request_alone() {
+#[test]
+fn batched_greedy_generation_equals_each_request_alone() {
     let Some(model) = load() else { return };
     // Reference: each prompt alone through a plain session.
     let mut expected = Vec::new();
@@ -80,20 +78,20 @@ async fn batched_greedy_generation_equals_each_request_alone() {
         let rxs: Vec<_> =
             PROMPTS.iter().map(|p| eng.submit(request(&model, p, 24)).expect("accepted")).collect();
         for (i, rx) in rxs.into_iter().enumerate() {
-            let (ids, _, finish, usage) = collect(rx).await;
+            let (ids, _, finish, usage) = collect(rx);
             assert_eq!(ids, expected[i], "{strategy:?}: prompt {i} differs from its greedy run alone");
             assert_eq!(usage.completion_tokens, ids.len());
-            assert!(matches!(finish, Finish::Length | Finish::Stop));
+            assert!(matches!(finish, FinishReason::Length | FinishReason::StopString));
         }
-        assert!(eng.wait_idle(Duration::from_secs(5)).await);
+        assert!(eng.wait_idle(Duration::from_secs(5)));
         let m = eng.metrics();
         assert_eq!(m.requests_finished, PROMPTS.len() as u64);
         assert!(m.forward_passes_total > 0 && m.generated_tokens_total > 0);
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shared_prefix_is_reused_from_another_slot() {
+#[test]
+fn a_shared_prefix_is_reused_from_another_slot() {
     let Some(model) = load() else { return };
     let eng = engine(&model, 2, BatchStrategy::DecodeFirst);
     let prefix = "You are a helpful assistant. ".repeat(40);
@@ -102,24 +100,24 @@ async fn a_shared_prefix_is_reused_from_another_slot() {
     let shared = a.prompt.iter().zip(&b.prompt).take_while(|(x, y)| x == y).count();
     assert!(shared > 200, "prompts share {shared} tokens");
     // Occupy slot 0 with a long request so that B lands on the other slot.
-    let (_, _, _, ua) = collect(eng.submit(a).expect("accepted")).await;
+    let (_, _, _, ua) = collect(eng.submit(a).expect("accepted"));
     assert_eq!(ua.cached_tokens, 0);
     let blocker = eng.submit(request(&model, "Count from one to a hundred:", 200)).expect("accepted");
     let expected_b = {
         let mut s = Session::new(&model, SessionOptions::default()).expect("session");
         s.generate_tokens(&b.prompt, &b.params).expect("generates").tokens
     };
-    let (ids_b, _, _, ub) = collect(eng.submit(b).expect("accepted")).await;
+    let (ids_b, _, _, ub) = collect(eng.submit(b).expect("accepted"));
     assert_eq!(ub.cached_tokens, shared, "B reuses exactly the shared prefix");
     assert_eq!(ids_b, expected_b, "reused KV gives the same tokens as a cold run");
     drop(blocker);
-    assert!(eng.wait_idle(Duration::from_secs(5)).await);
+    assert!(eng.wait_idle(Duration::from_secs(5)));
     let m = eng.metrics();
     assert!(m.prefix_cache_hits >= 1 && m.prefix_cache_entries >= 1 && m.prefix_cache_bytes > 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dropping_the_receiver_frees_the_slot_at_once() {
+#[test]
+fn dropping_the_receiver_frees_the_slot_at_once() {
     let Some(model) = load() else { return };
     let eng = engine(&model, 4, BatchStrategy::DecodeFirst);
     let mut rxs = Vec::new();
@@ -129,27 +127,27 @@ async fn dropping_the_receiver_frees_the_slot_at_once() {
         rxs.push(eng.submit(req).expect("accepted"));
     }
     // Wait for tokens to flow, then drop every client.
-    let first = rxs[0].recv().await;
-    assert!(matches!(first, Some(GenEvent::Token { .. })));
+    let first = rxs[0].recv();
+    assert!(matches!(first, Some(Event::Token { .. })));
     // `/slots` is published after each tick: wait for the one that sent the token.
     let t0 = Instant::now();
     while eng.slots().iter().all(|s| s.state == SlotState::Idle) {
         assert!(t0.elapsed() < Duration::from_secs(5), "no slot ever showed busy");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        std::thread::sleep(Duration::from_millis(5));
     }
     drop(rxs);
     let t0 = Instant::now();
-    assert!(eng.wait_idle(Duration::from_secs(1)).await, "slots still busy after 1 s");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(eng.wait_idle(Duration::from_secs(1)), "slots still busy after 1 s");
+    std::thread::sleep(Duration::from_millis(300));
     assert!(eng.slots().iter().all(|s| s.state == SlotState::Idle));
     eprintln!("all slots free {} ms after the clients left", t0.elapsed().as_millis());
     // Still serving.
-    let (ids, ..) = collect(eng.submit(request(&model, PROMPTS[0], 4)).expect("accepted")).await;
+    let (ids, ..) = collect(eng.submit(request(&model, PROMPTS[0], 4)).expect("accepted"));
     assert_eq!(ids.len(), 4);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn prompt_logprobs_score_every_prompt_token() {
+#[test]
+fn prompt_logprobs_score_every_prompt_token() {
     let Some(model) = load() else { return };
     let eng = engine(&model, 2, BatchStrategy::DecodeFirst);
     let mut req = request(&model, "The capital of France is Paris. The capital of Italy is Rome.", 0);
@@ -158,7 +156,7 @@ async fn prompt_logprobs_score_every_prompt_token() {
     let n = req.prompt.len();
     let prompt = req.prompt.clone();
     let mut rx = eng.submit(req).expect("accepted");
-    let Some(GenEvent::PromptLogprobs(lps)) = rx.recv().await else { panic!("prompt logprobs first") };
+    let Some(Event::PromptLogprobs(lps)) = rx.recv() else { panic!("prompt logprobs first") };
     assert_eq!(lps.len(), n);
     assert!(lps[0].is_none());
     for (i, lp) in lps.iter().enumerate().skip(1) {
@@ -170,14 +168,16 @@ async fn prompt_logprobs_score_every_prompt_token() {
     // "Rome" after "The capital of Italy is" is likely: its log-probability beats a uniform guess.
     let last = lps[n - 1].as_ref().expect("scored");
     assert!(last.logprob > -(model.config().n_vocab as f32).ln() / 2.0, "{last:?}");
-    match rx.recv().await {
-        Some(GenEvent::Done { finish: Finish::Length, usage, .. }) => assert_eq!(usage.completion_tokens, 0),
+    match rx.recv() {
+        Some(Event::Done { finish: FinishReason::Length, usage, .. }) => {
+            assert_eq!(usage.completion_tokens, 0)
+        }
         other => panic!("expected Done, got {other:?}"),
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_requests_and_a_full_queue_are_refused() {
+#[test]
+fn bad_requests_and_a_full_queue_are_refused() {
     let Some(model) = load() else { return };
     let cfg = EngineConfig { n_slots: 1, n_ctx: 64, max_queue: 2, ..EngineConfig::default() };
     let eng = Engine::start(model.clone(), cfg).expect("engine starts");
@@ -206,10 +206,10 @@ async fn bad_requests_and_a_full_queue_are_refused() {
     assert_eq!(eng.submit(request(&model, "hi", 1)).err(), Some(SubmitError::ShuttingDown));
     eng.cancel_all();
     for rx in held {
-        let (_, _, finish, _) = collect(rx).await;
-        assert_eq!(finish, Finish::Cancelled);
+        let (_, _, finish, _) = collect(rx);
+        assert_eq!(finish, FinishReason::Cancelled);
     }
-    assert!(eng.wait_idle(Duration::from_secs(2)).await);
+    assert!(eng.wait_idle(Duration::from_secs(2)));
 }
 
 /// A chat-templated user message, as the API sends it.
@@ -221,8 +221,8 @@ fn chat_prompt(model: &Model, user: &str) -> Vec<u32> {
     model.tokenizer().encode(&text, true, true).expect("tokenizes")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn greedy_output_does_not_depend_on_the_prefix_cache_or_the_chunking() {
+#[test]
+fn greedy_output_does_not_depend_on_the_prefix_cache_or_the_chunking() {
     // A request run cold, then again with all but its last prompt token cached, then with a
     // different prompt sharing only part of the cache, must give the same tokens each time:
     // the rest of a cached chunk is attended as the whole chunk would be (llama.cpp and this
@@ -247,11 +247,110 @@ async fn greedy_output_does_not_depend_on_the_prefix_cache_or_the_chunking() {
                 params: GenerateParams::greedy(96),
                 ..Default::default()
             };
-            let (cold, _, _, u0) = collect(eng.submit(req()).expect("accepted")).await;
-            let (warm, _, _, u1) = collect(eng.submit(req()).expect("accepted")).await;
+            let (cold, _, _, u0) = collect(eng.submit(req()).expect("accepted"));
+            let (warm, _, _, u1) = collect(eng.submit(req()).expect("accepted"));
             assert_eq!(u1.cached_tokens, prompt.len() - 1, "the second run reuses the prompt");
             assert!(u0.cached_tokens < prompt.len() - 1);
             assert_eq!(warm, cold, "chunk {chunk_size}: cached run differs for {user:?}");
         }
     }
+}
+
+#[test]
+fn eight_threads_get_what_each_request_gets_alone() {
+    let Some(model) = load() else { return };
+    let alone: Vec<Vec<u32>> = PROMPTS
+        .iter()
+        .map(|p| {
+            let mut s = Session::new(&model, SessionOptions::default()).expect("session");
+            s.generate(p, &GenerateParams::greedy(32)).expect("generates").tokens
+        })
+        .collect();
+    let eng = engine(&model, 8, BatchStrategy::DecodeFirst);
+    // Eight callers on eight threads submit at the same time and read their own handles.
+    let barrier = std::sync::Barrier::new(PROMPTS.len());
+    let got: Vec<Vec<u32>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = PROMPTS
+            .iter()
+            .map(|p| {
+                let (eng, model, barrier) = (&eng, &model, &barrier);
+                scope.spawn(move || {
+                    let req = request(model, p, 32);
+                    barrier.wait();
+                    collect(eng.submit(req).expect("accepted")).0
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().expect("caller thread")).collect()
+    });
+    for (i, (g, a)) in got.iter().zip(&alone).enumerate() {
+        assert_eq!(g, a, "prompt {i}: concurrent output differs from the request alone");
+    }
+    let m = eng.metrics();
+    // The requests really ran together: fewer passes than generated tokens.
+    assert!(m.forward_passes_total < m.generated_tokens_total, "{m:?}");
+}
+
+#[test]
+fn a_dropped_handle_frees_its_slot_within_one_tick() {
+    let Some(model) = load() else { return };
+    let eng = engine(&model, 2, BatchStrategy::DecodeFirst);
+    let mut req = request(&model, PROMPTS[1], 100_000);
+    req.params.ignore_eos = true;
+    let mut rx = eng.submit(req).expect("accepted");
+    for _ in 0..3 {
+        assert!(matches!(rx.recv(), Some(Event::Token { .. })));
+    }
+    let t0 = Instant::now();
+    while eng.slots().iter().all(|s| s.state == SlotState::Idle) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no slot ever showed busy");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The counters are published after each tick: at most the pass running now completes
+    // after the drop, and the next tick frees the slot before running another.
+    let passes_at_drop = eng.metrics().forward_passes_total;
+    drop(rx);
+    assert!(eng.wait_idle(Duration::from_secs(2)), "the slot is still busy");
+    let passes = eng.metrics().forward_passes_total;
+    assert!(passes <= passes_at_drop + 1, "{} passes ran after the drop", passes - passes_at_drop);
+    assert_eq!(eng.metrics().requests_cancelled, 1);
+}
+
+/// Polls a future on this thread until it is ready (a minimal executor: no runtime needed).
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
+
+#[test]
+fn the_handle_is_also_an_async_stream() {
+    let Some(model) = load() else { return };
+    let eng = engine(&model, 2, BatchStrategy::DecodeFirst);
+    let blocking = collect(eng.submit(request(&model, PROMPTS[2], 16)).expect("accepted")).0;
+    let mut rx = eng.submit(request(&model, PROMPTS[2], 16)).expect("accepted");
+    let streamed = block_on(async move {
+        let mut ids = Vec::new();
+        while let Some(ev) = rx.next_event().await {
+            if let Event::Token { id, .. } = ev {
+                ids.push(id);
+            }
+        }
+        ids
+    });
+    assert_eq!(streamed, blocking);
 }

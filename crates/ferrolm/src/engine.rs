@@ -1,14 +1,42 @@
-//! The engine: one thread that owns the model's KV cache and runs every request.
+//! [`Engine`]: many users on one model, with continuous batching — the core the HTTP server,
+//! the Elixir NIF and the Python module wrap.
 //!
-//! Each tick it builds one [`Batch`](ferrolm::batch::Batch) from the decode tokens of the slots
+//! One engine thread owns the KV cache of `n_slots` [`Sequence`](crate::sequence::Sequence)s.
+//! Each tick it builds one [`Batch`](crate::batch::Batch) from the decode tokens of the slots
 //! that are generating and prompt chunks of the slots that are prefilling (in the order a
-//! [`BatchStrategy`] picks), runs one forward pass, then samples for each slot that got logits.
-//! A finished slot's KV cache goes to the [shared prefix cache](prefix), where any later request
-//! that starts with the same tokens reuses it.
+//! [`BatchStrategy`] picks), runs one forward pass, then lets each slot's
+//! [`Decoder`](crate::decoder::Decoder) pick its next token. A finished slot's KV cache goes to
+//! the [shared prefix cache](prefix), where any later request that starts with the same tokens
+//! reuses it.
 //!
-//! Requests come in through [`Engine::submit`]; each gets a channel of [`GenEvent`]s. Dropping the
-//! receiver cancels the request: its slot is freed on the next tick.
+//! [`Engine::submit`] checks a request, compiles its constraint and queues it; its events come
+//! back on the returned [`RequestHandle`] (a blocking iterator and an async stream, no runtime
+//! needed). Dropping the handle cancels the request: its slot is freed on the next tick.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use ferrolm::decoder::GenerateParams;
+//! use ferrolm::engine::{Engine, EngineConfig, Event, GenRequest};
+//! use ferrolm::model::Model;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let model = Arc::new(Model::load("SmolLM2-135M-Instruct.Q4_1.gguf")?);
+//! let engine = Engine::start(model.clone(), EngineConfig::default())?;
+//! let prompt = model.tokenizer().encode("The capital of France is", true, true)?;
+//! let handle = engine.submit(GenRequest { prompt, params: GenerateParams::greedy(16), ..Default::default() })?;
+//! for event in handle {
+//!     match event {
+//!         Event::Token { text, .. } => print!("{text}"),
+//!         Event::Done { text, finish, .. } => println!("{text} [{}]", finish.as_str()),
+//!         Event::Error(e) => eprintln!("error: {e}"),
+//!         Event::PromptLogprobs(_) => {}
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
+mod events;
 mod metrics;
 mod plan;
 pub mod prefix;
@@ -19,12 +47,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferrolm::kv::{CacheOptions, KvType};
-use ferrolm::model::{Model, Pooling};
-use ferrolm::session::GenerateParams;
-use tokio::sync::{mpsc, oneshot};
-
+pub use events::{EventSender, RequestHandle, event_channel};
 pub use metrics::{MetricsSnapshot, SlotInfo, SlotState};
+
+use crate::decoder::{Decoder, FinishReason, GenerateParams, TokenLogprob};
+use crate::kv::{CacheOptions, KvType};
+use crate::model::{Model, Pooling};
 
 /// How the scheduler fills each tick's batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -120,46 +148,6 @@ pub struct GenRequest {
     pub timeout: Option<Duration>,
 }
 
-/// A token's log-probability under the model (log-softmax of the raw logits) and the most likely
-/// alternatives at its position.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TokenLogprob {
-    /// The token.
-    pub id: u32,
-    /// Its log-probability.
-    pub logprob: f32,
-    /// The most likely tokens at this position with their log-probabilities, best first.
-    pub top: Vec<(u32, f32)>,
-}
-
-/// Why a generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Finish {
-    /// `max_tokens` reached.
-    Length,
-    /// An end-of-generation token, a stop string, or a complete constrained output.
-    Stop,
-    /// The slot's context is full.
-    ContextFull,
-    /// The request's timeout passed.
-    Timeout,
-    /// Cancelled (the client went away, or the server is shutting down).
-    Cancelled,
-}
-
-impl Finish {
-    /// The OpenAI `finish_reason`: `length` (also for a full context), `stop`, or
-    /// `timeout` / `cancelled`.
-    pub fn openai_reason(self) -> &'static str {
-        match self {
-            Finish::Length | Finish::ContextFull => "length",
-            Finish::Stop => "stop",
-            Finish::Timeout => "timeout",
-            Finish::Cancelled => "cancelled",
-        }
-    }
-}
-
 /// Token counts and timings of one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {
@@ -179,7 +167,7 @@ pub struct Usage {
 
 /// What the engine sends back about a request.
 #[derive(Clone, Debug, PartialEq)]
-pub enum GenEvent {
+pub enum Event {
     /// The prompt tokens' log-probabilities (the first token has none). Sent before any token,
     /// only when [`GenRequest::prompt_logprobs`] was asked.
     PromptLogprobs(Vec<Option<TokenLogprob>>),
@@ -198,7 +186,7 @@ pub enum GenEvent {
         /// Remaining text.
         text: String,
         /// Why it ended.
-        finish: Finish,
+        finish: FinishReason,
         /// Counts and timings.
         usage: Usage,
     },
@@ -229,9 +217,12 @@ pub enum SubmitError {
         /// Context of a slot.
         n_ctx: usize,
     },
-    /// The request cannot run (empty prompt, bad token id, bad sampler options or constraint).
+    /// The request cannot run (empty prompt, bad token id, bad sampler options).
     #[error("{0}")]
     Invalid(String),
+    /// The request's constraint (JSON schema, grammar, regular expression) does not compile.
+    #[error("{0}")]
+    Constraint(String),
 }
 
 /// Errors of [`Engine::start`] and [`Engine::embed`].
@@ -239,7 +230,7 @@ pub enum SubmitError {
 pub enum EngineError {
     /// An error of the library (model, cache, input).
     #[error(transparent)]
-    Model(#[from] ferrolm::Error),
+    Model(#[from] crate::Error),
     /// The configuration is unusable.
     #[error("invalid engine configuration: {0}")]
     Config(String),
@@ -253,14 +244,16 @@ pub(crate) enum Job {
     Generate {
         id: u64,
         req: Box<GenRequest>,
-        tx: mpsc::UnboundedSender<GenEvent>,
+        /// The request's per-token step, built (and its constraint compiled) by `submit`.
+        decoder: Box<Decoder>,
+        tx: EventSender,
         queued_at: std::time::Instant,
     },
     Embed {
         texts: Vec<String>,
         pooling: Option<Pooling>,
         normalize: bool,
-        tx: oneshot::Sender<Result<Vec<Vec<f32>>, EngineError>>,
+        tx: std::sync::mpsc::Sender<Result<Vec<Vec<f32>>, EngineError>>,
     },
 }
 
@@ -300,9 +293,10 @@ impl Engine {
         &self.inner.config
     }
 
-    /// Checks a request and queues it; its events come on the returned channel. Dropping the
-    /// receiver cancels the request (its slot is freed on the next tick).
-    pub fn submit(&self, req: GenRequest) -> Result<mpsc::UnboundedReceiver<GenEvent>, SubmitError> {
+    /// Checks a request, builds its [`Decoder`] (compiling its constraint, once) and queues it;
+    /// its events come on the returned handle. Dropping the handle cancels the request (its slot
+    /// is freed on the next tick).
+    pub fn submit(&self, req: GenRequest) -> Result<RequestHandle, SubmitError> {
         let state = &self.inner.state;
         if !state.accepting.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
@@ -319,54 +313,61 @@ impl Engine {
             let retry_after_s = (queued / self.inner.config.n_slots.max(1)).clamp(1, 60) as u64;
             return Err(SubmitError::QueueFull { queued, retry_after_s });
         }
+        let decoder = match Decoder::new(&self.inner.model, &req.params) {
+            Ok(d) => d.with_logprobs(req.logprobs),
+            Err(e) => {
+                state.queued.fetch_sub(1, Ordering::AcqRel);
+                return Err(match e {
+                    crate::Error::Constrain(_) => SubmitError::Constraint(e.to_string()),
+                    _ => SubmitError::Invalid(e.to_string()),
+                });
+            }
+        };
         let id = state.next_id.fetch_add(1, Ordering::AcqRel) + 1;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let job = Job::Generate { id, req: Box::new(req), tx, queued_at: Instant::now() };
+        let (tx, rx) = event_channel();
+        let job = Job::Generate {
+            id,
+            req: Box::new(req),
+            decoder: Box::new(decoder),
+            tx,
+            queued_at: Instant::now(),
+        };
         if self.inner.jobs.send(job).is_err() {
             state.queued.fetch_sub(1, Ordering::AcqRel);
             return Err(SubmitError::ShuttingDown);
         }
-        Ok(rx)
+        Ok(rx.with_id(id))
     }
 
     /// What the engine refuses before queueing: an empty prompt, one longer than a slot's
     /// context (without an eviction policy), token ids outside the vocabulary, bad sampler
-    /// options, a constraint that does not compile.
+    /// options.
     fn validate(&self, req: &GenRequest) -> Result<(), SubmitError> {
         let cfg = &self.inner.config;
-        if req.prompt.is_empty() {
-            return Err(SubmitError::Invalid("the prompt is empty".into()));
-        }
         if !cfg.cache.evicts() && req.prompt.len() > cfg.n_ctx {
             return Err(SubmitError::ContextLength { n_prompt: req.prompt.len(), n_ctx: cfg.n_ctx });
         }
         let n_vocab = self.inner.model.config().n_vocab;
-        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(SubmitError::Invalid(format!("token id {t} is outside the vocabulary ({n_vocab})")));
-        }
-        req.params.sampler.validate().map_err(|e| SubmitError::Invalid(e.to_string()))?;
-        if let Some(spec) = &req.params.constraint {
-            let env = self.inner.model.token_env().map_err(|e| SubmitError::Invalid(e.to_string()))?;
-            ferrolm::constrain::Constraint::new(&env, spec)
-                .map_err(|e| SubmitError::Invalid(e.to_string()))?;
-        }
-        Ok(())
+        crate::sequence::check_prompt(&req.prompt, n_vocab, cfg.cache.evicts(), cfg.n_ctx)
+            .map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        req.params.sampler.validate().map_err(|e| SubmitError::Invalid(e.to_string()))
     }
 
     /// Embeds texts (run on the engine thread between ticks) with `pooling` (`None`: the
-    /// configured one, else the model's, else mean). One `[n_embd]` vector per text.
-    pub async fn embed(
+    /// configured one, else the model's, else mean). One `[n_embd]` vector per text. Blocks
+    /// until done.
+    pub fn embed(
         &self,
         texts: Vec<String>,
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> Result<Vec<Vec<f32>>, EngineError> {
-        let (tx, rx) = oneshot::channel();
+        let (tx, rx) = std::sync::mpsc::channel();
         self.inner
             .jobs
             .send(Job::Embed { texts, pooling, normalize, tx })
             .map_err(|_| EngineError::Stopped)?;
-        rx.await.map_err(|_| EngineError::Stopped)?
+        rx.recv().map_err(|_| EngineError::Stopped)?
     }
 
     /// The counters now.
@@ -395,23 +396,28 @@ impl Engine {
         self.inner.state.accepting.store(false, Ordering::Release);
     }
 
-    /// Cancels every queued and running request (each ends with [`Finish::Cancelled`]).
+    /// Cancels every queued and running request (each ends with [`FinishReason::Cancelled`]).
     pub fn cancel_all(&self) {
         self.inner.state.cancel_epoch.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// Whether no request is queued or running (as of the last tick).
+    pub fn is_idle(&self) -> bool {
+        // The published counters count a request only after the tick that ended it.
+        self.in_flight() == 0 && self.metrics().slots_busy == 0
+    }
+
     /// Waits until no request is queued or running, at most `timeout`; whether it is idle.
-    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         loop {
-            // The published counters count a request only after the tick that ended it.
-            if self.in_flight() == 0 && self.metrics().slots_busy == 0 {
+            if self.is_idle() {
                 return true;
             }
             if Instant::now() >= end {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

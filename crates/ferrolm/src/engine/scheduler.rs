@@ -7,16 +7,18 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrolm::batch::{Batch, Logits};
-use ferrolm::kv::{CacheManager, KvCache, SeqCache, SeqId};
-use ferrolm::model::{Model, Pooling};
-
-use super::Usage;
 use super::metrics::Rate;
 use super::plan::{Demand, plan_tick};
 use super::prefix::PrefixCache;
 use super::slot::Active;
-use super::{EngineConfig, EngineError, Finish, GenEvent, Job, MetricsSnapshot, SlotInfo, SlotState};
+use super::{
+    EngineConfig, EngineError, Event, EventSender, Job, MetricsSnapshot, SlotInfo, SlotState, Usage,
+};
+use crate::batch::{Batch, Logits};
+use crate::decoder::{Decoder, FinishReason};
+use crate::kv::{CacheManager, KvCache, SeqCache, SeqId};
+use crate::model::{Model, Pooling};
+use crate::sequence::{Outputs, Sequence};
 
 /// State shared between the engine thread and its handles.
 pub(crate) struct Shared {
@@ -63,7 +65,8 @@ enum Out {
 struct Queued {
     id: u64,
     req: super::GenRequest,
-    tx: tokio::sync::mpsc::UnboundedSender<GenEvent>,
+    decoder: Box<Decoder>,
+    tx: EventSender,
     queued_at: Instant,
 }
 
@@ -161,8 +164,8 @@ impl Worker {
 
     fn accept(&mut self, job: Job) {
         match job {
-            Job::Generate { id, req, tx, queued_at } => {
-                self.queue.push_back(Queued { id, req: *req, tx, queued_at })
+            Job::Generate { id, req, decoder, tx, queued_at } => {
+                self.queue.push_back(Queued { id, req: *req, decoder, tx, queued_at })
             }
             Job::Embed { texts, pooling, normalize, tx } => {
                 let pooling = pooling
@@ -190,10 +193,10 @@ impl Worker {
             self.state.queued.fetch_sub(1, Ordering::AcqRel);
             self.counters.requests_cancelled += 1;
             let usage = Usage { prompt_tokens: q.req.prompt.len(), ..Default::default() };
-            let _ = q.tx.send(GenEvent::Done { text: String::new(), finish: Finish::Cancelled, usage });
+            q.tx.send(Event::Done { text: String::new(), finish: FinishReason::Cancelled, usage });
         }
         for i in 0..self.slots.len() {
-            self.finish(i, Finish::Cancelled);
+            self.finish(i, FinishReason::Cancelled);
         }
     }
 
@@ -211,9 +214,9 @@ impl Worker {
             let Some(a) = &self.slots[i] else { continue };
             if a.is_abandoned() {
                 tracing::debug!(slot = i, request = a.id, "client went away; slot freed");
-                self.finish(i, Finish::Cancelled);
+                self.finish(i, FinishReason::Cancelled);
             } else if a.deadline.is_some_and(|d| now >= d) {
-                self.finish(i, Finish::Timeout);
+                self.finish(i, FinishReason::Timeout);
             }
         }
         // Queued requests past their deadline.
@@ -225,7 +228,7 @@ impl Worker {
                     self.state.queued.fetch_sub(1, Ordering::AcqRel);
                     self.counters.requests_cancelled += 1;
                     let usage = Usage { prompt_tokens: q.req.prompt.len(), ..Default::default() };
-                    let _ = q.tx.send(GenEvent::Done { text: String::new(), finish: Finish::Timeout, usage });
+                    q.tx.send(Event::Done { text: String::new(), finish: FinishReason::Timeout, usage });
                 }
             } else {
                 k += 1;
@@ -241,40 +244,14 @@ impl Worker {
             }
             let Some(q) = self.queue.pop_front() else { return };
             self.state.queued.fetch_sub(1, Ordering::AcqRel);
-            let manager = match CacheManager::new(
-                self.config.cache.clone(),
-                self.model.attention_shapes(),
-                self.config.n_ctx,
-            ) {
-                Ok(m) => m,
+            let seq = match self.new_sequence(i as SeqId, &q.req) {
+                Ok(seq) => seq,
                 Err(e) => {
                     self.fail_request(&q.tx, &e.to_string());
                     continue;
                 }
             };
-            let tx = q.tx.clone();
-            let mut active = match Active::new(&self.model, q.id, q.req, q.tx, q.queued_at, manager) {
-                Ok(a) => a,
-                Err(e) => {
-                    self.fail_request(&tx, &e.to_string());
-                    continue;
-                }
-            };
-            let seq = i as SeqId;
-            let mut fresh = self.kv.new_seq();
-            active.manager.prepare_seq(&mut fresh);
-            if !active.prompt_logprobs && self.config.prefix_cache_bytes > 0 {
-                self.counters.prefix_cache_lookups += 1;
-                if let Some((cached, n)) = self.prefix.lookup(&active.prompt) {
-                    // The last prompt token always runs: its logits start the generation.
-                    let n = n.min(active.prompt.len() - 1);
-                    if n > 0 && fresh.copy_prefix_from(cached, n).is_ok() {
-                        active.set_cached(n);
-                        self.counters.prefix_cache_hits += 1;
-                    }
-                }
-            }
-            self.kv.insert_seq(seq, fresh);
+            let active = Active::new(q.id, q.req, *q.decoder, q.tx, q.queued_at, seq);
             self.counters.cached_tokens_total += active.n_cached as u64;
             self.counters.prompt_tokens_total += active.prompt.len() as u64;
             tracing::debug!(
@@ -288,75 +265,42 @@ impl Worker {
             self.state.running.fetch_add(1, Ordering::AcqRel);
         }
     }
+
+    /// Slot `id`'s sequence for `req`: a copy of the longest prefix of its prompt the prefix
+    /// cache holds (the prompt's last token always runs: its logits start the generation), or an
+    /// empty one.
+    fn new_sequence(&mut self, id: SeqId, req: &super::GenRequest) -> crate::Result<Sequence> {
+        let manager =
+            || CacheManager::new(self.config.cache.clone(), self.model.attention_shapes(), self.config.n_ctx);
+        if !req.prompt_logprobs && self.config.prefix_cache_bytes > 0 {
+            self.counters.prefix_cache_lookups += 1;
+            if let Some((cached, n)) = self.prefix.lookup(&req.prompt) {
+                let n = n.min(req.prompt.len() - 1);
+                if n > 0
+                    && let Ok(seq) =
+                        Sequence::from_prefix(&mut self.kv, id, manager()?, cached, &req.prompt[..n])
+                {
+                    self.counters.prefix_cache_hits += 1;
+                    return Ok(seq);
+                }
+            }
+        }
+        Ok(Sequence::new(&mut self.kv, id, manager()?))
+    }
 }
 
 impl Worker {
     /// Builds one batch by the strategy, runs it, and samples for every slot that got logits.
     fn tick(&mut self) {
-        let chunk = self.config.chunk_size;
-        let demands: Vec<Demand> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| {
-                let a = a.as_ref()?;
-                // A pass never crosses a canonical chunk boundary (see `canonical_chunk`).
-                let chunk_left = canonical_chunk(a.tokens.len(), a.prompt.len(), chunk).end - a.tokens.len();
-                Some(Demand {
-                    slot: i,
-                    decode: a.prompt_left() == 0 && a.pending.is_some(),
-                    prompt_left: a.prompt_left().min(chunk_left),
-                    max_chunk: a.manager.max_chunk(true),
-                    order: a.id,
-                })
-            })
-            .collect();
-        if demands.is_empty() {
-            return;
-        }
-        let plan = plan_tick(self.config.strategy, self.config.chunk_size, &demands);
+        let plan = plan_tick(self.config.strategy, self.config.chunk_size, &self.demands());
         self.batch.clear();
         self.outs.clear();
-        let mut n_prompt = 0usize;
         for &i in &plan.decode {
-            let seq = i as SeqId;
-            let Some(a) = self.slots[i].as_mut() else { continue };
-            let Some(tok) = a.pending else { continue };
-            if a.manager.make_room(self.kv.seq_mut(seq), 1, false).is_err() {
-                self.finish(i, Finish::ContextFull);
-                continue;
-            }
-            a.pending = None;
-            self.batch.push(seq, a.tokens.len() as u32, tok, true);
-            a.tokens.push(tok);
-            self.outs.push(Out::Sample { slot: i, last_prompt: None });
+            self.stage_decode(i);
         }
+        let mut n_prompt = 0usize;
         for &(i, n) in &plan.prefill {
-            let seq = i as SeqId;
-            let Some(a) = self.slots[i].as_mut() else { continue };
-            if let Err(e) = a.manager.make_room(self.kv.seq_mut(seq), n, true) {
-                let msg = e.to_string();
-                self.fail_slot(i, &msg);
-                continue;
-            }
-            let start = a.tokens.len();
-            let end = start + n;
-            // Attend these tokens as their whole canonical chunk would be: the same results
-            // whether the chunk's start was cached or shared a tick with other prompts.
-            let canon = canonical_chunk(start, a.prompt.len(), chunk);
-            self.batch.set_prompt_chunk(seq, canon.len() as u32);
-            for at in start..end {
-                let last = at + 1 == a.prompt.len();
-                let want = last || a.prompt_logprobs;
-                self.batch.push(seq, at as u32, a.prompt[at], want);
-                if last {
-                    self.outs.push(Out::Sample { slot: i, last_prompt: Some(at) });
-                } else if want {
-                    self.outs.push(Out::Prompt { slot: i, at });
-                }
-            }
-            a.tokens.extend_from_slice(&a.prompt[start..end]);
-            n_prompt += n;
+            n_prompt += self.stage_prefill(i, n);
         }
         if self.batch.is_empty() {
             return;
@@ -374,6 +318,85 @@ impl Worker {
         self.counters.forward_passes_total += 1;
         let now = Instant::now();
         self.prompt_rate.add(now, n_prompt as u64);
+        let n_gen = self.sample_outputs();
+        self.counters.generated_tokens_total += n_gen;
+        self.gen_rate.add(now, n_gen);
+        tracing::trace!(
+            n = self.batch.len(),
+            n_prompt,
+            n_gen,
+            ms = now.duration_since(t0).as_secs_f64() * 1e3,
+            "tick"
+        );
+    }
+
+    /// What each busy slot wants from this tick.
+    fn demands(&self) -> Vec<Demand> {
+        let chunk = self.config.chunk_size;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                let a = a.as_ref()?;
+                let done = a.seq.len();
+                // A pass never crosses a canonical chunk boundary (see `canonical_chunk`).
+                let chunk_left = canonical_chunk(done, a.prompt.len(), chunk).end - done;
+                Some(Demand {
+                    slot: i,
+                    decode: a.prompt_left() == 0 && a.pending.is_some(),
+                    prompt_left: a.prompt_left().min(chunk_left),
+                    max_chunk: a.seq.max_chunk(true),
+                    order: a.id,
+                })
+            })
+            .collect()
+    }
+
+    /// Puts slot `i`'s sampled token into the batch (its context full: the request ends).
+    fn stage_decode(&mut self, i: usize) {
+        let Some(a) = self.slots[i].as_mut() else { return };
+        let Some(tok) = a.pending else { return };
+        if a.seq.feed(&mut self.kv, &mut self.batch, &[tok], false, Outputs::Last).is_err() {
+            self.finish(i, FinishReason::ContextFull);
+            return;
+        }
+        a.pending = None;
+        self.outs.push(Out::Sample { slot: i, last_prompt: None });
+    }
+
+    /// Puts the next `n` prompt tokens of slot `i` into the batch; returns how many went in.
+    fn stage_prefill(&mut self, i: usize, n: usize) -> usize {
+        let Some(a) = self.slots[i].as_mut() else { return 0 };
+        let start = a.seq.len();
+        let end = start + n;
+        let outputs = if a.prompt_logprobs {
+            Outputs::All
+        } else if end == a.prompt.len() {
+            Outputs::Last
+        } else {
+            Outputs::None
+        };
+        if let Err(e) = a.seq.feed(&mut self.kv, &mut self.batch, &a.prompt[start..end], true, outputs) {
+            let msg = e.to_string();
+            self.fail_slot(i, &msg);
+            return 0;
+        }
+        // Attend these tokens as their whole canonical chunk would be: the same results
+        // whether the chunk's start was cached or shared a tick with other prompts.
+        let canon = canonical_chunk(start, a.prompt.len(), self.config.chunk_size);
+        self.batch.set_prompt_chunk(a.seq.id(), canon.len() as u32);
+        for at in start..end {
+            if at + 1 == a.prompt.len() {
+                self.outs.push(Out::Sample { slot: i, last_prompt: Some(at) });
+            } else if a.prompt_logprobs {
+                self.outs.push(Out::Prompt { slot: i, at });
+            }
+        }
+        n
+    }
+
+    /// Hands each output row of the last pass to its slot; returns the tokens generated.
+    fn sample_outputs(&mut self) -> u64 {
         let mut n_gen = 0u64;
         let outs = std::mem::take(&mut self.outs);
         for (r, out) in outs.iter().enumerate() {
@@ -390,10 +413,10 @@ impl Worker {
                         if a.prompt_logprobs {
                             a.prompt_logits(at, row);
                         }
-                        a.manager.end_prompt(self.kv.seq_mut(slot as SeqId));
+                        a.seq.end_prompt(&mut self.kv);
                         a.prompt_done();
                     }
-                    match a.sample(&self.model, row) {
+                    match a.sample(self.model.tokenizer(), row) {
                         Ok(None) => n_gen += 1,
                         Ok(Some(finish)) => {
                             n_gen += 1;
@@ -408,36 +431,29 @@ impl Worker {
             }
         }
         self.outs = outs;
-        self.counters.generated_tokens_total += n_gen;
-        self.gen_rate.add(now, n_gen);
-        tracing::trace!(
-            n = self.batch.len(),
-            n_prompt,
-            n_gen,
-            ms = now.duration_since(t0).as_secs_f64() * 1e3,
-            "tick"
-        );
+        n_gen
     }
 
     /// Ends slot `i`'s request (if any): sends its end, keeps its KV in the prefix cache and
     /// frees the slot.
-    fn finish(&mut self, i: usize, finish: Finish) {
+    fn finish(&mut self, i: usize, finish: FinishReason) {
         let Some(mut a) = self.slots[i].take() else { return };
         let usage = a.finish(finish);
-        match finish {
-            Finish::Length | Finish::Stop | Finish::ContextFull => self.counters.requests_finished += 1,
-            Finish::Timeout | Finish::Cancelled => self.counters.requests_cancelled += 1,
+        if finish.is_natural() {
+            self.counters.requests_finished += 1;
+        } else {
+            self.counters.requests_cancelled += 1;
         }
         tracing::debug!(
             slot = i,
             request = a.id,
-            finish = finish.openai_reason(),
+            finish = finish.as_str(),
             n_prompt = usage.prompt_tokens,
             n_cached = usage.cached_tokens,
             n_gen = usage.completion_tokens,
             "request done"
         );
-        self.release(i, &a.tokens);
+        self.release(a.seq);
     }
 
     /// Ends slot `i`'s request with an error.
@@ -449,18 +465,17 @@ impl Worker {
         self.state.running.fetch_sub(1, Ordering::AcqRel);
     }
 
-    fn fail_request(&mut self, tx: &tokio::sync::mpsc::UnboundedSender<GenEvent>, msg: &str) {
+    fn fail_request(&mut self, tx: &EventSender, msg: &str) {
         self.counters.requests_failed += 1;
         tracing::warn!(error = msg, "request failed");
-        let _ = tx.send(GenEvent::Error(msg.to_string()));
+        tx.send(Event::Error(msg.to_string()));
     }
 
-    /// Moves slot `i`'s cache into the prefix cache (the part no eviction touched) and gives the
-    /// slot an empty one.
-    fn release(&mut self, i: usize, tokens: &[u32]) {
-        let seq = i as SeqId;
-        let fresh = self.kv.new_seq();
-        if let Some(mut old) = self.kv.take_seq(seq)
+    /// Moves a finished sequence's cache into the prefix cache (the part no eviction touched)
+    /// and leaves its slot an empty one.
+    fn release(&mut self, seq: Sequence) {
+        let (old, tokens) = seq.take_cache(&mut self.kv);
+        if let Some(mut old) = old
             && self.config.prefix_cache_bytes > 0
         {
             let valid = old.contiguous_prefix().min(tokens.len()).min(old.len());
@@ -471,7 +486,6 @@ impl Worker {
                 self.prefix.insert(tokens[..valid].to_vec(), old, bytes);
             }
         }
-        self.kv.insert_seq(seq, fresh);
         self.state.running.fetch_sub(1, Ordering::AcqRel);
     }
 

@@ -1,0 +1,164 @@
+//! One running request: its [`Sequence`] in the engine's cache, its [`Decoder`], its prompt
+//! progress and the events it sends.
+
+use std::time::Instant;
+
+use super::{Event, EventSender, GenRequest, SlotInfo, SlotState, Usage};
+use crate::decoder::{Decoder, FinishReason, Sampled, Step, TokenLogprob, token_logprob};
+use crate::sequence::Sequence;
+use crate::tokenizer::Tokenizer;
+
+/// A request taken by a slot.
+pub(crate) struct Active {
+    /// The engine's id of the request.
+    pub(crate) id: u64,
+    pub(crate) tx: EventSender,
+    pub(crate) prompt: Vec<u32>,
+    /// The slot's sequence: the prompt so far, then generated tokens.
+    pub(crate) seq: Sequence,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub(crate) n_cached: usize,
+    /// The per-token step.
+    decoder: Decoder,
+    pub(crate) prompt_logprobs: bool,
+    /// Log-probabilities of the prompt tokens so far (the first has none). `[n_prompt]`
+    prompt_lp: Vec<Option<TokenLogprob>>,
+    /// A sampled token not yet run through the model.
+    pub(crate) pending: Option<u32>,
+    pub(crate) deadline: Option<Instant>,
+    queued_at: Instant,
+    started_at: Instant,
+    first_token_at: Option<Instant>,
+}
+
+impl Active {
+    /// A request taking a slot whose sequence is `seq` (empty, or holding a cached prefix of
+    /// the prompt).
+    pub(crate) fn new(
+        id: u64,
+        req: GenRequest,
+        decoder: Decoder,
+        tx: EventSender,
+        queued_at: Instant,
+        seq: Sequence,
+    ) -> Self {
+        let deadline = req.timeout.map(|t| queued_at + t);
+        Self {
+            id,
+            tx,
+            n_cached: seq.len(),
+            prompt: req.prompt,
+            seq,
+            decoder,
+            prompt_logprobs: req.prompt_logprobs,
+            prompt_lp: Vec::new(),
+            pending: None,
+            deadline,
+            queued_at,
+            started_at: Instant::now(),
+            first_token_at: None,
+        }
+    }
+
+    /// Prompt tokens not yet run through the model.
+    pub(crate) fn prompt_left(&self) -> usize {
+        self.prompt.len().saturating_sub(self.seq.len())
+    }
+
+    /// Whether the request still wants a response.
+    pub(crate) fn is_abandoned(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Feeds the logits after prompt token `at` (an index into the prompt) when the request asked
+    /// for the prompt's log-probabilities: they score token `at + 1`.
+    pub(crate) fn prompt_logits(&mut self, at: usize, logits: &[f32]) {
+        if self.prompt_lp.is_empty() {
+            self.prompt_lp.push(None);
+        }
+        if let Some(&next) = self.prompt.get(at + 1) {
+            let k = self.decoder.logprobs().unwrap_or(0);
+            self.prompt_lp.push(Some(token_logprob(logits, next, k)));
+        }
+    }
+
+    /// The prompt is in: the decoder sees it, and the prompt log-probabilities go out.
+    pub(crate) fn prompt_done(&mut self) {
+        self.decoder.accept_prompt(&self.prompt);
+        if self.prompt_logprobs {
+            if self.prompt_lp.is_empty() {
+                self.prompt_lp.push(None);
+            }
+            self.tx.send(Event::PromptLogprobs(std::mem::take(&mut self.prompt_lp)));
+        }
+    }
+
+    /// Lets the decoder pick the next token from `logits` and sends it; returns why the
+    /// generation ended, if it did (the caller then calls [`Active::finish`]).
+    pub(crate) fn sample(
+        &mut self,
+        tokenizer: &Tokenizer,
+        logits: &[f32],
+    ) -> crate::Result<Option<FinishReason>> {
+        let step = self.decoder.step(tokenizer, logits)?;
+        self.first_token_at.get_or_insert_with(Instant::now);
+        let send = |tx: &EventSender, s: Sampled| {
+            tx.send(Event::Token { id: s.id, text: s.text, logprob: s.logprob })
+        };
+        Ok(match step {
+            Step::Continue(s) => {
+                self.pending = Some(s.id);
+                send(&self.tx, s);
+                None
+            }
+            Step::Last(s, reason) => {
+                send(&self.tx, s);
+                Some(reason)
+            }
+            Step::End(reason) => Some(reason),
+        })
+    }
+
+    /// Sends the end of the request: the held-back text (none after a stop string), the reason
+    /// and the counts.
+    pub(crate) fn finish(&mut self, finish: FinishReason) -> Usage {
+        let text = self.decoder.finish();
+        let usage = self.usage();
+        if self.prompt_logprobs && !self.prompt_lp.is_empty() {
+            // Cancelled before the prompt was in: send what was scored.
+            self.tx.send(Event::PromptLogprobs(std::mem::take(&mut self.prompt_lp)));
+        }
+        self.tx.send(Event::Done { text, finish, usage });
+        usage
+    }
+
+    /// Counts and timings so far.
+    pub(crate) fn usage(&self) -> Usage {
+        let ms = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64() * 1e3;
+        let now = Instant::now();
+        let first = self.first_token_at.unwrap_or(now);
+        Usage {
+            prompt_tokens: self.prompt.len(),
+            cached_tokens: self.n_cached,
+            completion_tokens: self.decoder.n_generated(),
+            queue_ms: ms(self.queued_at, self.started_at),
+            prompt_ms: ms(self.started_at, first),
+            decode_ms: if self.first_token_at.is_some() { ms(first, now) } else { 0.0 },
+        }
+    }
+
+    /// The slot's row in `/slots`.
+    pub(crate) fn info(&self, slot: usize, n_kv: usize) -> SlotInfo {
+        let prefilling = self.prompt_left() > 0;
+        SlotInfo {
+            id: slot,
+            state: if prefilling { SlotState::Prefill } else { SlotState::Generating },
+            request_id: self.id,
+            n_prompt: self.prompt.len(),
+            n_cached: self.n_cached,
+            n_prompt_done: self.seq.len().min(self.prompt.len()),
+            n_generated: self.decoder.n_generated(),
+            n_kv,
+        }
+    }
+}
