@@ -31,15 +31,7 @@ pub mod kv;
 pub mod packed;
 pub mod vec_dot;
 #[cfg(target_arch = "x86_64")]
-mod x86_avx512;
-#[cfg(target_arch = "x86_64")]
-mod x86_avx512_formats;
-#[cfg(target_arch = "x86_64")]
-mod x86_avx512_packed;
-#[cfg(target_arch = "x86_64")]
-mod x86_avxvnni;
-#[cfg(target_arch = "x86_64")]
-mod x86_avxvnni_formats;
+mod x86;
 
 pub use formats::{
     bf16, fp16, fp32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_act,

@@ -144,11 +144,11 @@ fn kernels_for(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
         }
         Isa::Avx2 => base_kernels(ty, true).map(|(d, g)| (Isa::Avx2, d, g)),
         #[cfg(target_arch = "x86_64")]
-        Isa::AvxVnni => super::x86_avxvnni::kernels(ty)
+        Isa::AvxVnni => super::x86::avxvnni::kernels(ty)
             .map(|(d, g)| (Isa::AvxVnni, d, g))
             .or_else(|| kernels_for(ty, Isa::Avx2)),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => super::x86_avx512::kernels(ty)
+        Isa::Avx512 => super::x86::avx512::kernels(ty)
             .map(|(d, g)| (Isa::Avx512, d, g))
             .or_else(|| kernels_for(ty, Isa::Avx2)),
         #[cfg(not(target_arch = "x86_64"))]

@@ -34,6 +34,8 @@ use super::q4_k::{K_SCALE_SIZE, scale_min_k4};
 use super::q8_act::{
     Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES, QK8, quantize_block_q8_0, quantize_block_q8_1, quantize_block_q8_k,
 };
+#[cfg(target_arch = "x86_64")]
+use super::x86::avx2;
 use super::{QK_K, QuantError, check_len};
 use crate::GgmlType;
 
@@ -328,7 +330,7 @@ fn acc8<const FMA: bool>(acc: &mut [f32; 8], d: f32, lanes: &[i32; 8]) {
 
 /// GGML's `hsum_float_8`: `((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))`.
 #[inline(always)]
-fn hsum8(a: &[f32; 8]) -> f32 {
+pub(in crate::quant) fn hsum8(a: &[f32; 8]) -> f32 {
     let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
     (r[0] + r[2]) + (r[1] + r[3])
 }
@@ -622,10 +624,6 @@ fn dot_q6_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     }
     hsum8(&acc)
 }
-
-#[cfg(target_arch = "x86_64")]
-#[path = "vec_dot_avx2.rs"]
-mod avx2;
 
 #[path = "vec_dot_kquants.rs"]
 mod kq;
