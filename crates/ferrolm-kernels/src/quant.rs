@@ -23,8 +23,8 @@
 //! 32 independent f32 lanes, a shape LLVM vectorises; on x86_64 with AVX2
 //! the whole row loop is additionally compiled for AVX2 and chosen at run time.
 
-#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-mod aarch64_neon;
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
 mod formats;
 mod kernel;
 pub mod kv;

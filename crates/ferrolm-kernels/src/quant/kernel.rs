@@ -137,7 +137,7 @@ fn kernels_for(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
     match isa {
         Isa::Scalar | Isa::Neon | Isa::NeonDotprod => {
             #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-            if let Some(k) = super::aarch64_neon::kernels(ty, isa) {
+            if let Some(k) = super::aarch64::neon::kernels(ty, isa) {
                 return Some(k);
             }
             base_kernels(ty, false).map(|(d, g)| (Isa::Scalar, d, g))
