@@ -214,5 +214,4 @@ impl VecDot {
 }
 
 #[cfg(test)]
-#[path = "kernel_tests.rs"]
 mod tests;
