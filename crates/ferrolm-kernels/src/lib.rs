@@ -11,7 +11,6 @@ mod isa;
 pub mod quant;
 pub mod simd;
 pub mod simd_attn;
-mod simd_attn_generic;
 mod simd_vec;
 mod types;
 

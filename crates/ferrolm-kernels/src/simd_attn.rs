@@ -17,7 +17,7 @@
 use half::f16;
 
 use crate::Isa;
-use crate::simd_attn_generic::{self as generic, BetaRaw, DotsArgs, GemmArgs, SoftmaxArgs};
+use generic::{BetaRaw, DotsArgs, GemmArgs, SoftmaxArgs};
 
 /// Elements of a matrix, stored as f32 or f16.
 #[derive(Clone, Copy, Debug)]
@@ -358,6 +358,7 @@ impl AttnKernels {
     }
 }
 
+mod generic;
+
 #[cfg(test)]
-#[path = "simd_attn_tests.rs"]
 mod tests;

@@ -137,18 +137,18 @@ fn kernels_for(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
     match isa {
         Isa::Scalar | Isa::Neon | Isa::NeonDotprod => {
             #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-            if let Some(k) = super::aarch64_neon::kernels(ty, isa) {
+            if let Some(k) = super::aarch64::neon::kernels(ty, isa) {
                 return Some(k);
             }
             base_kernels(ty, false).map(|(d, g)| (Isa::Scalar, d, g))
         }
         Isa::Avx2 => base_kernels(ty, true).map(|(d, g)| (Isa::Avx2, d, g)),
         #[cfg(target_arch = "x86_64")]
-        Isa::AvxVnni => super::x86_avxvnni::kernels(ty)
+        Isa::AvxVnni => super::x86::avxvnni::kernels(ty)
             .map(|(d, g)| (Isa::AvxVnni, d, g))
             .or_else(|| kernels_for(ty, Isa::Avx2)),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => super::x86_avx512::kernels(ty)
+        Isa::Avx512 => super::x86::avx512::kernels(ty)
             .map(|(d, g)| (Isa::Avx512, d, g))
             .or_else(|| kernels_for(ty, Isa::Avx2)),
         #[cfg(not(target_arch = "x86_64"))]
@@ -214,5 +214,4 @@ impl VecDot {
 }
 
 #[cfg(test)]
-#[path = "kernel_tests.rs"]
 mod tests;

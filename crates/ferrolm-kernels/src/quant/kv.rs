@@ -432,5 +432,4 @@ impl KvKernels {
 }
 
 #[cfg(test)]
-#[path = "kv_tests.rs"]
 mod tests;

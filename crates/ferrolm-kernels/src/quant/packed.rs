@@ -190,7 +190,7 @@ impl PackedRows {
         let kind = Kind::of(ty)?;
         #[cfg(target_arch = "x86_64")]
         if crate::Isa::best() == crate::Isa::Avx512 {
-            return Some(super::x86_avx512_packed::kernel(kind));
+            return Some(super::x86::avx512_packed::kernel(kind));
         }
         let _ = kind;
         None

@@ -19,7 +19,7 @@
 //!   lane-wise before the reduction), a last odd block added as a scalar.
 //!
 //! Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS have no hand-written AVX2 kernel: their portable
-//! kernels (Q5_1 here, the others in `vec_dot_kquants.rs`) follow the operation order of GGML's
+//! kernels (Q5_1 here, the others in `vec_dot/kquants.rs`) follow the operation order of GGML's
 //! AVX2 kernels and are compiled for AVX2 like the others.
 //!
 //! With AVX2+FMA (detected at run time) the kernels are compiled for AVX2 and use fused
@@ -34,6 +34,8 @@ use super::q4_k::{K_SCALE_SIZE, scale_min_k4};
 use super::q8_act::{
     Q8_0_BYTES, Q8_1_BYTES, Q8_K_BYTES, QK8, quantize_block_q8_0, quantize_block_q8_1, quantize_block_q8_k,
 };
+#[cfg(target_arch = "x86_64")]
+use super::x86::avx2;
 use super::{QK_K, QuantError, check_len};
 use crate::GgmlType;
 
@@ -301,13 +303,13 @@ pub(super) fn vec_dot_any<const FMA: bool, const AVX2: bool>(ty: GgmlType, w: &[
         Q5_0 => dot_q5_0::<FMA, AVX2>(w, xq),
         Q5_1 => dot32_q8_1::<FMA, AVX2>(w, xq, 24, unpack_q5_1),
         Q8_0 => dot_q8_0::<FMA, AVX2>(w, xq),
-        Q2_K => kq::dot_q2_k::<FMA, AVX2>(w, xq),
-        Q3_K => kq::dot_q3_k::<FMA, AVX2>(w, xq),
+        Q2_K => kquants::dot_q2_k::<FMA, AVX2>(w, xq),
+        Q3_K => kquants::dot_q3_k::<FMA, AVX2>(w, xq),
         Q4_K => dot_q4_k::<FMA, AVX2>(w, xq),
-        Q5_K => kq::dot_q5_k::<FMA, AVX2>(w, xq),
+        Q5_K => kquants::dot_q5_k::<FMA, AVX2>(w, xq),
         Q6_K => dot_q6_k::<FMA, AVX2>(w, xq),
-        IQ4_NL => kq::dot_iq4_nl::<FMA, AVX2>(w, xq),
-        IQ4_XS => kq::dot_iq4_xs::<FMA, AVX2>(w, xq),
+        IQ4_NL => kquants::dot_iq4_nl::<FMA, AVX2>(w, xq),
+        IQ4_XS => kquants::dot_iq4_xs::<FMA, AVX2>(w, xq),
         _ => 0.0,
     }
 }
@@ -328,7 +330,7 @@ fn acc8<const FMA: bool>(acc: &mut [f32; 8], d: f32, lanes: &[i32; 8]) {
 
 /// GGML's `hsum_float_8`: `((a0+a4) + (a2+a6)) + ((a1+a5) + (a3+a7))`.
 #[inline(always)]
-fn hsum8(a: &[f32; 8]) -> f32 {
+pub(in crate::quant) fn hsum8(a: &[f32; 8]) -> f32 {
     let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
     (r[0] + r[2]) + (r[1] + r[3])
 }
@@ -623,13 +625,7 @@ fn dot_q6_k<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
     hsum8(&acc)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[path = "vec_dot_avx2.rs"]
-mod avx2;
-
-#[path = "vec_dot_kquants.rs"]
-mod kq;
+mod kquants;
 
 #[cfg(test)]
-#[path = "vec_dot_tests.rs"]
 mod tests;

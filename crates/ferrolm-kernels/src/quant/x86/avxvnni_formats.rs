@@ -1,10 +1,10 @@
 //! The weight formats of the AVX-VNNI kernels: how each group of blocks is rearranged into the
 //! lane layout, how nibbles, high bits and scales are unpacked, and how the matching activation
-//! groups are rearranged. See `x86_avxvnni.rs` for the layout.
+//! groups are rearranged. See `avxvnni.rs` for the layout.
 
 use std::arch::x86_64::*;
 
-use super::x86_avxvnni::{AvxVnni, Format, WGroup, byte_sums, rows16, rows32, zero_ps, zero_si};
+use super::avxvnni::{AvxVnni, Format, WGroup, byte_sums, rows16, rows32, zero_ps, zero_si};
 
 /// `[stride · i + off; 8]`: the offsets of one field in 8 consecutive blocks.
 const fn at(stride: usize, off: usize) -> [usize; 8] {

@@ -6,8 +6,8 @@
 use half::f16;
 
 use super::fp16::f16_to_f32;
-use super::{QuantError, impl_quant_block, quantize_row_blocks};
 use crate::GgmlType;
+use crate::quant::{QuantError, impl_quant_block, quantize_row_blocks};
 
 /// Elements per Q4_0 block.
 pub const QK4_0: usize = 32;
@@ -57,7 +57,7 @@ impl BlockQ4_0 {
     /// GGML's reference quantizer (`quantize_row_q4_0_ref`): the value of largest magnitude maps
     /// to -8, `d = max / -8`, `q = min(15, trunc(x / d + 8.5))`.
     pub fn quantize(x: &[f32; QK4_0]) -> Self {
-        let (_, max) = super::signed_absmax(x);
+        let (_, max) = crate::quant::signed_absmax(x);
         let d = max / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let q = |v: f32| ((v * id + 8.5) as u8).min(15);

@@ -1,6 +1,6 @@
 //! BF16: the upper 16 bits of an f32, one little-endian `u16` per element.
 
-use super::{FloatElem, dequantize_elems, dot_elems};
+use crate::quant::{FloatElem, dequantize_elems, dot_elems};
 
 /// Widens bfloat16 bits to f32 (exact: the low 16 mantissa bits are zero).
 #[inline(always)]
@@ -27,7 +27,7 @@ impl FloatElem for Bf16Elem {
     const BYTES: usize = 2;
     #[inline(always)]
     fn read(b: &[u8]) -> f32 {
-        bf16_bits_to_f32(u16::from_le_bytes(*super::as_array(b)))
+        bf16_bits_to_f32(u16::from_le_bytes(*crate::quant::as_array(b)))
     }
 }
 

@@ -2,7 +2,7 @@
 //! AVX2, for CPUs without AVX-512): decode dot products and the prompt GEMM for Q4_0, Q4_1, Q5_0,
 //! Q8_0, Q4_K and Q6_K weights.
 //!
-//! The layout is the AVX-512 kernels' (`x86_avx512.rs`) at half width: a *group* is 8 blocks of
+//! The layout is the AVX-512 kernels' (`avx512.rs`) at half width: a *group* is 8 blocks of
 //! 32 values (Q4_0/Q4_1/Q5_0/Q8_0), one Q4_K super-block (8 sub-blocks of 32) or one Q6_K
 //! super-block (two halves of 8 sub-blocks of 16, each half with its own scales), turned into
 //! 256-bit vectors whose i32 lane `b` holds four values of block `b`, so that `vpdpbusd`
@@ -17,9 +17,9 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::prefetch_next;
-use super::x86_avxvnni_formats::{Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
+use super::avxvnni_formats::{Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
 use crate::GgmlType;
+use crate::quant::prefetch_next;
 
 /// Proof that the CPU supports [`Isa::AvxVnni`](crate::Isa::AvxVnni): only built after
 /// detection.
@@ -37,8 +37,8 @@ type DotFn = fn(&[u8], &[u8]) -> f32;
 
 /// The dot and GEMM kernels for `ty`, or `None` where this level has none (the caller falls back
 /// to the AVX2 ones). The function pointers are safe: they are only handed out by
-/// [`super::VecDot::with_isa`] after [`crate::Isa::is_supported`] confirmed AVX-VNNI.
-pub(super) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
+/// [`crate::quant::VecDot::with_isa`] after [`crate::Isa::is_supported`] confirmed AVX-VNNI.
+pub(in crate::quant) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
     macro_rules! pair {
         ($f:ty) => {{
             fn dot(w: &[u8], xq: &[u8]) -> f32 {

@@ -14,7 +14,7 @@
 //! Weights stay in GGUF layout: each group is loaded with a few full-width loads and rearranged
 //! with VBMI byte permutes (`vpermt2b`) into the lane layout, nibbles split, high bits merged with
 //! `vpmultishiftqb`/`vprolvd`. Activations (Q8_0, Q8_1, Q8_K rows from
-//! [`quantize_activations`](super::quantize_activations)) are rearranged the same way once per
+//! [`quantize_activations`](crate::quant::quantize_activations)) are rearranged the same way once per
 //! call into a buffer that every weight row reuses.
 //!
 //! `vpdpbusd` multiplies unsigned by signed bytes: 4-, 5- and 6-bit weights are unsigned and
@@ -31,9 +31,9 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::prefetch_next;
-use super::x86_avx512_formats::{Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
+use super::avx512_formats::{Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
 use crate::GgmlType;
+use crate::quant::prefetch_next;
 
 /// Proof that the CPU supports [`Isa::Avx512`](crate::Isa::Avx512): only built after detection.
 #[derive(Clone, Copy)]
@@ -50,8 +50,8 @@ type DotFn = fn(&[u8], &[u8]) -> f32;
 
 /// The dot and GEMM kernels for `ty`, or `None` where this level has none (the caller falls back
 /// to the AVX2 ones). The function pointers are safe: they are only handed out by
-/// [`super::VecDot::with_isa`] after [`crate::Isa::is_supported`] confirmed AVX-512.
-pub(super) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
+/// [`crate::quant::VecDot::with_isa`] after [`crate::Isa::is_supported`] confirmed AVX-512.
+pub(in crate::quant) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
     macro_rules! pair {
         ($f:ty) => {{
             fn dot(w: &[u8], xq: &[u8]) -> f32 {

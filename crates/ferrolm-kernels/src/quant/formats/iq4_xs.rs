@@ -12,7 +12,7 @@ use half::f16;
 
 use super::fp16::f16_to_f32;
 use super::iq4_nl::iq4_levels;
-use super::{QK_K, as_array, impl_quant_block};
+use crate::quant::{QK_K, as_array, impl_quant_block};
 
 /// One IQ4_XS super-block, laid out as in GGML.
 #[derive(Clone, Copy, Debug, PartialEq)]

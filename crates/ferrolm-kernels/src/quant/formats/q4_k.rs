@@ -21,8 +21,8 @@ use half::f16;
 
 use super::fp16::f16_to_f32;
 use super::q8_act::nearest_int;
-use super::{QK_K, QuantError, impl_quant_block, quantize_row_blocks};
 use crate::GgmlType;
+use crate::quant::{QK_K, QuantError, impl_quant_block, quantize_row_blocks};
 
 /// Bytes of packed scales and minimums in a Q4_K block.
 pub const K_SCALE_SIZE: usize = 12;

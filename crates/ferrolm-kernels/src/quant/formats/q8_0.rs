@@ -5,8 +5,8 @@
 use half::f16;
 
 use super::fp16::f16_to_f32;
-use super::{QuantError, impl_quant_block, quantize_row_blocks};
 use crate::GgmlType;
+use crate::quant::{QuantError, impl_quant_block, quantize_row_blocks};
 
 /// Elements per Q8_0 block.
 pub const QK8_0: usize = 32;

@@ -2,7 +2,7 @@
 
 use half::f16;
 
-use super::{FloatElem, dequantize_elems, dot_elems};
+use crate::quant::{FloatElem, dequantize_elems, dot_elems};
 
 /// Converts half-precision bits to f32, exactly (NaNs come out quiet, like F16C's `vcvtph2ps`).
 ///
@@ -46,7 +46,7 @@ impl FloatElem for F16Elem {
     const BYTES: usize = 2;
     #[inline(always)]
     fn read(b: &[u8]) -> f32 {
-        f16_bits_to_f32(u16::from_le_bytes(*super::as_array(b)))
+        f16_bits_to_f32(u16::from_le_bytes(*crate::quant::as_array(b)))
     }
 }
 

@@ -1,4 +1,4 @@
-//! aarch64 NEON kernels for the integer dot products of [`super::vec_dot`]: Q4_0, Q5_0 and Q8_0
+//! aarch64 NEON kernels for the integer dot products of [`crate::quant::vec_dot`]: Q4_0, Q5_0 and Q8_0
 //! weights with Q8_0 activations, Q4_1 with Q8_1, and Q4_K and Q6_K with Q8_K, at two levels:
 //!
 //! - [`Isa::Neon`]: plain Advanced SIMD; 8-bit products are widened with `smull`/`smull2` and
@@ -21,7 +21,7 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::q8_act::{Q8_0_BYTES, Q8_1_BYTES};
+use crate::quant::q8_act::{Q8_0_BYTES, Q8_1_BYTES};
 use crate::{GgmlType, Isa};
 
 /// `fn(w_row, xq) -> w_row · xq` (as `kernel::DotFn`).
@@ -36,7 +36,7 @@ const TILE: usize = 4;
 /// types without a NEON kernel (those use the portable ones).
 ///
 /// Callers must only call the returned functions after `isa.is_supported()` returned true.
-pub(super) fn kernels(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
+pub(in crate::quant) fn kernels(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, GemmFn)> {
     use GgmlType as T;
     let (dot, gemm): (DotFn, GemmFn) = match (isa, ty) {
         (Isa::Neon, T::Q4_0) => (dot::<Mull, Q4_0>, gemm::<Mull, Q4_0>),
@@ -415,10 +415,8 @@ impl Kernel for Q4_1 {
     }
 }
 
-#[path = "aarch64_neon_kquants.rs"]
 mod kquants;
 use kquants::{Q4K, Q6K};
 
 #[cfg(test)]
-#[path = "aarch64_neon_tests.rs"]
 mod tests;

@@ -332,7 +332,7 @@ fn prepared_kernel_equals_vec_dot_q() {
         let mut xq = vec![0u8; act_row_bytes(ty, n).expect("row bytes")];
         quantize_activations(ty, &acts(n, &mut rng), &mut xq).expect("quantize");
         // `vec_dot_q` runs the AVX2 kernels where supported, else the portable ones; the other
-        // levels are checked against the portable kernels (up to rounding) in `kernel_tests.rs`.
+        // levels are checked against the portable kernels (up to rounding) in `quant/kernel/tests.rs`.
         let level = if crate::Isa::Avx2.is_supported() { crate::Isa::Avx2 } else { crate::Isa::Scalar };
         let k = VecDot::with_isa(ty, level).expect("kernel");
         k.check(&w, &xq).expect("lengths");

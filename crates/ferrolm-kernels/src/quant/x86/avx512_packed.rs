@@ -1,4 +1,4 @@
-//! The AVX-512 kernel of [`super::packed`]: 16 weight rows per tile, one per i32 lane, against
+//! The AVX-512 kernel of [`crate::quant::packed`]: 16 weight rows per tile, one per i32 lane, against
 //! up to [`TOKENS`] tokens at a time.
 //!
 //! Per block of a tile: the value group is loaded once (4-bit formats: four loads split into
@@ -12,13 +12,13 @@ use std::arch::x86_64::*;
 
 use std::ops::Range;
 
-use super::packed::{ActBlock, Kind, PackedActs, PackedFn, TILE_ROWS};
+use crate::quant::packed::{ActBlock, Kind, PackedActs, PackedFn, TILE_ROWS};
 
 /// Tokens processed together against each loaded value group.
 const TOKENS: usize = 8;
 
 /// The kernel for `kind`. Only called after `Isa::best()` chose AVX-512.
-pub(super) fn kernel(kind: Kind) -> PackedFn {
+pub(in crate::quant) fn kernel(kind: Kind) -> PackedFn {
     match kind {
         Kind::Q4_0 => gemm::<{ Kind::Q4_0 as u8 }>,
         Kind::Q4_1 => gemm::<{ Kind::Q4_1 as u8 }>,
@@ -42,7 +42,7 @@ const fn kind_of(k: u8) -> Kind {
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL and VNNI; `w` holds whole tiles of `nb` blocks of the
 /// format; `acts` was prepared for the format with `nb` blocks per row and holds `tokens`; the
-/// output rows are writable (see [`super::packed::PackedRows::gemm_ptr`]).
+/// output rows are writable (see [`crate::quant::packed::PackedRows::gemm_ptr`]).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
 unsafe fn gemm<const K: u8>(
     w: &[u8],

@@ -6,8 +6,8 @@
 use half::f16;
 
 use super::fp16::f16_to_f32;
-use super::{QuantError, impl_quant_block, quantize_row_blocks};
 use crate::GgmlType;
+use crate::quant::{QuantError, impl_quant_block, quantize_row_blocks};
 
 /// Elements per Q4_1 block.
 pub const QK4_1: usize = 32;

@@ -1,15 +1,15 @@
 //! Register-resident AVX2/FMA/F16C kernels for the hottest decode dot products (Q4_0, Q4_1, Q5_0,
 //! Q8_0 weights).
 //!
-//! Same lane layout and operation order as the generic kernels in `vec_dot.rs` (eight i32 lane
+//! Same lane layout and operation order as the generic kernels in `quant/vec_dot.rs` (eight i32 lane
 //! sums per 32-value block, one fused multiply-add per lane, GGML's `hsum_float_8` at the end),
 //! so the results are bit-identical to theirs; only the unpacking and the accumulators stay in
 //! registers instead of round-tripping through arrays.
 
 use std::arch::x86_64::*;
 
-use super::super::q8_act::{Q8_0_BYTES, Q8_1_BYTES};
-use super::{HIGH_BITS, hsum8};
+use crate::quant::q8_act::{Q8_0_BYTES, Q8_1_BYTES};
+use crate::quant::vec_dot::{HIGH_BITS, hsum8};
 
 /// Little-endian f16 at `b[0..2]`, as f32, in one F16C instruction.
 #[inline]
@@ -65,7 +65,7 @@ fn hsum(acc: __m256) -> f32 {
 
 /// Q4_0 · Q8_0. Lengths validated by the caller (whole blocks, same count).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q4_0(w: &[u8], xq: &[u8]) -> f32 {
+pub(in crate::quant) fn dot_q4_0(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, bx) in w.chunks_exact(18).zip(xq.chunks_exact(Q8_0_BYTES)) {
         let d = _mm256_set1_ps(f16_at(bw) * f16_at(bx));
@@ -78,7 +78,7 @@ pub(super) fn dot_q4_0(w: &[u8], xq: &[u8]) -> f32 {
 
 /// Q4_1 · Q8_1: `Σ d_w d_x Σ q_w q_x`, plus `Σ m_w s_x` kept apart and added last.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q4_1(w: &[u8], xq: &[u8]) -> f32 {
+pub(in crate::quant) fn dot_q4_1(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0f32;
     for (bw, bx) in w.chunks_exact(20).zip(xq.chunks_exact(Q8_1_BYTES)) {
@@ -93,7 +93,7 @@ pub(super) fn dot_q4_1(w: &[u8], xq: &[u8]) -> f32 {
 
 /// Q8_0 · Q8_0.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q8_0(w: &[u8], xq: &[u8]) -> f32 {
+pub(in crate::quant) fn dot_q8_0(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, bx) in w.chunks_exact(Q8_0_BYTES).zip(xq.chunks_exact(Q8_0_BYTES)) {
         let d = _mm256_set1_ps(f16_at(bw) * f16_at(bx));
@@ -106,7 +106,7 @@ pub(super) fn dot_q8_0(w: &[u8], xq: &[u8]) -> f32 {
 
 /// Q5_0 · Q8_0: `Σ d_w d_x Σ (q_w − 16) q_x` with 5-bit `q_w` (fifth bits through a table).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q5_0(w: &[u8], xq: &[u8]) -> f32 {
+pub(in crate::quant) fn dot_q5_0(w: &[u8], xq: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (bw, bx) in w.chunks_exact(22).zip(xq.chunks_exact(Q8_0_BYTES)) {
         let d = _mm256_set1_ps(f16_at(bw) * f16_at(bx));
@@ -147,7 +147,7 @@ unsafe fn unpack32(kind: Kind, b: &[u8]) -> __m256i {
 
 /// The 32-value weight formats dotted with Q8_0 activations.
 #[derive(Clone, Copy)]
-pub(super) enum Kind {
+pub(in crate::quant) enum Kind {
     Q4_0,
     Q5_0,
     Q8_0,
@@ -157,7 +157,7 @@ pub(super) enum Kind {
 /// 32-value weight format dotted with Q8_0, unpacking each weight block once per tile of rows.
 /// Same operations in the same order as the single-row kernels: bit-identical results.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot32_rows(kind: Kind, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+pub(in crate::quant) fn dot32_rows(kind: Kind, w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
     let wb = match kind {
         Kind::Q4_0 => 18,
         Kind::Q5_0 => 22,
@@ -186,7 +186,7 @@ pub(super) fn dot32_rows(kind: Kind, w: &[u8], xq: &[u8], rb: usize, out: &mut [
 
 /// Q4_1 · Q8_1 for a tile of activation rows at a time; bit-identical to [`dot_q4_1`].
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn dot_q4_1_rows(w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
+pub(in crate::quant) fn dot_q4_1_rows(w: &[u8], xq: &[u8], rb: usize, out: &mut [f32]) {
     for (i, tile) in out.chunks_mut(ROW_TILE).enumerate() {
         let t0 = i * ROW_TILE;
         let mut acc = [_mm256_setzero_ps(); ROW_TILE];

@@ -1,4 +1,4 @@
-//! NEON-specific checks on top of the kernel contract test (`kernel_tests.rs`, which runs every
+//! NEON-specific checks on top of the kernel contract test (`quant/kernel/tests.rs`, which runs every
 //! supported level on random data): the NEON levels really select these kernels, and sums of
 //! extreme values (largest weights and activations) stay exact.
 

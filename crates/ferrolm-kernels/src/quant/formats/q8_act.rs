@@ -15,7 +15,7 @@
 
 use half::f16;
 
-use super::QK_K;
+use crate::quant::QK_K;
 
 /// Values per Q8_0 / Q8_1 block.
 pub const QK8: usize = 32;
@@ -94,7 +94,7 @@ pub(crate) fn nearest_int(v: f32) -> i32 {
 #[inline(always)]
 pub(crate) fn quantize_block_q8_k(x: &[f32], out: &mut [u8]) {
     let (x, out) = (&x[..QK_K], &mut out[..Q8_K_BYTES]);
-    let (amax, max) = super::signed_absmax(x);
+    let (amax, max) = crate::quant::signed_absmax(x);
     let mut qs = [0i8; QK_K];
     let d = if amax == 0.0 {
         0.0

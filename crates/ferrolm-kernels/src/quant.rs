@@ -1,7 +1,8 @@
 //! GGML block formats: dequantization, dot products with f32 vectors, and reference quantizers.
 //!
-//! One module per format, each with a `#[repr(C)]` block struct laid out exactly as in GGML
-//! (little-endian), a scalar dequantizer and a dot product. The engine uses only the dispatch
+//! One module per format (under `quant/formats/`, re-exported here as `quant::q4_0`, ...), each
+//! with a `#[repr(C)]` block struct laid out exactly as in GGML (little-endian), a scalar
+//! dequantizer and a dot product. The engine uses only the dispatch
 //! functions here, which validate lengths and never panic:
 //!
 //! - [`supports`] / [`dequantize_row`] / [`dot_f32`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
@@ -22,39 +23,19 @@
 //! 32 independent f32 lanes, a shape LLVM vectorises; on x86_64 with AVX2
 //! the whole row loop is additionally compiled for AVX2 and chosen at run time.
 
-#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
-mod aarch64_neon;
-pub mod bf16;
-pub mod fp16;
-pub mod fp32;
-pub mod iq4_nl;
-pub mod iq4_xs;
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+mod formats;
 mod kernel;
 pub mod kv;
 pub mod packed;
-pub mod q2_k;
-pub mod q3_k;
-pub mod q4_0;
-pub mod q4_1;
-pub mod q4_k;
-pub mod q5_0;
-pub mod q5_1;
-pub mod q5_k;
-pub mod q6_k;
-pub mod q8_0;
-pub mod q8_act;
 pub mod vec_dot;
 #[cfg(target_arch = "x86_64")]
-mod x86_avx512;
-#[cfg(target_arch = "x86_64")]
-mod x86_avx512_formats;
-#[cfg(target_arch = "x86_64")]
-mod x86_avx512_packed;
-#[cfg(target_arch = "x86_64")]
-mod x86_avxvnni;
-#[cfg(target_arch = "x86_64")]
-mod x86_avxvnni_formats;
+mod x86;
 
+pub use formats::{
+    bf16, fp16, fp32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_act,
+};
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
 pub use kernel::VecDot;

@@ -11,7 +11,7 @@
 use half::f16;
 
 use super::fp16::f16_to_f32;
-use super::{QK_K, impl_quant_block};
+use crate::quant::{QK_K, impl_quant_block};
 
 /// One Q2_K super-block, laid out as in GGML.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -7,8 +7,8 @@
 use half::f16;
 
 use super::fp16::f16_to_f32;
-use super::{QuantError, impl_quant_block, quantize_row_blocks};
 use crate::GgmlType;
+use crate::quant::{QuantError, impl_quant_block, quantize_row_blocks};
 
 /// Elements per Q5_0 block.
 pub const QK5_0: usize = 32;
@@ -64,7 +64,7 @@ impl BlockQ5_0 {
     /// GGML's reference quantizer (`quantize_row_q5_0_ref`): the value of largest magnitude maps
     /// to -16, `d = max / -16`, `q = min(31, trunc(x / d + 16.5))`.
     pub fn quantize(x: &[f32; QK5_0]) -> Self {
-        let (_, max) = super::signed_absmax(x);
+        let (_, max) = crate::quant::signed_absmax(x);
         let d = max / -16.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let q = |v: f32| ((v * id + 16.5) as u8).min(31);

@@ -1,10 +1,10 @@
 //! The weight formats of the AVX-512 kernels: where each lane's bytes come from (permute plans
 //! computed at compile time), how nibbles, high bits and scales are unpacked, and how the
-//! matching activation groups are rearranged. See `x86_avx512.rs` for the lane layout.
+//! matching activation groups are rearranged. See `avx512.rs` for the lane layout.
 
 use std::arch::x86_64::*;
 
-use super::x86_avx512::{
+use super::avx512::{
     Avx512, BytePlan, Format, WGroup, WordPlan, byte_sums, f16_hi, f16_lo, gather, gather_words, hi_nibbles,
     lo_nibbles, load, zero_ps,
 };

@@ -13,7 +13,7 @@ use half::f16;
 
 use super::fp16::f16_to_f32;
 use super::q4_k::{K_SCALE_SIZE, scale_min_k4};
-use super::{QK_K, impl_quant_block};
+use crate::quant::{QK_K, impl_quant_block};
 
 /// One Q5_K super-block, laid out as in GGML.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -7,8 +7,8 @@
 use half::f16;
 
 use super::fp16::f16_to_f32;
-use super::{QuantError, impl_quant_block, quantize_row_blocks};
 use crate::GgmlType;
+use crate::quant::{QuantError, impl_quant_block, quantize_row_blocks};
 
 /// Elements per Q5_1 block.
 pub const QK5_1: usize = 32;

@@ -1,6 +1,6 @@
 //! F32: plain little-endian IEEE-754 single precision, one element per "block".
 
-use super::{FloatElem, dequantize_elems, dot_elems};
+use crate::quant::{FloatElem, dequantize_elems, dot_elems};
 
 /// Decoder for little-endian f32 elements.
 pub(crate) struct F32Elem;
@@ -9,7 +9,7 @@ impl FloatElem for F32Elem {
     const BYTES: usize = 4;
     #[inline(always)]
     fn read(b: &[u8]) -> f32 {
-        f32::from_le_bytes(*super::as_array(b))
+        f32::from_le_bytes(*crate::quant::as_array(b))
     }
 }
 

@@ -7,7 +7,7 @@
 use half::f16;
 
 use super::fp16::f16_to_f32;
-use super::impl_quant_block;
+use crate::quant::impl_quant_block;
 
 /// Elements per IQ4_NL block.
 pub const QK4_NL: usize = 32;
