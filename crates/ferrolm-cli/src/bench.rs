@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use ferrolm::backend::{BackendChoice, Placement};
 use ferrolm::batch::Batch;
-use ferrolm::kv::{CacheManager, KvCache, KvType, SeqId};
+use ferrolm::kv::{CacheManager, KvCache, SeqId};
 use ferrolm::model::{LoadOptions, Model};
 use ferrolm::sequence::{Outputs, Sequence};
 use rand::rngs::StdRng;
@@ -57,12 +57,9 @@ pub struct Args {
     /// Output format: md (a table), json, jsonl or csv.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
     pub output: OutputFormat,
-    /// Storage type of cached keys: f16, f32, q8_0 or q4_0.
-    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
-    pub cache_type_k: KvType,
-    /// Storage type of cached values: f16, f32, q8_0 or q4_0.
-    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
-    pub cache_type_v: KvType,
+    /// Storage types of the KV cache.
+    #[command(flatten)]
+    pub kv_types: crate::cache_args::KvTypeArgs,
     /// Eviction policy, budget and memory threshold (evictions are part of the timed work).
     #[command(flatten)]
     pub cache: crate::cache_args::CacheArgs,
@@ -79,10 +76,6 @@ pub struct Args {
     /// Seconds to sleep before each test after the first (lets the CPU cool down).
     #[arg(long, default_value_t = 0.0)]
     pub delay: f64,
-}
-
-fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
 }
 
 /// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0), the
@@ -183,8 +176,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         model: &minfo,
                         n_batch: args.batch_size,
                         n_threads,
-                        type_k: args.cache_type_k,
-                        type_v: args.cache_type_v,
+                        type_k: args.kv_types.k,
+                        type_v: args.kv_types.v,
                         n_prompt: test.n_prompt,
                         n_gen: test.n_gen,
                         n_parallel: test.n_parallel,
@@ -231,7 +224,7 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
             .collect()
     };
     let cap = test.n_prompt + test.n_gen;
-    let mut kv = model.new_kv_cache_typed(cap, args.cache_type_k, args.cache_type_v)?;
+    let mut kv = model.new_kv_cache_typed(cap, args.kv_types.k, args.kv_types.v)?;
     let mut seqs = Vec::with_capacity(test.n_parallel);
     for s in 0..test.n_parallel {
         let mgr = CacheManager::new(args.cache.options(), model.attention_shapes(), cap)?;
@@ -351,7 +344,7 @@ mod tests {
 
     #[test]
     fn every_cache_type_is_accepted() {
-        for t in KvType::ALL {
+        for t in ferrolm::kv::KvType::ALL {
             let cli = Cli::try_parse_from([
                 "bench",
                 "-m",
@@ -362,7 +355,7 @@ mod tests {
                 t.name(),
             ])
             .expect("valid");
-            assert_eq!((cli.args.cache_type_k, cli.args.cache_type_v), (t, t));
+            assert_eq!((cli.args.kv_types.k, cli.args.kv_types.v), (t, t));
         }
     }
 

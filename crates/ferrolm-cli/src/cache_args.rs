@@ -1,6 +1,22 @@
-//! KV-cache eviction options shared by `generate`, `chat`, `perplexity` and `bench`.
+//! KV-cache options shared by `generate`, `chat`, `serve`, `perplexity` and `bench`: the
+//! storage types and the eviction policy.
 
-use ferrolm::kv::{CacheOptions, PolicyKind};
+use ferrolm::kv::{CacheOptions, KvType, PolicyKind};
+
+/// Storage types of the KV cache.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct KvTypeArgs {
+    /// Storage type of cached keys: f16 (llama.cpp's default), f32, q8_0 or q4_0.
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
+    pub k: KvType,
+    /// Storage type of cached values: f16, f32, q8_0 or q4_0.
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
+    pub v: KvType,
+}
+
+fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
+}
 
 /// How the KV cache is kept bounded.
 #[derive(clap::Args, Debug, Clone)]

@@ -2,7 +2,6 @@
 
 use anyhow::Context;
 use ferrolm::backend::BackendChoice;
-use ferrolm::kv::KvType;
 use ferrolm::model::{GgmlType, LoadOptions, Model};
 use ferrolm::session::SessionOptions;
 
@@ -25,12 +24,9 @@ pub struct ModelArgs {
     /// Largest prompt chunk per forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
-    /// Storage type of cached keys: f16 (llama.cpp's default), f32, q8_0 or q4_0.
-    #[arg(long = "cache-type-k", default_value = "f16", value_parser = parse_kv_type)]
-    pub cache_type_k: KvType,
-    /// Storage type of cached values: f16, f32, q8_0 or q4_0.
-    #[arg(long = "cache-type-v", default_value = "f16", value_parser = parse_kv_type)]
-    pub cache_type_v: KvType,
+    /// Storage types of the KV cache.
+    #[command(flatten)]
+    pub kv_types: crate::cache_args::KvTypeArgs,
     /// Eviction policy, budget and memory threshold.
     #[command(flatten)]
     pub cache: crate::cache_args::CacheArgs,
@@ -95,13 +91,9 @@ impl ModelArgs {
         SessionOptions {
             n_ctx: self.ctx_size,
             n_batch: self.batch_size,
-            type_k: self.cache_type_k,
-            type_v: self.cache_type_v,
+            type_k: self.kv_types.k,
+            type_v: self.kv_types.v,
             cache: self.cache.options(),
         }
     }
-}
-
-fn parse_kv_type(s: &str) -> Result<KvType, String> {
-    KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
 }

@@ -9,7 +9,7 @@ use super::error::ApiError;
 use super::json::{fields, parse_object, type_name};
 use super::params::{CommonFields, GenSpec, max_tokens, params_for_choice, top_logprobs};
 use super::response::{
-    Collected, UsageSum, chat_logprob, collect, fingerprint, new_id, submit_all, unix_now,
+    Collected, UsageSum, chat_logprob, collect, completion_body, new_id, submit_all, unix_now,
 };
 use super::stream::{StreamHead, StreamKind, sse_response};
 use super::tools;
@@ -342,15 +342,6 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
         usage.add(&c.usage, i == 0);
         choices.push(choice_json(state.backend.as_ref(), i, c, job.tools.as_deref()));
     }
-    let body = json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": created,
-        "model": job.model,
-        "system_fingerprint": fingerprint(),
-        "choices": choices,
-        "usage": usage.usage_json(),
-        "timings": usage.timings_json(),
-    });
+    let body = completion_body("chat.completion", &id, created, &job.model, choices, &usage);
     Ok(json_response(StatusCode::OK, &body))
 }

@@ -11,7 +11,7 @@ use super::backend::{Backend, encode_prompt};
 use super::error::ApiError;
 use super::json::{fields, is_token_array, parse_object, token_id, type_name};
 use super::params::{CommonFields, GenSpec, max_tokens, params_for_choice, top_logprobs};
-use super::response::{LegacyLogprobs, UsageSum, collect, fingerprint, new_id, submit_all, unix_now};
+use super::response::{LegacyLogprobs, UsageSum, collect, completion_body, new_id, submit_all, unix_now};
 use super::stream::{StreamHead, StreamKind, sse_response};
 use super::{AppState, check_context, json_response};
 use ferrolm::engine::GenRequest;
@@ -196,15 +196,6 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
             "finish_reason": c.finish.map_or("stop", |f| f.openai_reason()),
         }));
     }
-    let body = json!({
-        "id": id,
-        "object": "text_completion",
-        "created": created,
-        "model": job.model,
-        "system_fingerprint": fingerprint(),
-        "choices": choices,
-        "usage": usage.usage_json(),
-        "timings": usage.timings_json(),
-    });
+    let body = completion_body("text_completion", &id, created, &job.model, choices, &usage);
     Ok(json_response(StatusCode::OK, &body))
 }

@@ -102,55 +102,68 @@ pub(crate) async fn submit_all(
     Ok(rxs)
 }
 
-/// Token counts of a whole response.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct UsageSum {
-    pub prompt_tokens: usize,
-    pub cached_tokens: usize,
-    pub completion_tokens: usize,
-    /// Timings: the slowest choice's.
-    pub queue_ms: f64,
-    pub prompt_ms: f64,
-    pub decode_ms: f64,
+/// The body of a non-streamed completion (`object`: `chat.completion` or `text_completion`).
+pub(crate) fn completion_body(
+    object: &str,
+    id: &str,
+    created: u64,
+    model: &str,
+    choices: Vec<Value>,
+    usage: &UsageSum,
+) -> Value {
+    json!({
+        "id": id,
+        "object": object,
+        "created": created,
+        "model": model,
+        "system_fingerprint": fingerprint(),
+        "choices": choices,
+        "usage": usage.usage_json(),
+        "timings": usage.timings_json(),
+    })
 }
+
+/// Token counts of a whole response (timings: the slowest choice's).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct UsageSum(Usage);
 
 impl UsageSum {
     /// Adds one choice; its prompt counts only when `new_prompt` (the `n` choices of one prompt
     /// share it).
     pub(crate) fn add(&mut self, u: &Usage, new_prompt: bool) {
         if new_prompt {
-            self.prompt_tokens += u.prompt_tokens;
-            self.cached_tokens += u.cached_tokens;
+            self.0.prompt_tokens += u.prompt_tokens;
+            self.0.cached_tokens += u.cached_tokens;
         }
-        self.completion_tokens += u.completion_tokens;
-        self.queue_ms = self.queue_ms.max(u.queue_ms);
-        self.prompt_ms = self.prompt_ms.max(u.prompt_ms);
-        self.decode_ms = self.decode_ms.max(u.decode_ms);
+        self.0.completion_tokens += u.completion_tokens;
+        self.0.queue_ms = self.0.queue_ms.max(u.queue_ms);
+        self.0.prompt_ms = self.0.prompt_ms.max(u.prompt_ms);
+        self.0.decode_ms = self.0.decode_ms.max(u.decode_ms);
     }
 
     /// OpenAI's `usage`.
     pub(crate) fn usage_json(&self) -> Value {
         json!({
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "prompt_tokens": self.0.prompt_tokens,
+            "completion_tokens": self.0.completion_tokens,
+            "total_tokens": self.0.prompt_tokens + self.0.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.0.cached_tokens},
         })
     }
 
     /// llama-server's `timings`.
     pub(crate) fn timings_json(&self) -> Value {
         let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
-        let prompt_n = self.prompt_tokens.saturating_sub(self.cached_tokens);
+        let prompt_n = self.0.prompt_tokens.saturating_sub(self.0.cached_tokens);
         json!({
-            "queue_ms": self.queue_ms,
-            "cache_n": self.cached_tokens,
+            "queue_ms": self.0.queue_ms,
+            "cache_n": self.0.cached_tokens,
             "prompt_n": prompt_n,
-            "prompt_ms": self.prompt_ms,
-            "prompt_per_second": per_s(prompt_n, self.prompt_ms),
-            "predicted_n": self.completion_tokens,
-            "predicted_ms": self.decode_ms,
-            "predicted_per_second": per_s(self.completion_tokens, self.decode_ms),
+            "prompt_ms": self.0.prompt_ms,
+            "prompt_per_second": per_s(prompt_n, self.0.prompt_ms),
+            "predicted_n": self.0.completion_tokens,
+            "predicted_ms": self.0.decode_ms,
+            "predicted_per_second": per_s(self.0.completion_tokens, self.0.decode_ms),
         })
     }
 }
