@@ -24,7 +24,6 @@ pub mod constrain;
 pub mod engine;
 mod error;
 pub mod eval;
-pub mod format;
 pub mod hub;
 pub mod kv;
 pub mod model;
@@ -35,3 +34,6 @@ pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use ferrolm_kernels::GgmlType;
+
+/// GGUF and safetensors files: the `ferrolm-format` crate.
+pub use ferrolm_format as format;
