@@ -30,10 +30,11 @@ pub mod model;
 pub mod sampling;
 pub mod session;
 pub mod threads;
-pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use ferrolm_kernels::GgmlType;
 
 /// GGUF and safetensors files: the `ferrolm-format` crate.
 pub use ferrolm_format as format;
+/// Tokenizers: the `ferrolm-tokenizer` crate.
+pub use ferrolm_tokenizer as tokenizer;

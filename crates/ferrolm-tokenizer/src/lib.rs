@@ -13,8 +13,8 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use ferrolm::format::gguf::GgufFile;
-//! use ferrolm::tokenizer::Tokenizer;
+//! use ferrolm_format::gguf::GgufFile;
+//! use ferrolm_tokenizer::Tokenizer;
 //! let gguf = GgufFile::open("model.gguf")?;
 //! let tok = Tokenizer::from_gguf(&gguf)?;
 //! let ids = tok.encode("Hello world", true, true)?;
@@ -31,13 +31,17 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use ferrolm::tokenizer::Tokenizer;
+//! use ferrolm_tokenizer::Tokenizer;
 //! let tok = Tokenizer::from_hf_dir("SmolLM2-135M-Instruct".as_ref())?;
 //! let ids = tok.encode("Hello world", true, true)?;
 //! assert_eq!(tok.decode(&ids), "Hello world");
 //! println!("{:?}", tok.chat_template());
 //! # Ok(()) }
 //! ```
+//!
+//! Part of ferrolm, which re-exports this crate as `ferrolm::tokenizer`. Its only ferrolm
+//! dependency is `ferrolm-format` (a GGUF file's metadata holds the vocabulary); it knows nothing
+//! of models, sampling or backends.
 
 mod bpe;
 mod hf;
@@ -53,7 +57,7 @@ mod vocab;
 
 use std::collections::BTreeSet;
 
-use crate::format::gguf::GgufError;
+use ferrolm_format::gguf::GgufError;
 
 pub use hf::HfVocabExport;
 pub use pretok::PreType;

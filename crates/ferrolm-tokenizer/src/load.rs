@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::format::gguf::{GgufFile, MetaArray};
+use ferrolm_format::gguf::{GgufFile, MetaArray};
 
 use super::bpe::MergeRanks;
 use super::pretok::{PreTokenizer, PreType};
@@ -95,7 +95,7 @@ const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 /// Accessor of one [`SpecialIds`] field.
 type SlotFn = fn(&mut SpecialIds) -> &mut Option<u32>;
 
-fn meta_err(e: crate::format::gguf::GgufError) -> TokenizerError {
+fn meta_err(e: ferrolm_format::gguf::GgufError) -> TokenizerError {
     TokenizerError::Metadata(e)
 }
 
