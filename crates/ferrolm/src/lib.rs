@@ -19,7 +19,6 @@
 //! ```
 
 pub mod backend;
-pub mod chat;
 pub mod constrain;
 pub mod engine;
 mod error;
@@ -34,6 +33,8 @@ pub mod threads;
 pub use error::{Error, Result};
 pub use ferrolm_kernels::GgmlType;
 
+/// Chat templates: the `ferrolm-chat` crate.
+pub use ferrolm_chat as chat;
 /// GGUF and safetensors files: the `ferrolm-format` crate.
 pub use ferrolm_format as format;
 /// Tokenizers: the `ferrolm-tokenizer` crate.
