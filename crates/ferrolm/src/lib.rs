@@ -23,7 +23,6 @@ pub mod constrain;
 pub mod engine;
 mod error;
 pub mod eval;
-pub mod hub;
 pub mod kv;
 pub mod model;
 pub mod sampling;
@@ -37,5 +36,7 @@ pub use ferrolm_kernels::GgmlType;
 pub use ferrolm_chat as chat;
 /// GGUF and safetensors files: the `ferrolm-format` crate.
 pub use ferrolm_format as format;
+/// The model catalog and downloads: the `ferrolm-hub` crate.
+pub use ferrolm_hub as hub;
 /// Tokenizers: the `ferrolm-tokenizer` crate.
 pub use ferrolm_tokenizer as tokenizer;
