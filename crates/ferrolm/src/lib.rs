@@ -20,21 +20,26 @@
 
 pub mod backend;
 pub mod batch;
-pub mod chat;
 pub mod constrain;
 pub mod decoder;
 pub mod engine;
 mod error;
 pub mod eval;
-pub mod format;
-pub mod hub;
 pub mod kv;
 pub mod model;
 pub mod sampling;
 pub mod sequence;
 pub mod session;
 pub mod threads;
-pub mod tokenizer;
 
 pub use error::{Error, Result};
 pub use ferrolm_kernels::GgmlType;
+
+/// Chat templates: the `ferrolm-chat` crate.
+pub use ferrolm_chat as chat;
+/// GGUF and safetensors files: the `ferrolm-format` crate.
+pub use ferrolm_format as format;
+/// The model catalog and downloads: the `ferrolm-hub` crate.
+pub use ferrolm_hub as hub;
+/// Tokenizers: the `ferrolm-tokenizer` crate.
+pub use ferrolm_tokenizer as tokenizer;

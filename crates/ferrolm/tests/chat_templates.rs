@@ -120,6 +120,9 @@ fn raised_errors_carry_the_template_message() {
         Err(ChatTemplateError::Raised(msg)) => assert_eq!(&msg, error),
         other => panic!("expected a raised exception, got {other:?}"),
     }
+    // It converts into the library's error with its message unchanged.
+    let e: ferrolm::Error = ChatTemplateError::Raised("no".into()).into();
+    assert_eq!(e.to_string(), "chat template raised an exception: no");
 }
 
 /// Options with the model's own BOS/EOS token texts.

@@ -177,3 +177,10 @@ fn missing_tensor_and_untied_head_are_named() {
     let e = load_err(&dir);
     assert!(e.contains("lm_head.weight") && e.contains("tie_word_embeddings"), "{e}");
 }
+
+#[test]
+fn safetensors_errors_convert_into_the_library_error() {
+    let e: ferrolm::Error = SafetensorsFile::open("/nonexistent/x.safetensors").unwrap_err().into();
+    assert!(matches!(e, ferrolm::Error::Safetensors(_)), "{e:?}");
+    assert!(e.to_string().contains("/nonexistent/x.safetensors"), "{e}");
+}

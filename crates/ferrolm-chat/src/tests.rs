@@ -261,7 +261,7 @@ fn errors_say_what_and_where() {
         }
         other => panic!("{other:?}"),
     }
-    let e: crate::Error = ChatTemplateError::Raised("no".into()).into();
+    let e = ChatTemplateError::Raised("no".into());
     assert_eq!(e.to_string(), "chat template raised an exception: no");
 }
 

@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use super::load::detect_special_by_text;
 use super::vocab::{TokenType, Vocab};
-use super::{Engine, SpecialIds, Tokenizer, TokenizerError, TokenizerKind};
+use super::{Algorithm, SpecialIds, Tokenizer, TokenizerError, TokenizerKind};
 
 pub use export::HfVocabExport;
 
@@ -44,7 +44,7 @@ const MAX_ID_HOLES: usize = 1 << 16;
 
 /// The Hugging Face side of a [`Tokenizer`].
 #[derive(Clone)]
-pub(super) struct HfEngine {
+pub(super) struct HfAlgorithm {
     /// Splits every added token out of the text (special ones included).
     hf: tokenizers::Tokenizer,
     /// A copy that leaves `special` added tokens in the text (for `parse_special = false`), made
@@ -53,7 +53,7 @@ pub(super) struct HfEngine {
     n_merges: usize,
 }
 
-impl HfEngine {
+impl HfAlgorithm {
     /// Number of merges of a BPE model.
     pub(super) fn n_merges(&self) -> usize {
         self.n_merges
@@ -377,7 +377,7 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             kind,
-            engine: Engine::Hf(Box::new(HfEngine { hf, literal: OnceLock::new(), n_merges })),
+            algorithm: Algorithm::Hf(Box::new(HfAlgorithm { hf, literal: OnceLock::new(), n_merges })),
             vocab,
             special,
             eog,
@@ -394,7 +394,7 @@ impl Tokenizer {
     /// What a GGUF converter needs to write this Hugging Face tokenizer's vocabulary; an error
     /// for GGUF tokenizers and for models other than BPE.
     pub fn hf_vocab_export(&self) -> Result<HfVocabExport, TokenizerError> {
-        let Engine::Hf(h) = &self.engine else {
+        let Algorithm::Hf(h) = &self.algorithm else {
             return Err(TokenizerError::Unsupported("not a Hugging Face tokenizer".into()));
         };
         HfVocabExport::new(self, h.inner())

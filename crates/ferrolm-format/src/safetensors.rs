@@ -14,7 +14,7 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use ferrolm::format::safetensors::SafetensorsSet;
+//! use ferrolm_format::safetensors::SafetensorsSet;
 //! let set = SafetensorsSet::open_dir("SmolLM2-135M-Instruct")?;
 //! if let Some((storage, t)) = set.tensor("model.embed_tokens.weight") {
 //!     let bytes = &storage.as_bytes()[t.range.clone()];
@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use ferrolm_kernels::GgmlType;
 
-use crate::format::storage::Storage;
+use crate::storage::Storage;
 
 pub use set::{INDEX_FILE, SINGLE_FILE, SafetensorsSet};
 pub use write::{StTensorData, safetensors_bytes, write_safetensors};

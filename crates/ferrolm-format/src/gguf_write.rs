@@ -10,9 +10,9 @@
 //! a power of two, and nested arrays must not be deeper than the reader accepts.
 //!
 //! ```
-//! use ferrolm::format::gguf::{GgufFile, MetaValue};
-//! use ferrolm::format::gguf_write::GgufWriter;
-//! use ferrolm::GgmlType;
+//! use ferrolm_format::GgmlType;
+//! use ferrolm_format::gguf::{GgufFile, MetaValue};
+//! use ferrolm_format::gguf_write::GgufWriter;
 //!
 //! let mut w = GgufWriter::new();
 //! w.add("general.architecture", MetaValue::String("llama".into()))?;
@@ -364,7 +364,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::format::gguf::GgufError;
+    use crate::gguf::GgufError;
 
     /// A writer with one value of every type, nested arrays included, and a few tensors.
     fn sample() -> GgufWriter {

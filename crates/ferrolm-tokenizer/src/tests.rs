@@ -1,7 +1,7 @@
 //! Unit tests on small hand-built vocabularies.
 
 use super::*;
-use crate::format::gguf::GgufFile;
+use ferrolm_format::gguf::GgufFile;
 
 /// A metadata value for the test GGUF writer.
 enum V {

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
-use crate::format::storage::Storage;
+use crate::storage::Storage;
 
 use super::{Res, SafetensorsError, SafetensorsFile, StTensor};
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ferrolm_kernels::GgmlType;
 
-use crate::format::storage::Storage;
+use crate::storage::Storage;
 
 mod value;
 

@@ -10,9 +10,9 @@
 //! [`RenderOptions::kwargs`] (e.g. `enable_thinking`) as a variable.
 //!
 //! ```
-//! use ferrolm::chat::{ChatTemplate, Message, RenderOptions};
+//! use ferrolm_chat::{ChatTemplate, Message, RenderOptions};
 //!
-//! # fn main() -> Result<(), ferrolm::chat::ChatTemplateError> {
+//! # fn main() -> Result<(), ferrolm_chat::ChatTemplateError> {
 //! let t = ChatTemplate::new(
 //!     "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}\
 //!      {% if add_generation_prompt %}<|assistant|>{% endif %}",
@@ -26,6 +26,9 @@
 //!
 //! Not supported: methods that change a list or dict in place (`list.append`, `dict.update`…),
 //! since template values are immutable here; a template calling one fails with a render error.
+//!
+//! Part of ferrolm, which re-exports this crate as `ferrolm::chat`. It depends on no other ferrolm
+//! crate: a template is rendered from messages and token texts, whatever model they belong to.
 
 mod date;
 mod env;

@@ -94,10 +94,7 @@ fn guess_pre(raw: &Value) -> Option<&'static str> {
 
 impl HfVocabExport {
     /// Reads the export out of a Hugging Face tokenizer and its [`Tokenizer`] mirror.
-    pub(in crate::tokenizer) fn new(
-        tok: &Tokenizer,
-        hf: &tokenizers::Tokenizer,
-    ) -> Result<HfVocabExport, TokenizerError> {
+    pub(crate) fn new(tok: &Tokenizer, hf: &tokenizers::Tokenizer) -> Result<HfVocabExport, TokenizerError> {
         let path = super::serialized_path();
         let json = hf.to_string(false).map_err(|e| TokenizerError::Hf(e.to_string()))?;
         let raw: Value = serde_json::from_str(&json)

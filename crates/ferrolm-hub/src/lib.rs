@@ -7,9 +7,12 @@
 //! cache folder followed by `ferrolm`.
 //!
 //! ```no_run
-//! let path = ferrolm::hub::resolve(None, &mut |_event| {})?;
-//! # Ok::<(), ferrolm::hub::HubError>(())
+//! let path = ferrolm_hub::resolve(None, &mut |_event| {})?;
+//! # Ok::<(), ferrolm_hub::HubError>(())
 //! ```
+//!
+//! Part of ferrolm, which re-exports this crate as `ferrolm::hub`. It depends on no other ferrolm
+//! crate: it finds, downloads and checks model files, and never parses them.
 
 mod catalog;
 mod fetch;

@@ -3,12 +3,12 @@
 
 use std::collections::BTreeSet;
 
-use crate::format::gguf::{GgufFile, MetaArray};
+use ferrolm_format::gguf::{GgufFile, MetaArray};
 
 use super::bpe::MergeRanks;
 use super::pretok::{PreTokenizer, PreType};
 use super::vocab::{TokenType, Vocab, attr};
-use super::{Engine, SpecialIds, Tokenizer, TokenizerError, TokenizerKind};
+use super::{Algorithm, SpecialIds, Tokenizer, TokenizerError, TokenizerKind};
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
 const KEY_PRE: &str = "tokenizer.ggml.pre";
@@ -95,7 +95,7 @@ const FIM_SEP_TEXTS: &[&str] = &["<|file_sep|>"];
 /// Accessor of one [`SpecialIds`] field.
 type SlotFn = fn(&mut SpecialIds) -> &mut Option<u32>;
 
-fn meta_err(e: crate::format::gguf::GgufError) -> TokenizerError {
+fn meta_err(e: ferrolm_format::gguf::GgufError) -> TokenizerError {
     TokenizerError::Metadata(e)
 }
 
@@ -183,7 +183,7 @@ impl Tokenizer {
         // Defaults by model type, then the pre-tokenizer's, then the file's keys.
         let mut special = SpecialIds::default();
         let (mut add_bos, mut add_eos, mut add_space_prefix);
-        let engine = match kind {
+        let algorithm = match kind {
             TokenizerKind::Spm => {
                 special.bos = Some(1);
                 special.eos = Some(2);
@@ -191,7 +191,7 @@ impl Tokenizer {
                 add_bos = true;
                 add_eos = false;
                 add_space_prefix = true;
-                Engine::Spm
+                Algorithm::Spm
             }
             TokenizerKind::Bpe => {
                 special.bos = Some(11);
@@ -209,7 +209,7 @@ impl Tokenizer {
                     special.bos = None;
                 }
                 let merges = gguf.get_str_array(KEY_MERGES).map_err(meta_err)?;
-                Engine::Bpe {
+                Algorithm::Bpe {
                     pre: info.pre,
                     pretok: PreTokenizer::new(info.pre)?,
                     merges: MergeRanks::parse(merges)?,
@@ -287,7 +287,7 @@ impl Tokenizer {
 
         Ok(Tokenizer {
             kind,
-            engine,
+            algorithm,
             vocab,
             special,
             eog,

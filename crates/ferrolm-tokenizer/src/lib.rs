@@ -13,8 +13,8 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use ferrolm::format::gguf::GgufFile;
-//! use ferrolm::tokenizer::Tokenizer;
+//! use ferrolm_format::gguf::GgufFile;
+//! use ferrolm_tokenizer::Tokenizer;
 //! let gguf = GgufFile::open("model.gguf")?;
 //! let tok = Tokenizer::from_gguf(&gguf)?;
 //! let ids = tok.encode("Hello world", true, true)?;
@@ -31,13 +31,17 @@
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use ferrolm::tokenizer::Tokenizer;
+//! use ferrolm_tokenizer::Tokenizer;
 //! let tok = Tokenizer::from_hf_dir("SmolLM2-135M-Instruct".as_ref())?;
 //! let ids = tok.encode("Hello world", true, true)?;
 //! assert_eq!(tok.decode(&ids), "Hello world");
 //! println!("{:?}", tok.chat_template());
 //! # Ok(()) }
 //! ```
+//!
+//! Part of ferrolm, which re-exports this crate as `ferrolm::tokenizer`. Its only ferrolm
+//! dependency is `ferrolm-format` (a GGUF file's metadata holds the vocabulary); it knows nothing
+//! of models, sampling or backends.
 
 mod bpe;
 mod hf;
@@ -53,7 +57,7 @@ mod vocab;
 
 use std::collections::BTreeSet;
 
-use crate::format::gguf::GgufError;
+use ferrolm_format::gguf::GgufError;
 
 pub use hf::HfVocabExport;
 pub use pretok::PreType;
@@ -156,7 +160,7 @@ pub struct SpecialIds {
 
 /// Algorithm-specific state.
 #[derive(Clone)]
-enum Engine {
+enum Algorithm {
     Spm,
     Bpe {
         pre: PreType,
@@ -165,14 +169,14 @@ enum Engine {
         ignore_merges: bool,
     },
     /// A Hugging Face tokenizer; the vocabulary table mirrors its tokens for the shared accessors.
-    Hf(Box<hf::HfEngine>),
+    Hf(Box<hf::HfAlgorithm>),
 }
 
 /// A tokenizer built from a GGUF vocabulary or a Hugging Face `tokenizer.json`.
 #[derive(Clone)]
 pub struct Tokenizer {
     kind: TokenizerKind,
-    engine: Engine,
+    algorithm: Algorithm,
     vocab: Vocab,
     special: SpecialIds,
     eog: BTreeSet<u32>,
@@ -219,17 +223,17 @@ impl Tokenizer {
 
     /// Whether this is a GGUF or a Hugging Face tokenizer.
     pub fn backend(&self) -> TokenizerBackend {
-        match &self.engine {
-            Engine::Hf(_) => TokenizerBackend::HuggingFace,
-            Engine::Spm | Engine::Bpe { .. } => TokenizerBackend::Gguf,
+        match &self.algorithm {
+            Algorithm::Hf(_) => TokenizerBackend::HuggingFace,
+            Algorithm::Spm | Algorithm::Bpe { .. } => TokenizerBackend::Gguf,
         }
     }
 
     /// The BPE pre-tokenizer (`None` for SentencePiece and Hugging Face vocabularies).
     pub fn pre_type(&self) -> Option<PreType> {
-        match &self.engine {
-            Engine::Spm | Engine::Hf(_) => None,
-            Engine::Bpe { pre, .. } => Some(*pre),
+        match &self.algorithm {
+            Algorithm::Spm | Algorithm::Hf(_) => None,
+            Algorithm::Bpe { pre, .. } => Some(*pre),
         }
     }
 
@@ -248,10 +252,10 @@ impl Tokenizer {
 
     /// Number of BPE merges (0 for SentencePiece vocabularies).
     pub fn n_merges(&self) -> usize {
-        match &self.engine {
-            Engine::Spm => 0,
-            Engine::Bpe { merges, .. } => merges.len(),
-            Engine::Hf(h) => h.n_merges(),
+        match &self.algorithm {
+            Algorithm::Spm => 0,
+            Algorithm::Bpe { merges, .. } => merges.len(),
+            Algorithm::Hf(h) => h.n_merges(),
         }
     }
 
@@ -386,17 +390,17 @@ impl Tokenizer {
         add_special: bool,
         parse_special: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let frags = match &self.engine {
-            Engine::Hf(_) => Vec::new(),
-            Engine::Spm | Engine::Bpe { .. } => self.partition(text, parse_special),
+        let frags = match &self.algorithm {
+            Algorithm::Hf(_) => Vec::new(),
+            Algorithm::Spm | Algorithm::Bpe { .. } => self.partition(text, parse_special),
         };
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
             out.extend(self.special.bos);
         }
-        match &self.engine {
-            Engine::Hf(h) => h.encode_into(text, parse_special, &mut out)?,
-            Engine::Spm => {
+        match &self.algorithm {
+            Algorithm::Hf(h) => h.encode_into(text, parse_special, &mut out)?,
+            Algorithm::Spm => {
                 let mut prev_special = true;
                 let mut buf = String::new();
                 for f in &frags {
@@ -419,7 +423,7 @@ impl Tokenizer {
                     }
                 }
             }
-            Engine::Bpe { pretok, merges, ignore_merges, .. } => {
+            Algorithm::Bpe { pretok, merges, ignore_merges, .. } => {
                 let table = byte_chars();
                 let mut encoded = String::new();
                 for f in &frags {
