@@ -29,7 +29,7 @@ SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3 = "gemma-3-270m-q4_k_m.gguf"
 
 # The server gives running requests --shutdown-timeout seconds, then closes connections within a
-# final grace of 5 s (crates/ferrolm-server/src/api/mod.rs); a little slack on top for the engine.
+# final grace of 5 s (crates/ferrolm-server/src/api.rs); a little slack on top for the engine.
 FINAL_GRACE_S = 5.0
 EXIT_SLACK_S = 5.0
 
