@@ -28,6 +28,7 @@ pub mod format;
 pub mod hub;
 pub mod kv;
 pub mod model;
+pub mod ops;
 pub mod sampling;
 pub mod session;
 pub mod threads;

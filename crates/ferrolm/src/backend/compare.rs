@@ -11,7 +11,7 @@ use crate::GgmlType;
 use crate::batch::{Batch, BatchEntry};
 use crate::kv::{KvCache, KvType};
 use crate::model::weights::Weight;
-use crate::model::{Activation, RopeStyle};
+use crate::ops::{Activation, RopeStyle};
 
 /// The result of one operator on one shape.
 #[derive(Clone, Debug)]

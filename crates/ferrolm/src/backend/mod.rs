@@ -21,8 +21,9 @@ use half::f16;
 use crate::batch::BatchEntry;
 use crate::kv::{KvCache, SeqId};
 use crate::model::weights::Weight;
-use crate::model::{Activation, RopeStyle};
-pub use cpu::{AttentionShape, MatmulJob};
+pub use crate::ops::AttentionShape;
+use crate::ops::{Activation, RopeStyle};
+pub use cpu::MatmulJob;
 pub use placement::{BackendChoice, Placement};
 
 /// Errors of a compute backend.

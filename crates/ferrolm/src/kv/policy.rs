@@ -11,7 +11,8 @@
 use std::fmt::Debug;
 
 use super::SeqCache;
-use crate::backend::cpu::{AttentionShape, attention_mass};
+use crate::backend::cpu::attention_mass;
+use crate::ops::AttentionShape;
 use crate::{Error, Result};
 
 /// The policies ferrolm ships, by name.

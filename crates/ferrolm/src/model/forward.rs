@@ -6,10 +6,11 @@
 
 use super::{Model, RopeParams};
 use crate::backend::Backend;
-use crate::backend::cpu::{self, AttentionShape, MatmulJob};
+use crate::backend::cpu::{self, MatmulJob};
 use crate::batch::BatchEntry;
 use crate::batch::{Batch, Logits};
 use crate::kv::KvCache;
+use crate::ops::AttentionShape;
 use crate::{Error, Result};
 
 /// The buffers of one forward pass, grown to the largest batch seen and reused.

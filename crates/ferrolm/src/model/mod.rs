@@ -21,6 +21,7 @@ use crate::backend::Placement;
 use crate::constrain::TokenEnv;
 use crate::format::gguf::GgufFile;
 use crate::kv::{KvCache, KvType};
+use crate::ops::AttentionShape;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 use weights::ModelWeights;
@@ -207,9 +208,9 @@ impl Model {
     }
 
     /// The attention geometry of layer `il` (heads, scale, sliding window, soft-capping).
-    pub fn attention_shape(&self, il: usize) -> crate::backend::cpu::AttentionShape {
+    pub fn attention_shape(&self, il: usize) -> AttentionShape {
         let cfg = &self.config;
-        crate::backend::cpu::AttentionShape {
+        AttentionShape {
             n_head: cfg.n_head,
             n_head_kv: cfg.n_head_kv,
             head_dim: cfg.head_dim,
@@ -220,7 +221,7 @@ impl Model {
     }
 
     /// The attention geometry of every layer, in order.
-    pub fn attention_shapes(&self) -> Vec<crate::backend::cpu::AttentionShape> {
+    pub fn attention_shapes(&self) -> Vec<AttentionShape> {
         (0..self.config.n_layer).map(|il| self.attention_shape(il)).collect()
     }
 

@@ -5,7 +5,8 @@ mod attention;
 mod matmul;
 mod ops;
 
-pub use attention::{AttentionShape, attention, attention_mass};
+pub use crate::ops::AttentionShape;
+pub use attention::{attention, attention_mass};
 pub use matmul::{MatmulJob, matmul, matmul_many};
 pub(crate) use ops::RMS_GROUP;
 pub use ops::{

@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use half::f16;
 
-use crate::model::config::{Activation, RopeParams, RopeStyle};
+use crate::ops::{Activation, RopeParams, RopeStyle};
 
 /// Rows whose sums of squares run side by side. Each row is still summed element by element
 /// in order (GGML's order, so the result is the same), but the rows' additions overlap instead

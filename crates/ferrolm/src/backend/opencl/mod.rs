@@ -28,7 +28,7 @@ use crate::GgmlType;
 use crate::batch::BatchEntry;
 use crate::kv::{KvCache, SeqId};
 use crate::model::weights::Weight;
-use crate::model::{Activation, RopeStyle};
+use crate::ops::{Activation, RopeStyle};
 use cl::Cl;
 pub use cl::{DeviceInfo, list_devices, pick_device};
 
