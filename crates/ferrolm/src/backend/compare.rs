@@ -10,8 +10,7 @@ use super::{AttentionShape, Backend, BackendResult, CpuBackend};
 use crate::GgmlType;
 use crate::batch::{Batch, BatchEntry};
 use crate::kv::{KvCache, KvType};
-use crate::model::weights::Weight;
-use crate::ops::{Activation, RopeStyle};
+use crate::ops::{Activation, RopeStyle, Weight};
 
 /// The result of one operator on one shape.
 #[derive(Clone, Debug)]

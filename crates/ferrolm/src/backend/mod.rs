@@ -20,10 +20,8 @@ use half::f16;
 
 use crate::batch::BatchEntry;
 use crate::kv::{KvCache, SeqId};
-use crate::model::weights::Weight;
-pub use crate::ops::AttentionShape;
-use crate::ops::{Activation, RopeStyle};
-pub use cpu::MatmulJob;
+use crate::ops::{Activation, RopeStyle, Weight};
+pub use crate::ops::{AttentionShape, MatmulJob};
 pub use placement::{BackendChoice, Placement};
 
 /// Errors of a compute backend.
@@ -109,6 +107,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Makes what this backend keeps with the weights it will multiply by, once, so that no
+    /// forward pass pays for it (the CPU: the row-interleaved copies its packed kernels read,
+    /// see [`cpu::pack_weights`]). Called for the backends of a model's placement; returns the
+    /// bytes made. Nothing by default.
+    fn prepare_weights(&self, _weights: &[&Weight]) -> usize {
+        0
+    }
+
     /// `out [n, w.rows] = x [n, w.cols] · Wᵀ` on quantized or float weights.
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult;
 
@@ -189,6 +195,10 @@ impl Backend for CpuBackend {
 
     fn supports_weight(&self, ty: crate::GgmlType) -> bool {
         ferrolm_kernels::quant::supports(ty)
+    }
+
+    fn prepare_weights(&self, weights: &[&Weight]) -> usize {
+        cpu::pack_weights(weights)
     }
 
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {

@@ -6,11 +6,11 @@
 
 use super::{Model, RopeParams};
 use crate::backend::Backend;
-use crate::backend::cpu::{self, MatmulJob};
+use crate::backend::cpu;
 use crate::batch::BatchEntry;
 use crate::batch::{Batch, Logits};
 use crate::kv::KvCache;
-use crate::ops::AttentionShape;
+use crate::ops::{AttentionShape, MatmulJob};
 use crate::{Error, Result};
 
 /// The buffers of one forward pass, grown to the largest batch seen and reused.
@@ -74,6 +74,7 @@ impl Model {
     /// [`Model::forward`] writing into `logits`, whose buffers are reused: with a `logits` kept
     /// between decode steps, a step allocates nothing.
     pub fn forward_into(&self, batch: &Batch, kv: &mut KvCache, logits: &mut Logits) -> Result<()> {
+        self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
         let res = self
@@ -124,6 +125,7 @@ impl Model {
     /// starts from. `[n_tokens, n_embd]`
     pub fn forward_hidden(&self, batch: &Batch, kv: &mut KvCache) -> Result<Vec<f32>> {
         let cfg = &self.config;
+        self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
         let res = self.forward_blocks(be, batch, kv, &mut ws);

@@ -1,13 +1,19 @@
 //! Operator types: the vocabulary that the model, the KV cache and the compute backends share.
 //!
-//! The geometry of an attention call ([`AttentionShape`]) and the parameters of the
-//! element-wise operators ([`Activation`], [`RopeStyle`], [`RopeParams`]). The [`crate::model`]
-//! describes a forward pass in these terms, the [`crate::backend`]s compute it, and the
-//! [`crate::kv`] eviction policies score slots with them.
+//! A weight as stored ([`Weight`]), the product a matmul makes ([`MatmulJob`]), the geometry of
+//! an attention call ([`AttentionShape`]) and the parameters of the element-wise operators
+//! ([`Activation`], [`RopeStyle`], [`RopeParams`]). The [`crate::model`] describes a forward
+//! pass in these terms, the [`crate::backend`]s compute it, and the [`crate::kv`] eviction
+//! policies score slots with them.
 //!
 //! This module sits below all three and imports nothing else of the crate
 //! (`scripts/check-layers.py` checks that in CI), so none of them has to import another to
 //! name what they pass each other.
+
+mod weight;
+
+pub(crate) use weight::WeightBytes;
+pub use weight::{MatmulJob, Weight};
 
 /// Activation of the gated feed-forward network.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

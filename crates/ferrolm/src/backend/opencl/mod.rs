@@ -27,8 +27,7 @@ use super::{AttentionShape, Backend, BackendResult};
 use crate::GgmlType;
 use crate::batch::BatchEntry;
 use crate::kv::{KvCache, SeqId};
-use crate::model::weights::Weight;
-use crate::ops::{Activation, RopeStyle};
+use crate::ops::{Activation, RopeStyle, Weight};
 use cl::Cl;
 pub use cl::{DeviceInfo, list_devices, pick_device};
 
