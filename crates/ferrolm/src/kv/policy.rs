@@ -10,8 +10,7 @@
 
 use std::fmt::Debug;
 
-use super::SeqCache;
-use crate::backend::cpu::attention_mass;
+use super::{SeqCache, attention_mass};
 use crate::ops::AttentionShape;
 use crate::{Error, Result};
 

@@ -7,12 +7,14 @@ mod matmul;
 mod ops;
 mod repack;
 
+pub use attention::attention;
+// The operator types and the reference attention statistics, under their former paths.
+pub use crate::kv::attention_mass;
 pub use crate::ops::{AttentionShape, MatmulJob};
-pub use attention::{attention, attention_mass};
 pub use matmul::{matmul, matmul_many};
 pub(crate) use ops::RMS_GROUP;
 pub use ops::{
     add_bias_rows, add_inplace, gated_activation, gelu_tanh, rms_norm_inplace, rms_norm_rows, rope_apply,
-    rope_cos_sin, silu, softcap,
+    rope_cos_sin, rope_table, silu, softcap,
 };
 pub use repack::{pack_weights, packed};

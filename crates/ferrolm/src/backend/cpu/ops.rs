@@ -97,6 +97,20 @@ pub fn rope_cos_sin(
     }
 }
 
+/// [`rope_cos_sin`] at each of `positions`, one row of `max(rope_dims / 2, 1)` pairs each
+/// in `out`: a batch's RoPE angle table.
+pub fn rope_table(
+    positions: &[u32],
+    rope_dims: usize,
+    p: &RopeParams,
+    factors: Option<&[f32]>,
+    out: &mut [(f32, f32)],
+) {
+    for (&pos, row) in positions.iter().zip(out.chunks_exact_mut((rope_dims / 2).max(1))) {
+        rope_cos_sin(pos, rope_dims, p, factors, row);
+    }
+}
+
 /// YaRN's correction range: the pairs between which rotation switches from extrapolation to
 /// interpolation (ggml's `ggml_rope_yarn_corr_dims`).
 fn yarn_corr_dims(rope_dims: usize, p: &RopeParams) -> [f32; 2] {

@@ -36,7 +36,6 @@
 
 mod decode;
 mod prefill;
-mod stats;
 #[cfg(test)]
 mod tests;
 
@@ -47,7 +46,6 @@ use ferrolm_kernels::quant::kv::{BlockRows, KvBlocks, KvKernels};
 use ferrolm_kernels::simd_attn::{AttnKernels, Elems};
 
 use crate::batch::BatchEntry;
-pub use stats::attention_mass;
 
 use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId, Stored};
 use crate::ops::{AttentionShape, visible};
