@@ -19,9 +19,9 @@
 //! ```
 
 pub mod backend;
+pub mod batch;
 pub mod chat;
 pub mod constrain;
-pub mod batch;
 mod error;
 pub mod eval;
 pub mod format;

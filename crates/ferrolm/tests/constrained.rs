@@ -8,8 +8,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrolm::constrain::{ConstrainError, Constraint, ConstraintSpec, TokenEnv};
 use ferrolm::batch::Batch;
+use ferrolm::constrain::{ConstrainError, Constraint, ConstraintSpec, TokenEnv};
 use ferrolm::kv::KvCache;
 use ferrolm::model::Model;
 use ferrolm::sampling::{Sampler, SamplerParams};
