@@ -27,6 +27,7 @@ mod error;
 pub mod eval;
 pub mod kv;
 pub mod model;
+pub mod ops;
 pub mod sampling;
 pub mod sequence;
 pub mod session;

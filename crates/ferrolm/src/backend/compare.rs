@@ -10,8 +10,7 @@ use super::{AttentionShape, Backend, BackendResult, CpuBackend};
 use crate::GgmlType;
 use crate::batch::{Batch, BatchEntry};
 use crate::kv::{KvCache, KvType};
-use crate::model::weights::Weight;
-use crate::model::{Activation, RopeStyle};
+use crate::ops::{Activation, RopeParams, RopeStyle, Weight};
 
 /// The result of one operator on one shape.
 #[derive(Clone, Debug)]
@@ -139,6 +138,14 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
             b.add(x, &y)?;
             Ok(x.clone())
         })?;
+        r.check("add_bias", format!("[{n}, {d}]"), &x, |b, x| {
+            b.add_bias(x, &w)?;
+            Ok(x.clone())
+        })?;
+        r.check("softcap", format!("cap 2.5 [{n}, {d}]"), &x, |b, x| {
+            b.softcap(x, 2.5)?;
+            Ok(x.clone())
+        })?;
         for (act, exact, name) in [
             (Activation::Silu, false, "silu"),
             (Activation::GeluTanh, false, "gelu (f16 table)"),
@@ -153,6 +160,29 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
             let mut out = vec![f16::ZERO; x.len()];
             b.copy_to_f16(x, &mut out)?;
             Ok(out.iter().map(|v| v.to_f32()).collect())
+        })?;
+    }
+    let yarn = RopeParams {
+        freq_scale: 0.25,
+        ext_factor: 1.0,
+        attn_factor: 1.2,
+        n_ctx_orig: 4096,
+        ..RopeParams::plain(1e6)
+    };
+    for (name, params, factors) in [
+        ("plain", RopeParams::plain(10000.0), None),
+        ("yarn", yarn, None),
+        (
+            "factors",
+            RopeParams::plain(500000.0),
+            Some((0..32).map(|i| 1.0 + i as f32 / 8.0).collect::<Vec<_>>()),
+        ),
+    ] {
+        let positions: Vec<u32> = (0..9).map(|_| rng.random_range(0..20000)).collect();
+        r.check("rope_cos_sin", format!("{name}, 9 positions, dims 64"), &positions, |b, pos| {
+            let mut out = vec![(0f32, 0f32); pos.len() * 32];
+            b.rope_cos_sin(pos, 64, &params, factors.as_deref(), &mut out)?;
+            Ok(out.iter().flat_map(|&(c, s)| [c, s]).collect())
         })?;
     }
     for &(n, heads, hd, rope_dims) in
@@ -231,6 +261,20 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
                 b.attention(c.shape, &entries, batch.prompt_chunks(), &kv, 0, q, &mut out)?;
                 Ok(out)
             })?;
+            // The eviction statistics of the first sequence's queries (H2O).
+            let Some(seq) = kv.seq(0) else { continue };
+            let qpos: Vec<u32> = entries.iter().filter(|e| e.seq == 0).map(|e| e.pos).collect();
+            let q0 = &q[..qpos.len() * qd];
+            r.check(
+                "attention_mass",
+                format!("{} ({ty} cache, {} slots)", c.name, c.ctx),
+                &qpos,
+                |b, qpos| {
+                    let mut mass = vec![0f32; c.shape.n_head * seq.len()];
+                    b.attention_mass(c.shape, seq, 0, q0, qpos, &mut mass)?;
+                    Ok(mass)
+                },
+            )?;
         }
     }
     Ok(r.reports)

@@ -1,6 +1,8 @@
 //! Compute backends: the operators a transformer needs, behind one [`Backend`] trait.
 //!
 //! The CPU backend ([`CpuBackend`], operators in [`cpu`]) is the reference and the fast path.
+//! The types the operators take (weights, shapes, parameters) are [`crate::ops`]'s, shared with
+//! the model and the KV cache.
 //! The OpenCL backend (`opencl`, cargo feature `opencl`) implements the same trait with kernels
 //! compiled at run time for any OpenCL device; `ferrolm test-backend` compares the two op by op
 //! ([`compare`]). Every operator takes and returns host memory (`[f32]` rows), which the OpenCL
@@ -19,10 +21,9 @@ use std::sync::Arc;
 use half::f16;
 
 use crate::batch::BatchEntry;
-use crate::kv::{KvCache, SeqId};
-use crate::model::weights::Weight;
-use crate::model::{Activation, RopeStyle};
-pub use cpu::{AttentionShape, MatmulJob};
+use crate::kv::{KvCache, SeqCache, SeqId};
+use crate::ops::{Activation, RopeParams, RopeStyle, Weight};
+pub use crate::ops::{AttentionShape, MatmulJob};
 pub use placement::{BackendChoice, Placement};
 
 /// Errors of a compute backend.
@@ -108,6 +109,14 @@ pub trait Backend: Send + Sync + fmt::Debug {
         Ok(())
     }
 
+    /// Makes what this backend keeps with the weights it will multiply by, once, so that no
+    /// forward pass pays for it (the CPU: the row-interleaved copies its packed kernels read,
+    /// see [`cpu::pack_weights`]). Called for the backends of a model's placement; returns the
+    /// bytes made. Nothing by default.
+    fn prepare_weights(&self, _weights: &[&Weight]) -> usize {
+        0
+    }
+
     /// `out [n, w.rows] = x [n, w.cols] · Wᵀ` on quantized or float weights.
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult;
 
@@ -128,6 +137,18 @@ pub trait Backend: Send + Sync + fmt::Debug {
 
     /// RMSNorm in place, rows of `w.len()` (also per-head norms: `w` is `[head_dim]`).
     fn rms_norm_inplace(&self, x: &mut [f32], w: &[f32], eps: f32) -> BackendResult;
+
+    /// The RoPE angle table of a batch: for each position, the `(cos, sin)` of the
+    /// `rope_dims / 2` rotated pairs (ggml's `rope_yarn`, see [`cpu::rope_cos_sin`]), with the
+    /// model's per-pair frequency `factors` if any. `out: [positions.len(), max(rope_dims / 2, 1)]`
+    fn rope_cos_sin(
+        &self,
+        positions: &[u32],
+        rope_dims: usize,
+        params: &RopeParams,
+        factors: Option<&[f32]>,
+        out: &mut [(f32, f32)],
+    ) -> BackendResult;
 
     /// Rotates every head of each token's row. `x: [n, heads * head_dim]`; `cos_sin:
     /// [n, rope_dims / 2]` (the first `rope_dims` of each head rotate).
@@ -150,6 +171,12 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// `x += y`.
     fn add(&self, x: &mut [f32], y: &[f32]) -> BackendResult;
 
+    /// Adds `bias` to each `bias.len()`-wide row of `x` (Qwen 2's QKV biases).
+    fn add_bias(&self, x: &mut [f32], bias: &[f32]) -> BackendResult;
+
+    /// `x = cap * tanh(x / cap)`, element-wise (Gemma 2's final logit soft-capping).
+    fn softcap(&self, x: &mut [f32], cap: f32) -> BackendResult;
+
     /// Converts `src` to f16 into `dst` (same length): stores key/value rows in an f16 cache.
     fn copy_to_f16(&self, src: &[f32], dst: &mut [f16]) -> BackendResult;
 
@@ -165,6 +192,20 @@ pub trait Backend: Send + Sync + fmt::Debug {
         layer: usize,
         q: &[f32],
         out: &mut [f32],
+    ) -> BackendResult;
+
+    /// Attention statistics for the eviction policies (H2O): adds, for every query head `h` and
+    /// slot `j` of `seq`, the attention probability each query puts on slot `j` in `layer` to
+    /// `mass[h * seq.len() + j]` (see [`crate::kv::attention_mass`], the reference). `q`:
+    /// `[qpos.len(), n_head * head_dim]` (rotated); `qpos`: the queries' logical positions.
+    fn attention_mass(
+        &self,
+        shape: AttentionShape,
+        seq: &SeqCache,
+        layer: usize,
+        q: &[f32],
+        qpos: &[u32],
+        mass: &mut [f32],
     ) -> BackendResult;
 }
 
@@ -188,6 +229,10 @@ impl Backend for CpuBackend {
 
     fn supports_weight(&self, ty: crate::GgmlType) -> bool {
         ferrolm_kernels::quant::supports(ty)
+    }
+
+    fn prepare_weights(&self, weights: &[&Weight]) -> usize {
+        cpu::pack_weights(weights)
     }
 
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {
@@ -231,6 +276,18 @@ impl Backend for CpuBackend {
 
     fn rms_norm_inplace(&self, x: &mut [f32], w: &[f32], eps: f32) -> BackendResult {
         cpu::rms_norm_inplace(x, w, eps);
+        Ok(())
+    }
+
+    fn rope_cos_sin(
+        &self,
+        positions: &[u32],
+        rope_dims: usize,
+        params: &RopeParams,
+        factors: Option<&[f32]>,
+        out: &mut [(f32, f32)],
+    ) -> BackendResult {
+        cpu::rope_table(positions, rope_dims, params, factors, out);
         Ok(())
     }
 
@@ -284,6 +341,16 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn add_bias(&self, x: &mut [f32], bias: &[f32]) -> BackendResult {
+        cpu::add_bias_rows(x, bias);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut [f32], cap: f32) -> BackendResult {
+        cpu::softcap(x, cap);
+        Ok(())
+    }
+
     fn copy_to_f16(&self, src: &[f32], dst: &mut [f16]) -> BackendResult {
         use half::slice::HalfFloatSliceExt;
         dst.convert_from_f32_slice(src);
@@ -301,6 +368,19 @@ impl Backend for CpuBackend {
         out: &mut [f32],
     ) -> BackendResult {
         cpu::attention(shape, entries, prompt_chunks, kv, layer, q, out);
+        Ok(())
+    }
+
+    fn attention_mass(
+        &self,
+        shape: AttentionShape,
+        seq: &SeqCache,
+        layer: usize,
+        q: &[f32],
+        qpos: &[u32],
+        mass: &mut [f32],
+    ) -> BackendResult {
+        crate::kv::attention_mass(shape, seq, layer, q, qpos, mass);
         Ok(())
     }
 }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::SeqCache;
 use super::monitor::{ProcMonitor, SystemMonitor};
 use super::policy::{EvictionPolicy, PolicyKind, make_policy};
-use crate::backend::cpu::AttentionShape;
+use crate::ops::AttentionShape;
 use crate::{Error, Result};
 
 /// How a sequence's cache is bounded.

@@ -9,6 +9,7 @@ mod manager;
 mod monitor;
 mod policy;
 mod query_log;
+mod stats;
 
 use std::collections::BTreeMap;
 
@@ -22,6 +23,7 @@ pub use manager::{CacheManager, CacheOptions, EvictionEvent, EvictionReason, Evi
 pub use monitor::{FixedMonitor, ProcMonitor, SystemMonitor};
 pub use policy::{EvictionPolicy, PolicyKind, make_policy};
 pub use query_log::QueryLog;
+pub use stats::attention_mass;
 
 /// Storage type of cached keys or values.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -10,8 +10,8 @@
 
 use std::fmt::Debug;
 
-use super::SeqCache;
-use crate::backend::cpu::{AttentionShape, attention_mass};
+use super::{SeqCache, attention_mass};
+use crate::ops::AttentionShape;
 use crate::{Error, Result};
 
 /// The policies ferrolm ships, by name.

@@ -4,6 +4,9 @@ use super::tensors::TensorMap;
 use crate::format::gguf::GgufFile;
 use crate::{Error, Result};
 
+// Defined with the operators, below the model, the KV cache and the backends.
+pub use crate::ops::{Activation, RopeParams, RopeStyle};
+
 /// RoPE of the global layers from `{arch}.rope.*` keys, as llama.cpp reads them.
 fn rope_from_gguf(f: &GgufFile, arch: &str, n_ctx_train: usize) -> Result<RopeParams> {
     let key = |k: &str| format!("{arch}.rope.{k}");
@@ -90,63 +93,6 @@ impl Arch {
     /// Whether this is one of the Gemma family (GeGLU, embeddings scaled by √n_embd).
     pub fn is_gemma(self) -> bool {
         matches!(self, Arch::Gemma | Arch::Gemma2 | Arch::Gemma3)
-    }
-}
-
-/// Activation of the gated feed-forward network.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// `silu(gate) * up` (SwiGLU).
-    Silu,
-    /// `gelu_tanh(gate) * up` (GeGLU).
-    GeluTanh,
-}
-
-/// How RoPE pairs the dimensions of a head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Adjacent pairs `(2i, 2i+1)` — GGUF llama models (the converter permutes Q/K for this).
-    Interleaved,
-    /// Halves `(i, i + d/2)` — GPT-NeoX style: Hugging Face checkpoints, Qwen, Phi-3, Gemma.
-    Neox,
-}
-
-/// RoPE parameters for one kind of layer, with ggml's YaRN conventions.
-///
-/// For rotated pair `i` of `n` rotated dimensions at position `p`, the angle is
-/// `θ = p · base^(-2i/n) / f_i` (`f_i` the optional per-pair frequency factors: Llama 3 scaling,
-/// LongRoPE), scaled by `freq_scale` and, with YaRN, blended between scaled and unscaled per
-/// pair; `cos θ` and `sin θ` are multiplied by `attn_factor`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RopeParams {
-    /// Frequency base θ.
-    pub base: f32,
-    /// Linear position scale (1 / scaling factor).
-    pub freq_scale: f32,
-    /// YaRN extrapolation mix (1 with YaRN scaling, else 0).
-    pub ext_factor: f32,
-    /// Magnitude scale of the rotation (YaRN and LongRoPE attention factors), usually 1.
-    pub attn_factor: f32,
-    /// YaRN: rotations per context above which a pair is extrapolated.
-    pub beta_fast: f32,
-    /// YaRN: rotations per context below which a pair is interpolated.
-    pub beta_slow: f32,
-    /// Context length the model was trained with before scaling.
-    pub n_ctx_orig: usize,
-}
-
-impl RopeParams {
-    /// Plain RoPE with base `base`.
-    pub fn plain(base: f32) -> Self {
-        Self {
-            base,
-            freq_scale: 1.0,
-            ext_factor: 0.0,
-            attn_factor: 1.0,
-            beta_fast: 32.0,
-            beta_slow: 1.0,
-            n_ctx_orig: 0,
-        }
     }
 }
 

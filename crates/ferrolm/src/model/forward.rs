@@ -4,12 +4,12 @@
 //! `x += attn(norm(x))` and `x += ffn(norm(x))`, then norm and the LM head. Every buffer lives
 //! in a [`Workspace`] kept by the model between passes, so a decode step allocates nothing.
 
-use super::{Model, RopeParams};
+use super::Model;
 use crate::backend::Backend;
-use crate::backend::cpu::{self, AttentionShape, MatmulJob};
 use crate::batch::BatchEntry;
 use crate::batch::{Batch, Logits};
 use crate::kv::KvCache;
+use crate::ops::{AttentionShape, MatmulJob};
 use crate::{Error, Result};
 
 /// The buffers of one forward pass, grown to the largest batch seen and reused.
@@ -41,6 +41,8 @@ pub(crate) struct Workspace {
     slots: Vec<usize>,
     /// Token id of each batch entry. `[n]`
     ids: Vec<u32>,
+    /// Logical position of each batch entry. `[n]`
+    pos: Vec<u32>,
     /// Batch index of each entry that wants logits. `[m]`
     out_idx: Vec<usize>,
     /// Output-normed rows that want logits. `[m, n_embd]`
@@ -73,6 +75,7 @@ impl Model {
     /// [`Model::forward`] writing into `logits`, whose buffers are reused: with a `logits` kept
     /// between decode steps, a step allocates nothing.
     pub fn forward_into(&self, batch: &Batch, kv: &mut KvCache, logits: &mut Logits) -> Result<()> {
+        self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
         let res = self
@@ -113,7 +116,7 @@ impl Model {
             be.matmul(&w.output, h, m, out)?;
         }
         if let Some(c) = cfg.final_logit_softcap {
-            cpu::softcap(out, c);
+            be.softcap(out, c)?;
         }
         Ok(())
     }
@@ -123,6 +126,7 @@ impl Model {
     /// starts from. `[n_tokens, n_embd]`
     pub fn forward_hidden(&self, batch: &Batch, kv: &mut KvCache) -> Result<Vec<f32>> {
         let cfg = &self.config;
+        self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
         let res = self.forward_blocks(be, batch, kv, &mut ws);
@@ -227,17 +231,15 @@ impl Model {
         // RoPE angles depend only on the position and the layer kind: computed once per batch.
         let half = cfg.rope_dims / 2;
         let rope_factors = w.rope_factors.for_context(kv.capacity(), cfg.rope_global.n_ctx_orig);
-        let rope_table = |p: &RopeParams, cs: &mut [(f32, f32)]| {
-            for (e, row) in entries.iter().zip(cs.chunks_exact_mut(half.max(1))) {
-                cpu::rope_cos_sin(e.pos, cfg.rope_dims, p, rope_factors, row);
-            }
-        };
+        let pos = &mut ws.pos;
+        pos.clear();
+        pos.extend(entries.iter().map(|e| e.pos));
         let cs_global = buf(&mut ws.cs_global, n * half.max(1)); // [n, rope_dims / 2]
-        rope_table(&cfg.rope_global, cs_global);
+        be.rope_cos_sin(pos, cfg.rope_dims, &cfg.rope_global, rope_factors, cs_global)?;
         let has_local = cfg.swa_layers.iter().any(|&l| l) && cfg.rope_local != cfg.rope_global;
         let cs_local = buf(&mut ws.cs_local, if has_local { n * half.max(1) } else { 0 });
         if has_local {
-            rope_table(&cfg.rope_local, cs_local);
+            be.rope_cos_sin(pos, cfg.rope_dims, &cfg.rope_local, rope_factors, cs_local)?;
         }
 
         for (il, lw) in w.layers.iter().enumerate() {
@@ -253,9 +255,9 @@ impl Model {
                 ],
             )?;
             if let Some([bq, bk, bv]) = &lw.qkv_bias {
-                cpu::add_bias_rows(q, bq);
-                cpu::add_bias_rows(k, bk);
-                cpu::add_bias_rows(v, bv);
+                be.add_bias(q, bq)?;
+                be.add_bias(k, bk)?;
+                be.add_bias(v, bv)?;
             }
             if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
                 be.rms_norm_inplace(q, qn, cfg.norm_eps)?;
@@ -273,7 +275,7 @@ impl Model {
             let shape = self.attention_shape(il);
             be.attention(shape, entries, batch.prompt_chunks(), kv, il, q, att)?;
             if tracking {
-                accumulate_attention(shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq));
+                accumulate_attention(be, shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
             }
             be.matmul(&lw.wo, att, n, y)?;
             if let Some(pn) = &lw.post_attn_norm {
@@ -347,7 +349,9 @@ fn store_kv(
 /// Adds the attention each query of the batch gave to each slot of its sequence in `layer`,
 /// averaged over heads and layers, to the slot scores of the sequences that track attention
 /// (H2O's accumulated attention). `bufs`: reused buffers (mass, queries, positions).
+#[allow(clippy::too_many_arguments)]
 fn accumulate_attention(
+    be: &dyn Backend,
     shape: AttentionShape,
     entries: &[BatchEntry],
     kv: &mut KvCache,
@@ -355,7 +359,7 @@ fn accumulate_attention(
     q: &[f32],
     n_layer: usize,
     bufs: (&mut Vec<f32>, &mut Vec<f32>, &mut Vec<u32>),
-) {
+) -> Result<()> {
     let (mass, q_seq, pos_seq) = bufs;
     let qd = shape.n_head * shape.head_dim;
     for (i, e) in entries.iter().enumerate() {
@@ -372,11 +376,12 @@ fn accumulate_attention(
         let len = seq.len();
         mass.clear();
         mass.resize(shape.n_head * len, 0.0);
-        cpu::attention_mass(shape, seq, layer, q_seq, pos_seq, mass);
+        be.attention_mass(shape, seq, layer, q_seq, pos_seq, mass)?;
         let w = 1.0 / (shape.n_head * n_layer) as f32;
         let scores = kv.seq_mut(e.seq).scores_mut();
         for head in mass.chunks_exact(len.max(1)) {
             scores.iter_mut().zip(head).for_each(|(s, m)| *s += m * w);
         }
     }
+    Ok(())
 }

@@ -21,6 +21,7 @@ use crate::backend::Placement;
 use crate::constrain::TokenEnv;
 use crate::format::gguf::GgufFile;
 use crate::kv::{KvCache, KvType};
+use crate::ops::AttentionShape;
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
 use weights::ModelWeights;
@@ -51,6 +52,9 @@ pub struct Model {
     workspaces: std::sync::Mutex<Vec<forward::Workspace>>,
     /// Which backend runs each forward pass.
     placement: Placement,
+    /// Set once the placement's backends have prepared the weights they multiply by (see
+    /// [`Model::prepare_weights`]).
+    weights_prepared: OnceLock<()>,
 }
 
 impl std::fmt::Debug for Model {
@@ -101,16 +105,6 @@ impl Model {
             config.rope_style = style;
         }
         let weights = ModelWeights::from_tensors(&tensors, &config)?;
-        // The CPU is the default placement: its packed weight copies are made now, at load.
-        let t1 = std::time::Instant::now();
-        let packed = weights.pack_for_cpu();
-        if packed > 0 {
-            tracing::info!(
-                mib = packed >> 20,
-                ms = t1.elapsed().as_millis() as u64,
-                "weights packed for the CPU kernels"
-            );
-        }
         tracing::info!(
             path = %path.display(),
             arch = config.arch.name(),
@@ -128,6 +122,7 @@ impl Model {
             token_env: OnceLock::new(),
             workspaces: std::sync::Mutex::new(Vec::new()),
             placement: Placement::default(),
+            weights_prepared: OnceLock::new(),
         })
     }
 
@@ -147,7 +142,30 @@ impl Model {
         }
         tracing::info!(placement = %placement.describe(), "compute placement");
         self.placement = placement;
+        self.weights_prepared = OnceLock::new();
+        self.prepare_weights();
         Ok(())
+    }
+
+    /// Lets each backend of the placement prepare the weights it multiplies by, once per
+    /// placement: [`Model::set_placement`] does it right away, else the first forward pass does
+    /// (so a model loaded for another placement never makes, say, the CPU's repacked copies).
+    pub(crate) fn prepare_weights(&self) {
+        self.weights_prepared.get_or_init(|| {
+            let weights = self.weights.matmul_weights();
+            for be in self.placement.backends() {
+                let t = std::time::Instant::now();
+                let bytes = be.prepare_weights(&weights);
+                if bytes > 0 {
+                    tracing::info!(
+                        backend = be.name(),
+                        mib = bytes >> 20,
+                        ms = t.elapsed().as_millis() as u64,
+                        "weights prepared for the backend"
+                    );
+                }
+            }
+        });
     }
 
     /// Where the forward passes run.
@@ -207,9 +225,9 @@ impl Model {
     }
 
     /// The attention geometry of layer `il` (heads, scale, sliding window, soft-capping).
-    pub fn attention_shape(&self, il: usize) -> crate::backend::cpu::AttentionShape {
+    pub fn attention_shape(&self, il: usize) -> AttentionShape {
         let cfg = &self.config;
-        crate::backend::cpu::AttentionShape {
+        AttentionShape {
             n_head: cfg.n_head,
             n_head_kv: cfg.n_head_kv,
             head_dim: cfg.head_dim,
@@ -220,7 +238,7 @@ impl Model {
     }
 
     /// The attention geometry of every layer, in order.
-    pub fn attention_shapes(&self) -> Vec<crate::backend::cpu::AttentionShape> {
+    pub fn attention_shapes(&self) -> Vec<AttentionShape> {
         (0..self.config.n_layer).map(|il| self.attention_shape(il)).collect()
     }
 

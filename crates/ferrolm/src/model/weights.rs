@@ -4,126 +4,27 @@
 //! them at load time. Quantization is a property of each [`Weight`], not of the model.
 
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
 
-use ferrolm_kernels::quant::PackedRows;
-use ferrolm_kernels::{GgmlType, quant};
+use ferrolm_kernels::quant;
 
 use super::config::ModelConfig;
 use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
+use crate::ops::WeightBytes;
 use crate::{Error, Result};
 
-/// A 2-D weight matrix `[rows, cols]` (GGUF dims `[cols, rows]`), rows stored contiguously in
-/// its block format.
-#[derive(Clone)]
-pub struct Weight {
-    storage: Arc<Storage>,
-    range: Range<usize>,
-    /// Block format of the rows.
-    pub ty: GgmlType,
-    /// Output features (number of rows).
-    pub rows: usize,
-    /// Input features (elements per row).
-    pub cols: usize,
-    row_bytes: usize,
-    /// The CPU's row-interleaved copy, made on first use by a CPU matmul (see [`Weight::packed`]).
-    packed: Arc<OnceLock<Option<PackedRows>>>,
-}
+// Defined with the operators, below the model and the backends.
+pub use crate::ops::Weight;
 
-impl std::fmt::Debug for Weight {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Weight({} [{} x {}])", self.ty, self.rows, self.cols)
-    }
-}
-
-impl Weight {
-    /// All rows' bytes.
-    pub fn data(&self) -> &[u8] {
-        &self.storage.as_bytes()[self.range.clone()]
+/// A file's memory map or an owned buffer holds the weights' bytes.
+impl WeightBytes for Storage {
+    fn bytes(&self) -> &[u8] {
+        self.as_bytes()
     }
 
-    /// The bytes of row `r`.
-    #[inline]
-    pub fn row(&self, r: usize) -> &[u8] {
-        let start = self.range.start + r * self.row_bytes;
-        &self.storage.as_bytes()[start..start + self.row_bytes]
+    fn release(&self, range: Range<usize>) {
+        Storage::release(self, range);
     }
-
-    /// Bytes per row.
-    pub fn row_bytes(&self) -> usize {
-        self.row_bytes
-    }
-
-    /// Rows `start..start + rows` as a weight of their own, sharing the bytes.
-    pub fn row_block(&self, start: usize, rows: usize) -> Weight {
-        let begin = self.range.start + start * self.row_bytes;
-        Weight {
-            storage: self.storage.clone(),
-            range: begin..begin + rows * self.row_bytes,
-            ty: self.ty,
-            rows,
-            cols: self.cols,
-            row_bytes: self.row_bytes,
-            packed: Arc::default(),
-        }
-    }
-
-    /// The row-interleaved copy of this weight's whole 16-row tiles that the CPU's AVX-512
-    /// kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1 and Q8_0), made on the first call
-    /// and kept with the weight. `None` where the CPU or the type has no packed kernel, or when
-    /// `FERROLM_REPACK=0`. The copy has the size of the rows it packs and replaces them in
-    /// resident memory (their mapped pages are released); the memory map stays for everything
-    /// else (embedding lookups, other backends).
-    pub fn packed(&self) -> Option<&PackedRows> {
-        self.packed
-            .get_or_init(|| {
-                if !repack_enabled() || !PackedRows::available(self.ty) {
-                    return None;
-                }
-                let p = PackedRows::new(self.ty, self.data(), self.rows, self.cols)?;
-                tracing::debug!(ty = %self.ty, rows = self.rows, cols = self.cols, bytes = p.bytes(), "weight repacked for the CPU");
-                // The copy replaces the mapped rows in memory: let the system drop their pages
-                // (rows still read from the map, such as tied embeddings, come back on demand).
-                self.storage.release(self.range.start..self.range.start + p.rows() * self.row_bytes);
-                Some(p)
-            })
-            .as_ref()
-    }
-
-    /// A weight over bytes held in memory (tests, backend comparisons).
-    pub(crate) fn owned(ty: GgmlType, rows: usize, cols: usize, bytes: Vec<u8>) -> Weight {
-        let row_bytes = ty.row_bytes(cols as u64).map_or(0, |b| b as usize);
-        assert_eq!(bytes.len(), rows * row_bytes, "weight bytes");
-        let range = 0..bytes.len();
-        Weight {
-            storage: Arc::new(Storage::Owned(bytes)),
-            range,
-            ty,
-            rows,
-            cols,
-            row_bytes,
-            packed: Arc::default(),
-        }
-    }
-
-    /// Dequantizes row `r` into `out` (`cols` elements).
-    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        // Lengths were validated at load time, so this cannot fail.
-        let res = quant::dequantize_row(self.ty, self.row(r), &mut out[..self.cols]);
-        debug_assert!(res.is_ok());
-    }
-}
-
-/// Whether CPU matmuls may repack weights ([`Weight::packed`]): yes unless `FERROLM_REPACK` is
-/// `0`, `false` or `off`.
-fn repack_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("FERROLM_REPACK")
-            .map(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off"))
-            .unwrap_or(true)
-    })
 }
 
 /// The weights of one transformer block.
@@ -215,19 +116,17 @@ impl ModelWeights {
         out
     }
 
-    /// Makes the CPU's packed copies ([`Weight::packed`]) of every matrix the forward pass
-    /// multiplies by, in parallel, so that the first pass does not pay for them. Returns the
-    /// bytes packed. The token embeddings are only looked up, never packed (unless tied: then
-    /// they are the LM head).
-    pub fn pack_for_cpu(&self) -> usize {
-        use rayon::prelude::*;
+    /// Every matrix the forward pass multiplies by (the token embeddings are only looked up,
+    /// unless tied: then they are the LM head): the weights a backend prepares
+    /// ([`crate::backend::Backend::prepare_weights`]).
+    pub fn matmul_weights(&self) -> Vec<&Weight> {
         let mut ws: Vec<&Weight> = self
             .layers
             .iter()
             .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
             .collect();
         ws.push(&self.output);
-        ws.par_iter().map(|w| w.packed().map_or(0, PackedRows::bytes)).sum()
+        ws
     }
 }
 
@@ -254,19 +153,7 @@ impl Loader<'_> {
         if t.dims != [cols as u64, rows as u64] {
             return Err(shape_err());
         }
-        let row_bytes = t.ty.row_bytes(cols as u64).ok_or_else(shape_err)? as usize;
-        if row_bytes.checked_mul(rows) != Some(t.range.len()) {
-            return Err(shape_err());
-        }
-        Ok(Weight {
-            storage: t.storage.clone(),
-            range: t.range.clone(),
-            ty: t.ty,
-            rows,
-            cols,
-            row_bytes,
-            packed: Arc::default(),
-        })
+        Weight::new(t.storage.clone(), t.range.clone(), t.ty, rows, cols).ok_or_else(shape_err)
     }
 
     /// Consecutive row blocks of a fused matrix (`[sum(parts), cols]`), zero-copy.

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use ferrolm_kernels::quant::packed::TILE_ROWS;
 use ferrolm_kernels::quant::{self, PackedActs, PackedRows, VecDot};
 
-use crate::model::weights::Weight;
+use crate::ops::{MatmulJob, Weight};
 use crate::threads::{ThreadPool, parallel_for};
 
 /// Weight rows per task in a prompt GEMM.
@@ -43,14 +43,6 @@ const STREAM_ROWS: usize = 64;
 
 /// Prompt batches at least this long quantize their activations in parallel.
 const PARALLEL_QUANTIZE_MIN: usize = 8;
-
-/// One matrix of a [`matmul_many`] call and where its product goes. `out`: `[n_tok, w.rows]`.
-pub struct MatmulJob<'a> {
-    /// The weight.
-    pub w: &'a Weight,
-    /// The product.
-    pub out: &'a mut [f32],
-}
 
 /// `out [n_tok, w.rows] = x [n_tok, w.cols] · Wᵀ`. `xq` is scratch for the quantized
 /// activations (grown when too small, never shrunk).
@@ -117,7 +109,7 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
     let mut packed: [Option<(&PackedRows, PackedActs<'_>)>; MAX_JOBS] = Default::default();
     for i in 0..n_jobs {
         if let (Some(w), Some((_, rb)), Some(_)) = (weights[i], plans[i].act, kernels[i])
-            && let Some(p) = w.packed()
+            && let Some(p) = super::packed(w)
         {
             let x = &xq[plans[i].offset..plans[i].offset + rb * n_tok];
             packed[i] = Some((p, p.prepare(x, n_tok, spare.pop().unwrap_or_default())));

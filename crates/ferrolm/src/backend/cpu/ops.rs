@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 
 use half::f16;
 
-use crate::model::config::{Activation, RopeParams, RopeStyle};
+use crate::ops::{Activation, RopeParams, RopeStyle};
 
 /// Rows whose sums of squares run side by side. Each row is still summed element by element
 /// in order (GGML's order, so the result is the same), but the rows' additions overlap instead
@@ -94,6 +94,20 @@ pub fn rope_cos_sin(
         };
         let (s, co) = theta.sin_cos();
         *c = (co * p.attn_factor, s * p.attn_factor);
+    }
+}
+
+/// [`rope_cos_sin`] at each of `positions`, one row of `max(rope_dims / 2, 1)` pairs each
+/// in `out`: a batch's RoPE angle table.
+pub fn rope_table(
+    positions: &[u32],
+    rope_dims: usize,
+    p: &RopeParams,
+    factors: Option<&[f32]>,
+    out: &mut [(f32, f32)],
+) {
+    for (&pos, row) in positions.iter().zip(out.chunks_exact_mut((rope_dims / 2).max(1))) {
+        rope_cos_sin(pos, rope_dims, p, factors, row);
     }
 }
 

@@ -28,7 +28,7 @@ use opencl3::program::Program;
 use opencl3::types::{CL_BLOCKING, cl_device_id, cl_mem};
 
 use super::super::BackendError;
-use crate::model::weights::Weight;
+use crate::ops::Weight;
 
 /// The kernels' sources, compiled together into one program.
 const SOURCES: &[&str] = &[

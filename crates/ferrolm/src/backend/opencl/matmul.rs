@@ -12,7 +12,7 @@ use ferrolm_kernels::quant;
 use super::cl::{Arg, Cl};
 use crate::GgmlType;
 use crate::backend::{BackendError, BackendResult};
-use crate::model::weights::Weight;
+use crate::ops::Weight;
 
 /// Work items per matmul work group (`MM_WG` in `quant.cl`).
 const MM_WG: usize = 64;

@@ -7,7 +7,7 @@ use super::cl::Arg;
 use super::test_util::{backend, rand_vec, rel_err};
 use crate::GgmlType;
 use crate::backend::{Backend, BackendError, CpuBackend};
-use crate::model::weights::Weight;
+use crate::ops::Weight;
 
 /// Every weight type the OpenCL backend multiplies.
 const TYPES: &[GgmlType] = crate::backend::compare::WEIGHT_TYPES;

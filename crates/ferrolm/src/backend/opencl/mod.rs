@@ -23,12 +23,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use half::f16;
 
-use super::{AttentionShape, Backend, BackendResult};
+use super::{AttentionShape, Backend, BackendResult, cpu};
 use crate::GgmlType;
 use crate::batch::BatchEntry;
-use crate::kv::{KvCache, SeqId};
-use crate::model::weights::Weight;
-use crate::model::{Activation, RopeStyle};
+use crate::kv::{KvCache, SeqCache, SeqId};
+use crate::ops::{Activation, RopeParams, RopeStyle, Weight};
 use cl::Cl;
 pub use cl::{DeviceInfo, list_devices, pick_device};
 
@@ -110,6 +109,19 @@ impl Backend for OpenClBackend {
         ops::rms_norm_inplace(&mut self.cl(), x, w, eps)
     }
 
+    fn rope_cos_sin(
+        &self,
+        positions: &[u32],
+        rope_dims: usize,
+        params: &RopeParams,
+        factors: Option<&[f32]>,
+        out: &mut [(f32, f32)],
+    ) -> BackendResult {
+        // One row per token: on the host, as the CPU computes it.
+        cpu::rope_table(positions, rope_dims, params, factors, out);
+        Ok(())
+    }
+
     fn rope(
         &self,
         x: &mut [f32],
@@ -133,6 +145,18 @@ impl Backend for OpenClBackend {
         ops::add(&mut self.cl(), x, y)
     }
 
+    fn add_bias(&self, x: &mut [f32], bias: &[f32]) -> BackendResult {
+        // Rare (Qwen 2's QKV biases) and small: on the host, as the CPU computes it.
+        cpu::add_bias_rows(x, bias);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut [f32], cap: f32) -> BackendResult {
+        // Rare (Gemma 2's final logits): on the host, as the CPU computes it.
+        cpu::softcap(x, cap);
+        Ok(())
+    }
+
     fn copy_to_f16(&self, src: &[f32], dst: &mut [f16]) -> BackendResult {
         ops::copy_to_f16(&mut self.cl(), src, dst)
     }
@@ -148,5 +172,19 @@ impl Backend for OpenClBackend {
         out: &mut [f32],
     ) -> BackendResult {
         attention::attention(&mut self.cl(), shape, entries, prompt_chunks, kv, layer, q, out)
+    }
+
+    fn attention_mass(
+        &self,
+        shape: AttentionShape,
+        seq: &SeqCache,
+        layer: usize,
+        q: &[f32],
+        qpos: &[u32],
+        mass: &mut [f32],
+    ) -> BackendResult {
+        // Only for H2O: on the host over the shared cache, with the CPU's reference.
+        crate::kv::attention_mass(shape, seq, layer, q, qpos, mass);
+        Ok(())
     }
 }

@@ -9,7 +9,7 @@ use half::f16;
 
 use super::cl::{Arg, Cl};
 use crate::backend::{BackendError, BackendResult};
-use crate::model::{Activation, RopeStyle};
+use crate::ops::{Activation, RopeStyle};
 
 /// Work items per row of the row reductions (RMSNorm, softmax): a power of two.
 const ROW_GROUP: usize = 128;

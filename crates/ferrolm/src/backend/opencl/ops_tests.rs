@@ -4,7 +4,7 @@ use half::f16;
 
 use super::test_util::{backend, rand_vec, rel_err};
 use crate::backend::{Backend, CpuBackend};
-use crate::model::{Activation, RopeStyle};
+use crate::ops::{Activation, RopeStyle};
 
 /// Asserts `rel_err(got, want) <= tol` and prints the error.
 fn assert_close(what: &str, got: &[f32], want: &[f32], tol: f32) {

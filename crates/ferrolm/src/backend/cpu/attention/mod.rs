@@ -36,7 +36,6 @@
 
 mod decode;
 mod prefill;
-mod stats;
 #[cfg(test)]
 mod tests;
 
@@ -47,26 +46,9 @@ use ferrolm_kernels::quant::kv::{BlockRows, KvBlocks, KvKernels};
 use ferrolm_kernels::simd_attn::{AttnKernels, Elems};
 
 use crate::batch::BatchEntry;
-pub use stats::attention_mass;
 
 use crate::kv::{KvCache, KvType, RowsView, SeqCache, SeqId, Stored};
-
-/// Head geometry of an attention call.
-#[derive(Clone, Copy, Debug)]
-pub struct AttentionShape {
-    /// Query heads.
-    pub n_head: usize,
-    /// Key/value heads; query head `h` reads KV head `h / (n_head / n_head_kv)`.
-    pub n_head_kv: usize,
-    /// Dimension of a head.
-    pub head_dim: usize,
-    /// Score scale (usually 1/√head_dim).
-    pub scale: f32,
-    /// Sliding window: a query at position p sees keys at positions > p - window.
-    pub window: Option<usize>,
-    /// Soft-capping of scores (`cap * tanh(s / cap)`), Gemma 2 style.
-    pub softcap: Option<f32>,
-}
+use crate::ops::{AttentionShape, visible};
 
 /// Attention for every batch entry over its sequence's cached keys and values of `layer`
 /// (which already include the batch's own tokens). A query at logical position `p` attends to
@@ -203,11 +185,6 @@ fn block_rows<'a>(
     let stride = ty.row_bytes(ctx.kv_dim);
     let start = (slot * stride + ty.row_bytes(off)).min(data.len());
     BlockRows { ty, data: &data[start..], rows, cols: ctx.shape.head_dim, stride }
-}
-
-/// Whether a query at `qpos` sees a key at `kpos` (causal, inside the window if any).
-fn visible(window: Option<usize>, qpos: u32, kpos: u32) -> bool {
-    kpos <= qpos && window.is_none_or(|w| ((qpos - kpos) as usize) < w)
 }
 
 /// A layer's cached rows in their storage type.

@@ -10,12 +10,14 @@ use std::cell::RefCell;
 
 use ferrolm_kernels::simd::dot_f32;
 
-use super::{AttentionShape, visible};
-use crate::kv::SeqCache;
+use super::SeqCache;
+use crate::ops::{AttentionShape, visible};
 use crate::threads::{self, parallel_for};
 
 /// Adds, for every query head `h` and slot `j` of `cache`, the attention probability that each
-/// query puts on slot `j` in `layer` to `mass[h * len + j]`.
+/// query puts on slot `j` in `layer` to `mass[h * len + j]`. The reference for the backends'
+/// `attention_mass` operator (the CPU's runs this), and what SnapKV scores the prompt with
+/// when it compresses it.
 ///
 /// `q`: the queries (rotated, as the attention saw them), `[m, n_head * head_dim]`; `qpos`:
 /// their logical positions, `[m]`; `mass`: `[n_head, len]` where `len` is the cache's slot

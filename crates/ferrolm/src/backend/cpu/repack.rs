@@ -1,0 +1,56 @@
+//! The CPU's repacked weights: row-interleaved copies of a weight's whole 16-row tiles that the
+//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1 and Q8_0).
+//!
+//! A copy is made once per weight and kept in the weight's backend slot
+//! ([`Weight::backend_data`]): for every matrix at once when a model's placement includes the
+//! CPU ([`pack_weights`], through [`crate::backend::Backend::prepare_weights`]), else on the
+//! first CPU matmul by the weight. A model placed on another backend alone never makes one.
+
+use std::sync::OnceLock;
+
+use ferrolm_kernels::quant::PackedRows;
+
+use crate::ops::Weight;
+
+/// What the CPU backend keeps with a weight: its packed copy, if it has one.
+struct CpuWeight(Option<PackedRows>);
+
+/// The row-interleaved copy of `w` that the CPU's packed kernels read, made on the first call
+/// and kept with the weight. `None` where the CPU or the type has no packed kernel, or when
+/// `FERROLM_REPACK=0`. The copy has the size of the rows it packs and replaces them in resident
+/// memory (their mapped pages are released); the memory map stays for everything else
+/// (embedding lookups, other backends).
+#[inline]
+pub fn packed(w: &Weight) -> Option<&PackedRows> {
+    w.backend_data(|w| CpuWeight(repack(w))).and_then(|c| c.0.as_ref())
+}
+
+/// Makes the packed copies ([`packed`]) of `weights`, in parallel, so that the first pass does
+/// not pay for them. Returns the bytes packed (also those packed before).
+pub fn pack_weights(weights: &[&Weight]) -> usize {
+    use rayon::prelude::*;
+    weights.par_iter().map(|w| packed(w).map_or(0, PackedRows::bytes)).sum()
+}
+
+fn repack(w: &Weight) -> Option<PackedRows> {
+    if !repack_enabled() || !PackedRows::available(w.ty) {
+        return None;
+    }
+    let p = PackedRows::new(w.ty, w.data(), w.rows, w.cols)?;
+    tracing::debug!(ty = %w.ty, rows = w.rows, cols = w.cols, bytes = p.bytes(), "weight repacked for the CPU");
+    // The copy replaces the mapped rows in memory: let the system drop their pages (rows still
+    // read from the map, such as tied embeddings, come back on demand).
+    w.release_rows(p.rows());
+    Some(p)
+}
+
+/// Whether CPU matmuls may repack weights ([`packed`]): yes unless `FERROLM_REPACK` is `0`,
+/// `false` or `off`.
+fn repack_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("FERROLM_REPACK")
+            .map(|v| !matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off"))
+            .unwrap_or(true)
+    })
+}
