@@ -268,14 +268,12 @@ impl Model {
             be.rope(k, n, hd, cs, cfg.rope_style)?;
             store_kv(be, entries, slots, kv, il, (k, v), kvd)?;
             for (t, e) in entries.iter().enumerate() {
-                if let Some(log) = kv.seq_mut(e.seq).query_log_mut() {
-                    log.record(il, e.pos, &q[t * qd..(t + 1) * qd]);
-                }
+                kv.seq_mut(e.seq).observe_query(il, e.pos, &q[t * qd..(t + 1) * qd]);
             }
             let shape = self.attention_shape(il);
             be.attention(shape, entries, batch.prompt_chunks(), kv, il, q, att)?;
             if tracking {
-                accumulate_attention(be, shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
+                report_attention(be, shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
             }
             be.matmul(&lw.wo, att, n, y)?;
             if let Some(pn) = &lw.post_attn_norm {
@@ -346,11 +344,12 @@ fn store_kv(
     Ok(())
 }
 
-/// Adds the attention each query of the batch gave to each slot of its sequence in `layer`,
-/// averaged over heads and layers, to the slot scores of the sequences that track attention
-/// (H2O's accumulated attention). `bufs`: reused buffers (mass, queries, positions).
+/// Computes the attention each query of the batch gave to each slot of its sequence in `layer`
+/// and reports it to the sequences whose eviction policy asked for it
+/// ([`crate::kv::SeqCache::observe_attention`]); the forward pass keeps nothing of it. `bufs`:
+/// reused buffers (mass, queries, positions).
 #[allow(clippy::too_many_arguments)]
-fn accumulate_attention(
+fn report_attention(
     be: &dyn Backend,
     shape: AttentionShape,
     entries: &[BatchEntry],
@@ -377,11 +376,7 @@ fn accumulate_attention(
         mass.clear();
         mass.resize(shape.n_head * len, 0.0);
         be.attention_mass(shape, seq, layer, q_seq, pos_seq, mass)?;
-        let w = 1.0 / (shape.n_head * n_layer) as f32;
-        let scores = kv.seq_mut(e.seq).scores_mut();
-        for head in mass.chunks_exact(len.max(1)) {
-            scores.iter_mut().zip(head).for_each(|(s, m)| *s += m * w);
-        }
+        kv.seq_mut(e.seq).observe_attention(mass, shape.n_head, n_layer);
     }
     Ok(())
 }

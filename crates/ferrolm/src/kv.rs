@@ -348,9 +348,32 @@ impl SeqCache {
         self.queries.as_ref()
     }
 
-    /// The recent queries, mutable (the forward pass records into it).
+    /// The recent queries, mutable.
     pub fn query_log_mut(&mut self) -> Option<&mut QueryLog> {
         self.queries.as_mut()
+    }
+
+    /// What the forward pass reports of each query it computes (`q`: `[q_dim]`, the token at
+    /// logical position `pos` in `layer`): kept when the policy asked for a query log (SnapKV's
+    /// observation window), ignored otherwise.
+    pub fn observe_query(&mut self, layer: usize, pos: u32, q: &[f32]) {
+        if let Some(log) = &mut self.queries {
+            log.record(layer, pos, q);
+        }
+    }
+
+    /// What the forward pass reports of one layer's attention when the policy tracks attention
+    /// ([`SeqCache::tracks_attention`]): `mass` (`[n_head, len]`), the attention the pass's
+    /// queries gave each slot in one of `n_layer` layers. H2O's accumulated attention adds it to
+    /// [`SeqCache::scores`], averaged over heads and layers.
+    pub fn observe_attention(&mut self, mass: &[f32], n_head: usize, n_layer: usize) {
+        if !self.track_attention {
+            return;
+        }
+        let w = 1.0 / (n_head * n_layer) as f32;
+        for head in mass.chunks_exact(self.scores.len().max(1)) {
+            self.scores.iter_mut().zip(head).for_each(|(s, m)| *s += m * w);
+        }
     }
 
     /// Number of layers.
