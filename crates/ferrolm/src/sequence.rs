@@ -173,14 +173,8 @@ impl Sequence {
 
     /// Forgets every token; the cache of the sequence is emptied.
     pub fn clear(&mut self, kv: &mut KvCache) {
-        self.truncate(kv, 0);
-        if let Some(seq) = kv.seq(self.id)
-            && !seq.is_empty()
-        {
-            let mut fresh = kv.new_seq();
-            self.manager.prepare_seq(&mut fresh);
-            kv.insert_seq(self.id, fresh);
-        }
+        kv.seq_mut(self.id).truncate_positions(0);
+        self.tokens.clear();
     }
 
     /// Takes the sequence's cache out of `kv` (leaving an empty one) with its tokens: what a

@@ -25,6 +25,9 @@ struct State {
     handle_gone: bool,
     /// The task waiting in `poll_next`, if any.
     waker: Option<Waker>,
+    /// Threads blocked in `recv`: only then does a send signal the condition variable (a
+    /// system call), so an async reader costs no more than a waker per event.
+    blocked: usize,
 }
 
 #[derive(Default)]
@@ -67,8 +70,11 @@ impl EventSender {
         }
         st.queue.push_back(event);
         let waker = st.waker.take();
+        let blocked = st.blocked > 0;
         drop(st);
-        self.chan.ready.notify_all();
+        if blocked {
+            self.chan.ready.notify_all();
+        }
         if let Some(w) = waker {
             w.wake();
         }
@@ -132,7 +138,9 @@ impl RequestHandle {
             if st.sender_gone {
                 return None;
             }
+            st.blocked += 1;
             st = self.chan.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.blocked -= 1;
         }
     }
 
@@ -152,7 +160,9 @@ impl RequestHandle {
             if now >= end {
                 return Err(());
             }
+            st.blocked += 1;
             st = self.chan.ready.wait_timeout(st, end - now).unwrap_or_else(|e| e.into_inner()).0;
+            st.blocked -= 1;
         }
     }
 
