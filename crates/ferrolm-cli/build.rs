@@ -17,10 +17,10 @@ fn git(args: &[&str]) -> Option<String> {
 /// Asks cargo to rerun when `git_path` (a path inside the git directory) changes, if it exists:
 /// a missing file would make cargo rerun the script on every build.
 fn watch(git_path: &str) {
-    if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", git_path]) {
-        if Path::new(&p).is_file() {
-            println!("cargo:rerun-if-changed={p}");
-        }
+    if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", git_path])
+        && Path::new(&p).is_file()
+    {
+        println!("cargo:rerun-if-changed={p}");
     }
 }
 

@@ -206,7 +206,7 @@ pub(crate) fn strftime(t: &DateTime, format: &str) -> String {
         let wday = date.weekday_from_sunday();
         let month_name = MONTHS[usize::from(date.month) - 1];
         let day_name = DAYS[wday as usize];
-        let hour12 = if t.hour % 12 == 0 { 12 } else { t.hour % 12 };
+        let hour12 = if t.hour.is_multiple_of(12) { 12 } else { t.hour % 12 };
         match d {
             'a' => out.push_str(&day_name[..3]),
             'A' => out.push_str(day_name),

@@ -137,10 +137,10 @@ fn int_filter(
             2 => digits.strip_prefix("0b").or_else(|| digits.strip_prefix("0B")).unwrap_or(digits),
             _ => digits,
         };
-        if !digits.starts_with(['+', '-']) {
-            if let Ok(n) = i64::from_str_radix(digits, base) {
-                return Ok(Value::from(if neg { -n } else { n }));
-            }
+        if !digits.starts_with(['+', '-'])
+            && let Ok(n) = i64::from_str_radix(digits, base)
+        {
+            return Ok(Value::from(if neg { -n } else { n }));
         }
         // Python's float() and Rust's parse accept the same forms (including "inf" and "nan",
         // which int() then rejects).
@@ -183,10 +183,11 @@ fn float_filter(value: &Value, default: Option<Value>, kwargs: Kwargs) -> Result
 /// Prints a value as jinja2 does (`str(value)`): floats in Python's `repr` form; everything else
 /// as MiniJinja prints it, which already follows Python (`None`, `True`, `['a', 1]`).
 fn format_value(out: &mut minijinja::Output, state: &mut State, value: &Value) -> Result<(), Error> {
-    if value.kind() == ValueKind::Number && !value.is_integer() {
-        if let Ok(f) = f64::try_from(value.clone()) {
-            return out.write_str(&pyjson::float_repr(f, "nan", "inf")).map_err(Error::from);
-        }
+    if value.kind() == ValueKind::Number
+        && !value.is_integer()
+        && let Ok(f) = f64::try_from(value.clone())
+    {
+        return out.write_str(&pyjson::float_repr(f, "nan", "inf")).map_err(Error::from);
     }
     minijinja::escape_formatter(out, state, value)
 }

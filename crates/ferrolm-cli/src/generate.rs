@@ -176,7 +176,7 @@ impl Report {
     /// Counts a token; every `every` tokens prints speed, cache size and memory.
     fn token(&mut self, kv: (usize, usize)) {
         self.n += 1;
-        if self.every == 0 || self.n % self.every != 0 {
+        if self.every == 0 || !self.n.is_multiple_of(self.every) {
             return;
         }
         let tps = self.every as f64 / self.since.elapsed().as_secs_f64();

@@ -139,10 +139,10 @@ impl GgufWriter {
         if key == "general.alignment" {
             alignment_of(&value)?;
         }
-        if let MetaValue::Array(a) = &value {
-            if array_depth(a) > MAX_ARRAY_DEPTH {
-                return Err(GgufWriteError::TooDeep(key));
-            }
+        if let MetaValue::Array(a) = &value
+            && array_depth(a) > MAX_ARRAY_DEPTH
+        {
+            return Err(GgufWriteError::TooDeep(key));
         }
         match self.metadata.iter_mut().find(|(k, _)| *k == key) {
             Some(slot) => slot.1 = value,

@@ -341,10 +341,10 @@ impl SafetensorsFile {
         tensors.sort_by_key(|t| (t.range.start, t.range.end));
         let mut prev: Option<&StTensor> = None;
         for t in tensors.iter().filter(|t| !t.range.is_empty()) {
-            if let Some(p) = prev {
-                if t.range.start < p.range.end {
-                    return Err(invalid(format!("tensors '{}' and '{}' overlap", p.name, t.name)));
-                }
+            if let Some(p) = prev
+                && t.range.start < p.range.end
+            {
+                return Err(invalid(format!("tensors '{}' and '{}' overlap", p.name, t.name)));
             }
             prev = Some(t);
         }

@@ -103,7 +103,9 @@ pub enum HubError {
         actual: String,
     },
     /// A Hub model name that cannot be parsed.
-    #[error("'{name}' is not a Hub model name: {why} (examples: org/repo, org/repo:Q4_K_M, hf://org/repo/file.gguf)")]
+    #[error(
+        "'{name}' is not a Hub model name: {why} (examples: org/repo, org/repo:Q4_K_M, hf://org/repo/file.gguf)"
+    )]
     BadName {
         /// What was given.
         name: String,

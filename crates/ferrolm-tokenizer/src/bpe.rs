@@ -71,11 +71,9 @@ pub(crate) fn encode_word(
     if word.is_empty() {
         return;
     }
-    if ignore_merges {
-        if let Some(id) = vocab.id_of(word) {
-            out.push(id);
-            return;
-        }
+    if ignore_merges && let Some(id) = vocab.id_of(word) {
+        out.push(id);
+        return;
     }
     for piece in merge(word, |a, b, _| merges.rank(a, b).map(Reverse)) {
         match vocab.id_of(piece) {

@@ -254,10 +254,10 @@ fn read_chat_template(dir: &Path, config: Option<&Value>) -> Result<Option<Strin
             _ => None,
         }
     };
-    if let Some(v) = read_json_opt(&dir.join(CHAT_TEMPLATE_JSON))? {
-        if let Some(t) = from_value(&v["chat_template"]) {
-            return Ok(Some(t));
-        }
+    if let Some(v) = read_json_opt(&dir.join(CHAT_TEMPLATE_JSON))?
+        && let Some(t) = from_value(&v["chat_template"])
+    {
+        return Ok(Some(t));
     }
     Ok(config.and_then(|c| from_value(&c["chat_template"])))
 }

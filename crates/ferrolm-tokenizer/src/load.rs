@@ -354,18 +354,21 @@ pub(super) fn detect_special_by_text(vocab: &mut Vocab, special: &mut SpecialIds
         |t: &str, vocab: &Vocab, eog: &BTreeSet<u32>| vocab.id_of(t).is_some_and(|id| eog.contains(&id));
     let call = has("<|call|>", vocab, &eog) || has("<|calls|>", vocab, &eog);
     let end = has("<|end|>", vocab, &eog);
-    if end && call && (has("<|return|>", vocab, &eog) || has("<|flush|>", vocab, &eog)) {
-        if let Some(id) = vocab.id_of("<|end|>") {
-            eog.remove(&id);
-            vocab.attrs[id as usize] = attr::USER_DEFINED;
-        }
+    if end
+        && call
+        && (has("<|return|>", vocab, &eog) || has("<|flush|>", vocab, &eog))
+        && let Some(id) = vocab.id_of("<|end|>")
+    {
+        eog.remove(&id);
+        vocab.attrs[id as usize] = attr::USER_DEFINED;
     }
     // gemma4 / paddleocr: "</s>" is not end of generation when "<|tool_response>" is.
-    if has("<|tool_response>", vocab, &eog) && has("</s>", vocab, &eog) {
-        if let Some(id) = vocab.id_of("</s>") {
-            eog.remove(&id);
-            vocab.attrs[id as usize] = attr::NORMAL;
-        }
+    if has("<|tool_response>", vocab, &eog)
+        && has("</s>", vocab, &eog)
+        && let Some(id) = vocab.id_of("</s>")
+    {
+        eog.remove(&id);
+        vocab.attrs[id as usize] = attr::NORMAL;
     }
     eog
 }
@@ -381,10 +384,11 @@ fn apply_model_attrs(gguf: &GgufFile, vocab: &mut Vocab, pre: Option<&str>) -> R
         if let Some(id) = vocab.id_of("<mask>") {
             vocab.attrs[id as usize] |= attr::LSTRIP;
         }
-    } else if !(name.contains("phi-3") || name.contains("phi3")) && name.contains("modern-bert") {
-        if let Some(id) = vocab.id_of("[MASK]") {
-            vocab.attrs[id as usize] |= attr::LSTRIP;
-        }
+    } else if !(name.contains("phi-3") || name.contains("phi3"))
+        && name.contains("modern-bert")
+        && let Some(id) = vocab.id_of("[MASK]")
+    {
+        vocab.attrs[id as usize] |= attr::LSTRIP;
     }
     Ok(())
 }

@@ -173,22 +173,23 @@ fn collapse_pattern(pattern: &str) -> Result<String, TokenizerError> {
             i += 1;
             continue;
         }
-        if ch == b'\\' && i + 3 < b.len() && b[i + 1] == b'p' && b[i + 2] == b'{' {
-            if let Some(close) = pattern[i + 3..].find('}').map(|p| p + i + 3) {
-                if close <= i + 10 {
-                    if let Some(class) = category_class(&pattern[i + 3..close]) {
-                        if !inside {
-                            out.push('[');
-                        }
-                        out.push_str(&class);
-                        if !inside {
-                            out.push(']');
-                        }
-                        i = close + 1;
-                        continue;
-                    }
-                }
+        if ch == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1] == b'p'
+            && b[i + 2] == b'{'
+            && let Some(close) = pattern[i + 3..].find('}').map(|p| p + i + 3)
+            && close <= i + 10
+            && let Some(class) = category_class(&pattern[i + 3..close])
+        {
+            if !inside {
+                out.push('[');
             }
+            out.push_str(&class);
+            if !inside {
+                out.push(']');
+            }
+            i = close + 1;
+            continue;
         }
         out.push(ch as char);
         i += 1;

@@ -65,7 +65,7 @@ fn gguf(kvs: &[(&str, V)]) -> GgufFile {
             }
         }
     }
-    while out.len() % 32 != 0 {
+    while !out.len().is_multiple_of(32) {
         out.push(0);
     }
     GgufFile::from_bytes(out).expect("test GGUF parses")

@@ -81,7 +81,7 @@ impl KvType {
     /// Checks that rows of `n` values (a head, a whole key row) are a whole number of blocks of
     /// this type: an [`Error::InvalidInput`] otherwise.
     pub fn check_width(self, n: usize) -> Result<()> {
-        if n % self.block_size() == 0 {
+        if n.is_multiple_of(self.block_size()) {
             return Ok(());
         }
         Err(Error::InvalidInput(format!(

@@ -13,7 +13,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 /// A file image with a hand-written header (padded to 8 bytes) and `data`.
 fn raw_file(header: &str, data: &[u8]) -> Vec<u8> {
     let mut h = header.as_bytes().to_vec();
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut out = (h.len() as u64).to_le_bytes().to_vec();

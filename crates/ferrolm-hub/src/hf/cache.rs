@@ -190,11 +190,8 @@ impl HubCache {
                 d.flatten()
                     .map(|e| {
                         let commit = e.file_name().to_string_lossy().into_owned();
-                        let refs = refs
-                            .iter()
-                            .filter(|(_, c)| *c == commit)
-                            .map(|(name, _)| name.clone())
-                            .collect();
+                        let refs =
+                            refs.iter().filter(|(_, c)| *c == commit).map(|(name, _)| name.clone()).collect();
                         let files = self.snapshot_files(repo, &commit);
                         CachedSnapshot { commit, refs, files }
                     })

@@ -111,7 +111,12 @@ impl HubClient {
     }
 
     /// One request, following redirects; the token goes only to the endpoint's own host.
-    fn send(&self, method: &str, url: &str, range_from: Option<u64>) -> Result<ureq::http::Response<ureq::Body>, Failure> {
+    fn send(
+        &self,
+        method: &str,
+        url: &str,
+        range_from: Option<u64>,
+    ) -> Result<ureq::http::Response<ureq::Body>, Failure> {
         let mut url = url.to_owned();
         for _ in 0..=MAX_REDIRECTS {
             let mut req = ureq::http::Request::builder().method(method).uri(&url);
@@ -167,7 +172,9 @@ impl HubClient {
                     std::thread::sleep(backoff(attempt));
                     attempt += 1;
                 }
-                Err(Failure::Transient(reason)) => return Err(HubError::Network { url: url.to_owned(), message: reason }),
+                Err(Failure::Transient(reason)) => {
+                    return Err(HubError::Network { url: url.to_owned(), message: reason });
+                }
             }
         }
     }
@@ -185,9 +192,12 @@ impl HubClient {
         if status != 200 {
             return Err(self.status_error(repo, None, &resp, status));
         }
-        let body = resp.body_mut().with_config().limit(64 << 20).read_to_string().map_err(|e| {
-            HubError::Network { url: url.clone(), message: e.to_string() }
-        })?;
+        let body = resp
+            .body_mut()
+            .with_config()
+            .limit(64 << 20)
+            .read_to_string()
+            .map_err(|e| HubError::Network { url: url.clone(), message: e.to_string() })?;
         let info: serde_json::Value = serde_json::from_str(&body).map_err(|e| HubError::Http {
             url: url.clone(),
             status,
@@ -199,7 +209,11 @@ impl HubClient {
             .map(|s| s.iter().filter_map(|f| f["rfilename"].as_str().map(str::to_owned)).collect())
             .unwrap_or_default();
         if commit.is_empty() {
-            return Err(HubError::Http { url, status, message: "the repository listing has no commit ('sha')".into() });
+            return Err(HubError::Http {
+                url,
+                status,
+                message: "the repository listing has no commit ('sha')".into(),
+            });
         }
         Ok((commit, files))
     }
@@ -212,7 +226,12 @@ impl HubClient {
         file: &str,
         progress: &mut dyn FnMut(PullEvent<'_>),
     ) -> Result<FileMeta, HubError> {
-        let url = format!("{}/{repo}/resolve/{}/{}", self.cfg.endpoint, encode_segment(revision), encode_path(file));
+        let url = format!(
+            "{}/{repo}/resolve/{}/{}",
+            self.cfg.endpoint,
+            encode_segment(revision),
+            encode_path(file)
+        );
         let resp = self.send_retrying("HEAD", &url, file, progress)?;
         let status = resp.status().as_u16();
         if !(200..400).contains(&status) {
@@ -227,7 +246,9 @@ impl HubClient {
                 message: "the answer lacks the ETag or X-Repo-Commit header: is HF_ENDPOINT a Hub?".into(),
             });
         };
-        let size = header(&resp, "x-linked-size").or_else(|| header(&resp, "content-length")).and_then(|s| s.parse().ok());
+        let size = header(&resp, "x-linked-size")
+            .or_else(|| header(&resp, "content-length"))
+            .and_then(|s| s.parse().ok());
         let target = match header(&resp, "location") {
             Some(loc) if (300..400).contains(&status) => absolute(&url, &loc),
             _ => url,
@@ -236,7 +257,13 @@ impl HubClient {
     }
 
     /// The error for a 4xx answer about `repo` (and `file`).
-    fn status_error(&self, repo: &str, file: Option<&str>, resp: &ureq::http::Response<ureq::Body>, status: u16) -> HubError {
+    fn status_error(
+        &self,
+        repo: &str,
+        file: Option<&str>,
+        resp: &ureq::http::Response<ureq::Body>,
+        status: u16,
+    ) -> HubError {
         let code = header(resp, "x-error-code").unwrap_or_default();
         let message = header(resp, "x-error-message").unwrap_or_default();
         match (status, code.as_str()) {
@@ -385,7 +412,9 @@ impl HubClient {
         }
         out.sync_all().map_err(io_err(part))?;
         match meta.size {
-            Some(size) if done < size => Err(Failure::Transient(format!("connection closed after {done} of {size} bytes"))),
+            Some(size) if done < size => {
+                Err(Failure::Transient(format!("connection closed after {done} of {size} bytes")))
+            }
             _ => Ok(()),
         }
     }

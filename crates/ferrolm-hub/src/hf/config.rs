@@ -56,14 +56,19 @@ impl HubConfig {
                 .unwrap_or_else(|| PathBuf::from(".cache"));
             cache.join("huggingface")
         });
-        let cache = get("HF_HUB_CACHE").or_else(|| get("HUGGINGFACE_HUB_CACHE")).map_or_else(|| home.join("hub"), PathBuf::from);
+        let cache = get("HF_HUB_CACHE")
+            .or_else(|| get("HUGGINGFACE_HUB_CACHE"))
+            .map_or_else(|| home.join("hub"), PathBuf::from);
         let token_file = get("HF_TOKEN_PATH").map_or_else(|| home.join("token"), PathBuf::from);
         let token = get("HF_TOKEN")
             .or_else(|| get("HUGGING_FACE_HUB_TOKEN"))
             .or_else(|| std::fs::read_to_string(token_file).ok())
             .map(|t| t.trim().to_owned())
             .filter(|t| !t.is_empty());
-        let endpoint = get("HF_ENDPOINT").unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned()).trim_end_matches('/').to_owned();
+        let endpoint = get("HF_ENDPOINT")
+            .unwrap_or_else(|| DEFAULT_ENDPOINT.to_owned())
+            .trim_end_matches('/')
+            .to_owned();
         let offline = get("HF_HUB_OFFLINE").is_some_and(|v| truthy(&v));
         Self { endpoint, token, cache, offline }
     }

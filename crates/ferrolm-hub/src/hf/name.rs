@@ -29,8 +29,14 @@ pub struct HfName {
 const DEFAULT_REVISION: &str = "main";
 
 /// Prefixes that make a name a Hub name whatever follows.
-const PREFIXES: &[&str] =
-    &["hf://", "https://huggingface.co/", "http://huggingface.co/", "https://hf.co/", "huggingface.co/", "hf.co/"];
+const PREFIXES: &[&str] = &[
+    "hf://",
+    "https://huggingface.co/",
+    "http://huggingface.co/",
+    "https://hf.co/",
+    "huggingface.co/",
+    "hf.co/",
+];
 
 impl HfName {
     /// A Hub name for `repo` (`org/name`) and an optional file in it, as `--hf-repo`/`--hf-file`
@@ -63,7 +69,8 @@ impl HfName {
 
     /// The name as `org/repo[@rev][:tag|/file]`, for messages.
     pub fn display(&self) -> String {
-        let rev = if self.revision == DEFAULT_REVISION { String::new() } else { format!("@{}", self.revision) };
+        let rev =
+            if self.revision == DEFAULT_REVISION { String::new() } else { format!("@{}", self.revision) };
         match &self.selector {
             Selector::Auto => format!("{}{rev}", self.repo),
             Selector::Tag(t) => format!("{}{rev}:{t}", self.repo),
@@ -204,7 +211,10 @@ mod tests {
     fn repo_and_file_flags() {
         let n = HfName::from_repo_and_file("org/repo", Some("m-Q4_0.gguf")).unwrap();
         assert_eq!(n.selector, Selector::File("m-Q4_0.gguf".into()));
-        assert_eq!(HfName::from_repo_and_file("org/repo:Q8_0", None).unwrap().selector, Selector::Tag("Q8_0".into()));
+        assert_eq!(
+            HfName::from_repo_and_file("org/repo:Q8_0", None).unwrap().selector,
+            Selector::Tag("Q8_0".into())
+        );
         assert!(HfName::from_repo_and_file("org/repo", Some("../x")).is_err());
         assert_eq!(n.display(), "org/repo/m-Q4_0.gguf");
     }

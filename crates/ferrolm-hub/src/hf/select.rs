@@ -152,7 +152,9 @@ pub fn plan(repo: &str, files: &[String], selector: &Selector) -> Result<Plan, H
                 }),
                 many => Err(HubError::NoMatchingFile {
                     repo: repo.to_owned(),
-                    wanted: format!("exactly one GGUF model tagged {tag} (name the file with hf://{repo}/FILE)"),
+                    wanted: format!(
+                        "exactly one GGUF model tagged {tag} (name the file with hf://{repo}/FILE)"
+                    ),
                     available: many.iter().map(|m| (*m).to_owned()).collect(),
                 }),
             }
@@ -224,7 +226,10 @@ mod tests {
     #[test]
     fn by_tag() {
         let f = files(REPO);
-        assert_eq!(plan("o/r", &f, &Selector::Tag("q4_k_m".into())).unwrap(), gguf(&["Model-7B-Q4_K_M.gguf"]));
+        assert_eq!(
+            plan("o/r", &f, &Selector::Tag("q4_k_m".into())).unwrap(),
+            gguf(&["Model-7B-Q4_K_M.gguf"])
+        );
         assert_eq!(plan("o/r", &f, &Selector::Tag("Q8_0".into())).unwrap(), gguf(&["Model-7B-Q8_0.gguf"]));
         assert_eq!(
             plan("o/r", &f, &Selector::Tag("F16".into())).unwrap(),

@@ -222,7 +222,7 @@ impl Pump {
                 }
                 self.choices[i].done = true;
                 self.finished += 1;
-                self.usage.add(&usage, i % self.head.n == 0);
+                self.usage.add(&usage, i.is_multiple_of(self.head.n));
                 let reason = if calls.is_empty() { finish.openai_reason() } else { "tool_calls" };
                 self.text_chunk(i, "", Some(reason));
                 if self.finished == self.choices.len() {

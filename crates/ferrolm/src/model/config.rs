@@ -187,12 +187,12 @@ impl ModelConfig {
             None if n_head > 0 => n_embd / n_head,
             None => 0,
         };
-        if let Some(vl) = opt("attention.value_length")? {
-            if vl != head_dim {
-                return Err(Error::Config(format!(
-                    "value_length {vl} != key_length {head_dim} is not supported"
-                )));
-            }
+        if let Some(vl) = opt("attention.value_length")?
+            && vl != head_dim
+        {
+            return Err(Error::Config(format!(
+                "value_length {vl} != key_length {head_dim} is not supported"
+            )));
         }
         let norm_eps = f.opt_f32(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5);
         let n_ctx_train = opt("context_length")?.unwrap_or(2048);
@@ -202,13 +202,13 @@ impl ModelConfig {
             Some(t) if t.dims.len() == 2 => to_usize("vocab_size", t.dims[1])?,
             _ => return Err(Error::MissingTensor("token_embd.weight".into())),
         };
-        if let Some(v) = opt("vocab_size")? {
-            if v != n_vocab {
-                return Err(Error::Config(format!(
-                    "{} = {v} contradicts the embedding table's {n_vocab} rows",
-                    key("vocab_size")
-                )));
-            }
+        if let Some(v) = opt("vocab_size")?
+            && v != n_vocab
+        {
+            return Err(Error::Config(format!(
+                "{} = {v} contradicts the embedding table's {n_vocab} rows",
+                key("vocab_size")
+            )));
         }
         let sliding_window = opt("attention.sliding_window")?.filter(|&w| w > 0);
         let attn_scale = match f.opt_f32(&key("attention.scale"))? {
@@ -286,10 +286,10 @@ impl ModelConfig {
                 self.n_embd, self.n_layer, self.n_head, self.n_head_kv, self.head_dim
             ));
         }
-        if self.n_head % self.n_head_kv != 0 {
+        if !self.n_head.is_multiple_of(self.n_head_kv) {
             return bad(format!("n_head {} is not a multiple of n_head_kv {}", self.n_head, self.n_head_kv));
         }
-        if self.rope_dims > self.head_dim || self.rope_dims % 2 != 0 {
+        if self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
             return bad(format!("rope dimension {} invalid for head size {}", self.rope_dims, self.head_dim));
         }
         // Guard against absurd sizes before allocating work buffers.

@@ -13,7 +13,7 @@ pub const LOAD_QUANT_TYPES: [GgmlType; 4] = [GgmlType::Q8_0, GgmlType::Q4_0, Ggm
 /// `cols` elements fit its blocks, else the nearest format that fits (as llama.cpp falls back
 /// for tensors whose rows are not a multiple of 256).
 pub fn effective_type(target: GgmlType, cols: u64) -> GgmlType {
-    let fits = |t: GgmlType| cols % t.block_size() as u64 == 0;
+    let fits = |t: GgmlType| cols.is_multiple_of(t.block_size() as u64);
     let chain: &[GgmlType] = match target {
         GgmlType::Q4_K => &[GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::F16],
         GgmlType::Q4_0 => &[GgmlType::Q4_0, GgmlType::F16],

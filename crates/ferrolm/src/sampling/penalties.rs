@@ -41,14 +41,14 @@ impl Penalties {
             return;
         }
         *self.counts.entry(token).or_insert(0) += 1;
-        if self.last_n > 0 && self.history.len() >= self.last_n as usize {
-            if let Some(old) = self.history.pop_front() {
-                if let Some(n) = self.counts.get_mut(&old) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.counts.remove(&old);
-                    }
-                }
+        if self.last_n > 0
+            && self.history.len() >= self.last_n as usize
+            && let Some(old) = self.history.pop_front()
+            && let Some(n) = self.counts.get_mut(&old)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&old);
             }
         }
         if self.last_n > 0 {

@@ -163,7 +163,7 @@ impl ThreadPool {
         let mut spins = 0u32;
         while sh.state.load(Ordering::Acquire) & ACTIVE != 0 {
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 {
+            if spins.is_multiple_of(64) {
                 // A worker may have been descheduled (more threads than free cores).
                 std::thread::yield_now();
             } else {
@@ -212,7 +212,7 @@ fn worker(sh: &Shared, index: usize) {
                 return;
             }
             spins = spins.wrapping_add(1);
-            if spins % 128 != 0 {
+            if !spins.is_multiple_of(128) {
                 std::hint::spin_loop();
                 continue;
             }

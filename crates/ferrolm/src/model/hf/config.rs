@@ -293,13 +293,13 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         ),
         _ => None,
     };
-    if let Some(lt) = &layer_types {
-        if lt.len() != n_layer {
-            return Err(Error::Config(format!(
-                "config.json: layer_types has {} entries for {n_layer} layers",
-                lt.len()
-            )));
-        }
+    if let Some(lt) = &layer_types
+        && lt.len() != n_layer
+    {
+        return Err(Error::Config(format!(
+            "config.json: layer_types has {} entries for {n_layer} layers",
+            lt.len()
+        )));
     }
     let mut swa_pattern =
         |flags: Vec<bool>| put("attention.sliding_window_pattern", MetaValue::Array(MetaArray::Bool(flags)));
@@ -339,10 +339,11 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                     put(dst, MetaValue::F32(v as f32));
                 }
             }
-            if let Some(s) = c.opt_f64("query_pre_attn_scalar")? {
-                if s > 0.0 && (s - head_dim as f64).abs() > 1e-9 {
-                    put("attention.scale", MetaValue::F32((1.0 / s.sqrt()) as f32));
-                }
+            if let Some(s) = c.opt_f64("query_pre_attn_scalar")?
+                && s > 0.0
+                && (s - head_dim as f64).abs() > 1e-9
+            {
+                put("attention.scale", MetaValue::F32((1.0 / s.sqrt()) as f32));
             }
             if arch == Arch::Gemma3 {
                 // transformers 5 nests it under `rope_parameters.sliding_attention`.
