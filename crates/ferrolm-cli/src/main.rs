@@ -10,6 +10,7 @@ mod generate;
 mod inspect;
 mod mem;
 mod model_args;
+mod models;
 mod perplexity;
 mod pull;
 mod sampling_args;
@@ -35,8 +36,12 @@ enum Command {
     Generate(generate::Args),
     /// Chat with a model interactively, using its chat template (Ctrl-C stops a reply).
     Chat(chat::Args),
-    /// Download a model from the built-in catalog into the cache.
+    /// Download a model from the Hugging Face Hub or the built-in catalog into the cache.
     Pull(pull::Args),
+    /// List the models in the Hub cache and the catalog's cache.
+    List(models::ListArgs),
+    /// Remove models from the caches (a Hub repository, or a catalog model).
+    Rm(models::RmArgs),
     /// Show a GGUF file's metadata and tensor table.
     Inspect(inspect::Args),
     /// Tokenize text with a model's tokenizer.
@@ -67,6 +72,8 @@ fn main() -> std::process::ExitCode {
         Command::Generate(a) => generate::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Pull(a) => pull::run(a),
+        Command::List(a) => models::list(a),
+        Command::Rm(a) => models::rm(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Convert(a) => convert::run(a),

@@ -8,10 +8,18 @@ use ferrolm::session::SessionOptions;
 /// Which model, how to load it, and how big its session is.
 #[derive(clap::Args, Debug)]
 pub struct ModelArgs {
-    /// GGUF model file, Hugging Face model folder, or catalog name; without it the default model
-    /// is used (downloaded on first use).
+    /// GGUF model file, Hugging Face model folder, Hub model (org/repo[:quant],
+    /// hf://org/repo/file.gguf) or catalog name; without it the default model is used
+    /// (downloaded on first use).
     #[arg(short = 'm', long)]
     pub model: Option<String>,
+    /// A Hugging Face Hub repository, org/repo[:quant] (llama.cpp's flag); downloaded into the
+    /// Hub cache on first use.
+    #[arg(long = "hf-repo", conflicts_with = "model")]
+    pub hf_repo: Option<String>,
+    /// The file of --hf-repo to load, instead of choosing one by quant tag.
+    #[arg(long = "hf-file", requires = "hf_repo")]
+    pub hf_file: Option<String>,
     /// Quantize float weights at load (for Hugging Face folders): q8_0, q4_0, q4_k or f16.
     #[arg(long, value_parser = crate::convert::parse_load_quant)]
     pub quantize: Option<GgmlType>,
@@ -77,13 +85,25 @@ impl ModelArgs {
             anyhow::bail!("--batch-size must be at least 1");
         }
         ferrolm::threads::init(self.threads)?;
-        let path = crate::pull::resolve_model(self.model.as_deref())?;
+        let path = match &self.hf_repo {
+            Some(repo) => crate::pull::resolve_hf(repo, self.hf_file.as_deref())?,
+            None => crate::pull::resolve_model(self.model.as_deref())?,
+        };
         let t = std::time::Instant::now();
         let opts = LoadOptions { quantize: self.quantize, ..LoadOptions::default() };
         let mut model =
             Model::load_with(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
         self.backend.apply(&mut model)?;
         Ok((model, t.elapsed().as_secs_f64() * 1e3, path))
+    }
+
+    /// The model as the user named it (`-m`, or `--hf-repo` with `--hf-file`), if they did.
+    pub fn name(&self) -> Option<String> {
+        match (&self.hf_repo, &self.hf_file) {
+            (Some(repo), Some(file)) => Some(format!("{repo}/{file}")),
+            (Some(repo), None) => Some(repo.clone()),
+            (None, _) => self.model.clone(),
+        }
     }
 
     /// The session options these arguments ask for.

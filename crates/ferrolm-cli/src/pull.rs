@@ -1,4 +1,4 @@
-//! `ferrolm pull`: download catalog models into the cache, with a progress display.
+//! `ferrolm pull`: download Hub or catalog models into their caches, with a progress display.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -11,9 +11,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 /// Arguments of `ferrolm pull`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Model to download (catalog name or alias); the default model if omitted.
+    /// Model to download: a Hub repository (org/repo, org/repo:Q4_K_M, hf://org/repo/file.gguf,
+    /// hf.co/org/repo) or a catalog name or alias; the default model if omitted.
     #[arg(conflicts_with_all = ["list", "all"])]
     name: Option<String>,
+    /// With a Hub repository: the file to download (a split model's first shard brings the
+    /// others), instead of choosing by quant tag.
+    #[arg(long, requires = "name")]
+    file: Option<String>,
     /// List the catalog (and which models are cached) instead of downloading.
     #[arg(long, conflicts_with = "all")]
     list: bool,
@@ -26,6 +31,13 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.list {
         return list();
+    }
+    if let Some(name) = args.name.as_deref()
+        && (args.file.is_some() || hub::hf::HfName::parse(name)?.is_some())
+    {
+        let path = resolve_hf(name, args.file.as_deref())?;
+        println!("{}", path.display());
+        return Ok(());
     }
     let entries: Vec<&CatalogEntry> = if args.all {
         hub::catalog().iter().collect()
@@ -54,6 +66,20 @@ pub fn resolve_model(model: Option<&str>) -> anyhow::Result<PathBuf> {
     Ok(r?)
 }
 
+/// Downloads (unless cached) a Hub model, `repo` as `org/repo[:tag]` (or any Hub name) and
+/// optionally one of its files; returns the path to load.
+pub fn resolve_hf(repo: &str, file: Option<&str>) -> anyhow::Result<PathBuf> {
+    let name = match file {
+        Some(_) => hub::hf::HfName::from_repo_and_file(repo.trim_start_matches("hf://"), file)?,
+        None => hub::hf::HfName::parse(repo)?
+            .ok_or_else(|| anyhow::anyhow!("'{repo}' is not a Hub repository name (org/repo[:quant])"))?,
+    };
+    let mut ui = Ui::new();
+    let r = hub::hf::pull(&name, &mut |e| ui.event(e));
+    ui.finish();
+    r.with_context(|| format!("pulling {}", name.display()))
+}
+
 fn pull_with_ui(entry: &CatalogEntry) -> anyhow::Result<PathBuf> {
     let mut ui = Ui::new();
     let r = hub::pull(entry, &mut |e| ui.event(e));
@@ -76,7 +102,8 @@ fn list() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn human_bytes(n: u64) -> String {
+/// `12.3 MiB`.
+pub fn human_bytes(n: u64) -> String {
     const MB: f64 = 1024.0 * 1024.0;
     format!("{:.1} MiB", n as f64 / MB)
 }
@@ -135,8 +162,9 @@ impl Ui {
         self.phase = Phase::Fetch;
     }
 
-    fn bytes(&mut self, msg: &'static str, done: u64, total: u64) {
-        if self.phase != Phase::Bytes {
+    fn bytes(&mut self, msg: &str, done: u64, total: u64) {
+        let same = self.bar.as_ref().is_some_and(|b| b.message() == msg);
+        if self.phase != Phase::Bytes || !same {
             self.clear();
             if self.plain {
                 eprintln!("{msg} {}", human_bytes(total));
@@ -149,7 +177,7 @@ impl Ui {
             if let Ok(style) = ProgressStyle::with_template(template) {
                 bar.set_style(style.progress_chars("=> "));
             }
-            bar.set_message(msg);
+            bar.set_message(msg.to_owned());
             self.bar = Some(bar);
             self.phase = Phase::Bytes;
         }
@@ -179,6 +207,11 @@ impl Ui {
                 self.note(&format!("[{}/{count}] downloaded {package}{took}", index + 1));
             }
             PullEvent::Extracting { done, total } => self.bytes("extracting", done, total),
+            PullEvent::Resolving { name } => self.note(&format!("resolving {name}")),
+            PullEvent::Downloading { file, done, total } => self.bytes(file, done, total),
+            PullEvent::Retrying { file, attempt, reason } => {
+                self.note(&format!("{file}: attempt {attempt} failed ({reason}); retrying"));
+            }
             PullEvent::Verifying { file } => {
                 self.clear();
                 tracing::debug!("verifying {file}");

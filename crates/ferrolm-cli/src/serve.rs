@@ -91,9 +91,15 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(s))
 }
 
-/// The model's default id: its catalog name, else its file (or folder) name without extension.
+/// The model's default id: its catalog name, its Hub name (`org/repo[:tag]`), else its file (or
+/// folder) name without extension.
 fn default_model_id(arg: Option<&str>, path: &Path) -> String {
     let name = arg.unwrap_or(hub::DEFAULT_MODEL);
+    if !Path::new(name).exists()
+        && let Ok(Some(hf)) = hub::hf::HfName::parse(name)
+    {
+        return hf.display();
+    }
     if !Path::new(name).exists()
         && let Some(entry) = hub::find(name)
     {
@@ -197,7 +203,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Check the server options before the (slower) model load.
     args.server_config(String::new())?;
     let (model, load_ms, path) = args.model.load_with_path()?;
-    let server_cfg = args.server_config(default_model_id(args.model.model.as_deref(), &path))?;
+    let server_cfg = args.server_config(default_model_id(args.model.name().as_deref(), &path))?;
     let pooling = server_cfg.embeddings_pooling.or_else(|| model.default_pooling()).unwrap_or_default();
     let server_cfg = ServerConfig { embeddings_pooling: Some(pooling), ..server_cfg };
     eprintln!(
@@ -331,6 +337,7 @@ mod tests {
             "smollm2-135m-instruct"
         );
         assert_eq!(default_model_id(Some("smollm2"), Path::new("/x/a.gguf")), "smollm2-135m-instruct");
+        assert_eq!(default_model_id(Some("hf.co/org/repo:Q4_0"), Path::new("/x/a.gguf")), "org/repo:Q4_0");
         assert_eq!(
             default_model_id(Some("/nonexistent/my.model.gguf"), Path::new("/nonexistent/my.model.gguf")),
             "my.model"

@@ -6,6 +6,7 @@ mod embed;
 mod forward;
 pub mod hf;
 pub mod quantize;
+mod split;
 pub mod tensors;
 pub mod weights;
 
@@ -64,7 +65,8 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Loads a GGUF model file or a Hugging Face model folder (memory-mapped; weights used as
+    /// Loads a GGUF model file (the first shard of a split model) or a Hugging Face model folder
+    /// (memory-mapped; weights used as
     /// stored are not copied).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         Self::load_with(path, &LoadOptions::default())
@@ -79,7 +81,7 @@ impl Model {
             (hf.metadata, hf.tensors, hf.tokenizer, Some(RopeStyle::Neox))
         } else {
             let gguf = GgufFile::open(path)?;
-            let tensors = TensorMap::from_gguf(&gguf);
+            let tensors = split::load_tensors(&gguf, path)?;
             let tokenizer = Tokenizer::from_gguf(&gguf)?;
             (gguf, tensors, tokenizer, None)
         };

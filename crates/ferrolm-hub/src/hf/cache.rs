@@ -236,6 +236,8 @@ fn ref_names(refs: &Path) -> Vec<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     const C1: &str = "0123456789abcdef0123456789abcdef01234567";

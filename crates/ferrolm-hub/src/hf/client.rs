@@ -135,15 +135,17 @@ impl HubClient {
             })?;
             let resp = self.agent.run(req).map_err(|e| Failure::Transient(format!("{url}: {e}")))?;
             let status = resp.status().as_u16();
-            // HEAD answers with the blob store's address in `Location`: that is the metadata,
-            // not a page to follow. Relative redirects (renamed repositories) are followed.
-            let location = header(&resp, "location");
-            let follow = (300..400).contains(&status)
-                && location.as_deref().is_some_and(|l| method != "HEAD" || l.starts_with('/'));
-            if !follow {
+            // A HEAD answered with a redirect to another host (the blob store) carries the
+            // file's metadata itself; redirects within the Hub (renamed repositories) are
+            // followed, as huggingface_hub does.
+            let Some(target) = header(&resp, "location").filter(|_| (300..400).contains(&status)) else {
+                return Ok(resp);
+            };
+            let target = absolute(&url, &target);
+            if method == "HEAD" && !same_origin(&target, &url) {
                 return Ok(resp);
             }
-            url = absolute(&url, location.as_deref().unwrap_or_default());
+            url = target;
         }
         Err(Failure::Fatal(HubError::Http { url, status: 310, message: "too many redirects".into() }))
     }
@@ -496,6 +498,8 @@ fn git_blob_sha1(path: &Path) -> Result<String, HubError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     #[test]

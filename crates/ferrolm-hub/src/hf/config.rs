@@ -76,6 +76,8 @@ impl HubConfig {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     fn cfg(vars: &[(&str, &str)]) -> HubConfig {

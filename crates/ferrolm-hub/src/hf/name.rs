@@ -158,6 +158,8 @@ fn parse_explicit(s: &str) -> Result<HfName, HubError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     fn p(s: &str) -> HfName {

@@ -195,6 +195,8 @@ fn folder_plan(repo: &str, files: &[String]) -> Result<Plan, HubError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     fn files(names: &[&str]) -> Vec<String> {
