@@ -66,8 +66,7 @@ impl std::fmt::Debug for Model {
 
 impl Model {
     /// Loads a GGUF model file (the first shard of a split model) or a Hugging Face model folder
-    /// (memory-mapped; weights used as
-    /// stored are not copied).
+    /// (memory-mapped; weights used as stored are not copied).
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         Self::load_with(path, &LoadOptions::default())
     }
