@@ -133,7 +133,7 @@ impl HubClient {
                 status: 0,
                 message: format!("invalid request: {e}"),
             })?;
-            let resp = self.agent.run(req).map_err(|e| Failure::Transient(format!("{url}: {e}")))?;
+            let resp = self.agent.run(req).map_err(|e| Failure::Transient(e.to_string()))?;
             let status = resp.status().as_u16();
             // A HEAD answered with a redirect to another host (the blob store) carries the
             // file's metadata itself; redirects within the Hub (renamed repositories) are
@@ -162,7 +162,7 @@ impl HubClient {
         loop {
             let outcome = match self.send(method, url, None) {
                 Ok(resp) if is_transient(resp.status().as_u16()) => {
-                    Err(Failure::Transient(format!("{url}: HTTP {}", resp.status().as_u16())))
+                    Err(Failure::Transient(format!("HTTP {}", resp.status().as_u16())))
                 }
                 other => other,
             };
@@ -287,7 +287,8 @@ impl HubClient {
             (404, _) => HubError::NotFound {
                 repo: repo.to_owned(),
                 file: file.map(str::to_owned),
-                detail: "no such file in the repository".into(),
+                detail: if file.is_some() { "no such file in the repository" } else { "no such repository" }
+                    .into(),
             },
             _ => HubError::Http {
                 url: format!("{}/{repo}", self.cfg.endpoint),
