@@ -151,13 +151,16 @@ pub struct TickReport {
     pub run_time: Duration,
 }
 
+/// A per-tick observer (see [`EngineHooks::on_tick`]).
+pub type TickObserver = Box<dyn FnMut(&TickReport) + Send>;
+
 /// Extension points of the engine thread (see [`Engine::start_with_hooks`]).
 #[derive(Default)]
 pub struct EngineHooks {
     /// Asked for each tick's plan instead of [`EngineConfig::strategy`].
     pub strategy: Option<Box<dyn CustomStrategy>>,
     /// Called on the engine thread after each tick that ran a batch; keep it short.
-    pub on_tick: Option<Box<dyn FnMut(&TickReport) + Send>>,
+    pub on_tick: Option<TickObserver>,
 }
 
 impl std::fmt::Debug for EngineHooks {
