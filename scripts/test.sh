@@ -3,7 +3,9 @@
 # ([profile.test] is optimized, so model tests run at full speed), then the end-to-end tests of
 # `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai client, prefix cache,
 # disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test). Extra
-# arguments go to `cargo test`. FERROLM_SKIP_SERVER_TESTS=1 skips the end-to-end tests.
+# arguments go to `cargo test`. FERROLM_SKIP_SERVER_TESTS=1 skips the end-to-end tests. Then
+# the Elixir package's tests (scripts/test-elixir.sh: installs Erlang/Elixir from Debian
+# packages, `mix test` in bindings/elixir); FERROLM_SKIP_ELIXIR_TESTS=1 skips them.
 #
 # The tests are built with the OpenCL backend (feature `opencl`, loaded at run time: the build
 # needs no OpenCL files) and run it on PoCL, which scripts/install-opencl.sh installs when no
@@ -23,4 +25,8 @@ if [[ "${FERROLM_SKIP_SERVER_TESTS:-0}" != 1 ]]; then
     cargo build --release -p ferrolm-cli --features opencl
     FERROLM_BIN="${CARGO_TARGET_DIR:-target}/release/ferrolm" FERROLM_LOAD_MIN_RATIO="${FERROLM_LOAD_MIN_RATIO:-0}" \
         bash scripts/server_tests/run_all.sh
+fi
+
+if [[ "${FERROLM_SKIP_ELIXIR_TESTS:-0}" != 1 ]]; then
+    bash scripts/test-elixir.sh
 fi
