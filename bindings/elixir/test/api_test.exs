@@ -41,14 +41,18 @@ defmodule Ferrolm.ApiTest do
     {:ok, smol_prompt, _} = Ferrolm.chat_tokens(m, msgs, [])
     assert smol_prompt == "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 
-    for model <- [m, g] do
-      {:ok, text} = Ferrolm.chat(model, msgs, max_tokens: 24, temp: 0.0)
+    # Gemma 3 270M (a base model) has no template: the caller gives one.
+    assert {:error, "the model has no chat template" <> _} = Ferrolm.chat(g, msgs)
+    plain = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+
+    for {model, opts} <- [{m, []}, {g, [chat_template: plain]}] do
+      {:ok, text} = Ferrolm.chat(model, msgs, [max_tokens: 24, temp: 0.0] ++ opts)
       assert String.trim(text) != ""
       # The reply is the generation from the rendered prompt's tokens.
-      {:ok, prompt, tokens} = Ferrolm.chat_tokens(model, msgs, [])
+      {:ok, prompt, tokens} = Ferrolm.chat_tokens(model, msgs, opts)
       assert prompt =~ "What is the capital of France?"
       assert {:ok, text} == Ferrolm.generate(model, tokens, max_tokens: 24, temp: 0.0)
-      assert Enum.join(Ferrolm.stream_chat(model, msgs, max_tokens: 24, temp: 0.0)) == text
+      assert Enum.join(Ferrolm.stream_chat(model, msgs, [max_tokens: 24, temp: 0.0] ++ opts)) == text
     end
   end
 
