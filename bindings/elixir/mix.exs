@@ -1,7 +1,7 @@
 defmodule Mix.Tasks.Compile.FerrolmNif do
   @moduledoc """
-  Builds the NIF library (`cargo build --release -p ferrolm_nif` in the Cargo workspace at
-  `../..`) and copies it to `priv/`. Honours `CARGO_TARGET_DIR`; set `FERROLM_NIF_SKIP_BUILD=1`
+  Builds the NIF library (`cargo build --release -p ferrolm_nif --features opencl` in the Cargo
+  workspace at `../..`) and copies it to `priv/`. Honours `CARGO_TARGET_DIR`; set `FERROLM_NIF_SKIP_BUILD=1`
   to only copy an already built library.
   """
   use Mix.Task.Compiler
@@ -15,7 +15,7 @@ defmodule Mix.Tasks.Compile.FerrolmNif do
       cargo = System.find_executable("cargo") || Mix.raise("cargo not found: the NIF is built with Rust")
 
       {_, status} =
-        System.cmd(cargo, ["build", "--release", "-p", "ferrolm_nif"],
+        System.cmd(cargo, ["build", "--release", "-p", "ferrolm_nif", "--features", "opencl"],
           cd: root,
           into: IO.stream(:stdio, :line),
           stderr_to_stdout: true
