@@ -33,4 +33,5 @@ defmodule Ferrolm.Native do
   def request_cancel(_request), do: nif()
   def server_stats(_server), do: nif()
   def strategy_reply(_reply, _seq, _decode, _prefill), do: nif()
+  def hub_pull(_name, _pid, _id), do: nif()
 end

@@ -135,8 +135,8 @@ fn run_stream(
     if ctl.outbox.is_closed() {
         return Ok(());
     }
-    let mut stream = session.stream_tokens(tokens, params).map_err(|e| e.to_string())?;
-    while let Some(event) = stream.next() {
+    let stream = session.stream_tokens(tokens, params).map_err(|e| e.to_string())?;
+    for event in stream {
         let sent = match event.map_err(|e| e.to_string())? {
             StreamEvent::Token { text, .. } if text.is_empty() => !ctl.outbox.is_closed(),
             StreamEvent::Token { text, .. } => ctl.outbox.send(token_msg(text)),

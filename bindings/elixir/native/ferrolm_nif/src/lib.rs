@@ -4,6 +4,7 @@
 //! scheduler or on a Rust thread that sends messages to the caller.
 
 mod context;
+mod hub;
 mod model;
 mod opts;
 mod server;
@@ -23,6 +24,8 @@ pub(crate) mod atoms {
     ferrolm_stream,
     ferrolm_plan,
     ferrolm_tick,
+    progress,
+    pulled,
     }
 }
 

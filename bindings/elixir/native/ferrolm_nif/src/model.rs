@@ -32,8 +32,8 @@ fn load_model(env: Env, path: String, backend: String, n_threads: Option<usize>)
     Ok((atoms::ok(), ResourceArc::new(ModelRes { model: Arc::new(model), path })).encode(env))
 }
 
-/// Facts about a model as a map.
-#[rustler::nif]
+/// Facts about a model as a map (reading the chat template compiles it: a dirty scheduler).
+#[rustler::nif(schedule = "DirtyCpu")]
 fn model_info(env: Env, m: ResourceArc<ModelRes>) -> NifResult<Term> {
     let model = &m.model;
     let c = model.config();

@@ -21,8 +21,10 @@ pub(crate) fn get<'a, T: Decoder<'a>>(map: Term<'a>, key: &str) -> Result<Option
 /// Generation parameters: `max_tokens`, the sampler's knobs, `stop`, `ignore_eos`, and one of
 /// `grammar` (Lark), `json_schema`, `regex`.
 pub(crate) fn generate_params(map: Term) -> Result<GenerateParams, String> {
-    let mut p = GenerateParams::default();
-    p.max_tokens = get::<u64>(map, "max_tokens")?.map(|n| n as usize);
+    let mut p = GenerateParams {
+        max_tokens: get::<u64>(map, "max_tokens")?.map(|n| n as usize),
+        ..GenerateParams::default()
+    };
     let s = &mut p.sampler;
     macro_rules! set {
         ($field:expr, $key:literal, $ty:ty) => {
