@@ -4,7 +4,11 @@
 # exactly max_tokens tokens).
 #
 #   cd bindings/elixir
-#   mix run bench/server_vs_serve.exs MODEL.gguf [callers=8] [max_tokens=128] [threads=2] [rounds=3]
+#   elixir --erl "+sbwt none +sbwtdcpu none +sbwtdio none" -S mix run bench/server_vs_serve.exs \
+#     MODEL.gguf [callers=8] [max_tokens=128] [threads=2] [rounds=3]
+#
+# (Without those flags the BEAM's schedulers spin while idle, which slows the engine when the
+# machine has no spare core; see the README.)
 #
 # The CLI is $FERROLM_BIN, else <workspace>/target/release/ferrolm.
 [path | rest] = System.argv()
@@ -13,7 +17,7 @@
   |> Enum.map(fn {d, a} -> if a, do: String.to_integer(a), else: d end)
 
 n_ctx = 1024
-bin = System.get_env("FERROLM_BIN") || Path.expand("../../target/release/ferrolm", __DIR__)
+bin = System.get_env("FERROLM_BIN") || Path.expand("../../../target/release/ferrolm", __DIR__)
 prompts = for i <- 1..callers, do: "Request #{i}: write a long story about a dragon number #{i}."
 
 timed = fn fun ->
