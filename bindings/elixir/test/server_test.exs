@@ -113,7 +113,8 @@ defmodule Ferrolm.ServerTest do
       end)
 
     assert_receive :piece, 10_000
-    assert Server.get_stats(server).active_slots == 1
+    # The counters are published after the tick that sent the piece.
+    wait_until(fn -> Server.get_stats(server).active_slots == 1 end)
     passes = Server.get_stats(server).forward_passes_total
     Process.exit(caller, :kill)
     wait_until(fn -> Server.get_stats(server).active_slots == 0 end)
