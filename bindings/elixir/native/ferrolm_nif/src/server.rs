@@ -203,7 +203,13 @@ fn server_submit<'a>(
         Err(e) => return Err(err(e)),
     };
     let fwd = Arc::new(Forward { outbox: Outbox::new(pid, id), handle: Mutex::new(Some(handle)) });
-    fwd.pump();
+    // The first poll registers the waker; it may find events to send already, and a scheduler
+    // thread may not send from an owned environment: poll from a short-lived thread.
+    let first = fwd.clone();
+    std::thread::Builder::new()
+        .name("ferrolm-submit".into())
+        .spawn(move || first.pump())
+        .map_err(|e| err(format!("cannot start a thread: {e}")))?;
     Ok((atoms::ok(), ResourceArc::new(RequestRes { fwd })).encode(env))
 }
 

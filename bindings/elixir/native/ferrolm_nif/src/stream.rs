@@ -23,7 +23,8 @@ impl Outbox {
     }
 
     /// Sends one message unless the stream is closed; `false` when closed or the caller is gone
-    /// (the stream then closes).
+    /// (the stream then closes). Only from threads the VM does not manage (the engine thread,
+    /// stream threads): rustler refuses owned-environment sends from scheduler threads.
     pub(crate) fn send<F>(&self, payload: F) -> bool
     where
         F: for<'a> FnOnce(Env<'a>) -> Term<'a>,
