@@ -28,7 +28,7 @@ fi
 echo "installing Erlang/OTP and Elixir (apt-get install elixir erlang-dev)..."
 export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends elixir erlang-dev erlang-xmerl >/dev/null
+"${SUDO[@]}" apt-get install -y -qq elixir erlang-dev >/dev/null
 
 if ! have; then
     echo "error: elixir/mix/erl still missing after apt-get install" >&2
