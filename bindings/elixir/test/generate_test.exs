@@ -96,4 +96,37 @@ defmodule Ferrolm.GenerateTest do
     :ok = Context.clear(ctx)
     assert Context.n_tokens(ctx) == 0
   end
+
+  test "no long schedule from loading, tokenizing, generating, streaming or embedding" do
+    :erlang.system_monitor(self(), [{:long_schedule, 10}])
+
+    try do
+      {:ok, m} = Ferrolm.load_model(TestModels.path(TestModels.gemma()))
+      _ = Ferrolm.Model.info(m)
+      {:ok, _} = Ferrolm.Tokenizer.encode(m, String.duplicate("lorem ipsum ", 500))
+      {:ok, _} = Ferrolm.generate(m, "The capital of France is", max_tokens: 16, temp: 0.0)
+      _ = Ferrolm.stream(m, "Once upon a time", max_tokens: 16) |> Enum.to_list()
+      {:ok, _} = Ferrolm.embed_batch(m, ["a", "b", "c"])
+    after
+      :erlang.system_monitor(:undefined)
+    end
+
+    long =
+      Stream.repeatedly(fn ->
+        receive do
+          {:monitor, _, :long_schedule, info} -> info
+        after
+          0 -> nil
+        end
+      end)
+      |> Enum.take_while(& &1)
+      |> Enum.filter(fn info ->
+        Enum.any?(info, fn
+          {k, {mod, _, _}} when k in [:in, :out] -> String.starts_with?(Atom.to_string(mod), "Elixir.Ferrolm")
+          _ -> false
+        end)
+      end)
+
+    assert long == []
+  end
 end
