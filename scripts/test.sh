@@ -4,7 +4,9 @@
 # `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai client, prefix cache,
 # disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test). Extra
 # arguments go to `cargo test`. FERROLM_SKIP_SERVER_TESTS=1 skips the end-to-end tests. Then
-# the Hugging Face Hub tests against a local stand-in of the Hub (scripts/hub_tests/run.sh).
+# the Hugging Face Hub tests against a local stand-in of the Hub (scripts/hub_tests/run.sh),
+# then the Elixir package's tests (scripts/test-elixir.sh: installs Erlang/Elixir from Debian
+# packages, `mix test` in bindings/elixir); FERROLM_SKIP_ELIXIR_TESTS=1 skips them.
 #
 # The tests are built with the OpenCL backend (feature `opencl`, loaded at run time: the build
 # needs no OpenCL files) and run it on PoCL, which scripts/install-opencl.sh installs when no
@@ -28,3 +30,7 @@ fi
 
 cargo build --release -p ferrolm-cli --features opencl
 bash scripts/hub_tests/run.sh "${CARGO_TARGET_DIR:-target}/release/ferrolm"
+
+if [[ "${FERROLM_SKIP_ELIXIR_TESTS:-0}" != 1 ]]; then
+    bash scripts/test-elixir.sh
+fi

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 
 pub use events::{EventSender, RequestHandle, event_channel};
 pub use metrics::{MetricsSnapshot, SlotInfo, SlotState};
+pub use plan::{CustomStrategy, Demand, Plan};
 
 use crate::decoder::{Decoder, FinishReason, GenerateParams, TokenLogprob};
 use crate::kv::{CacheOptions, KvType};
@@ -128,6 +129,46 @@ impl Default for EngineConfig {
             prefix_cache_bytes: 1 << 30,
             embed_pooling: None,
         }
+    }
+}
+
+/// What one tick did, for an [`EngineHooks::on_tick`] observer.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TickReport {
+    /// Tokens in the tick's batch (decode tokens and prompt tokens).
+    pub batch_tokens: usize,
+    /// Prompt tokens run.
+    pub prompt_tokens: usize,
+    /// Tokens generated (sampled) by the tick.
+    pub generated_tokens: u64,
+    /// Slots still holding a request after the tick.
+    pub busy_slots: usize,
+    /// Requests waiting for a slot.
+    pub queue_depth: usize,
+    /// Time spent planning the batch (a custom strategy included).
+    pub plan_time: Duration,
+    /// Time of the forward pass and the sampling.
+    pub run_time: Duration,
+}
+
+/// A per-tick observer (see [`EngineHooks::on_tick`]).
+pub type TickObserver = Box<dyn FnMut(&TickReport) + Send>;
+
+/// Extension points of the engine thread (see [`Engine::start_with_hooks`]).
+#[derive(Default)]
+pub struct EngineHooks {
+    /// Asked for each tick's plan instead of [`EngineConfig::strategy`].
+    pub strategy: Option<Box<dyn CustomStrategy>>,
+    /// Called on the engine thread after each tick that ran a batch; keep it short.
+    pub on_tick: Option<TickObserver>,
+}
+
+impl std::fmt::Debug for EngineHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHooks")
+            .field("strategy", &self.strategy.is_some())
+            .field("on_tick", &self.on_tick.is_some())
+            .finish()
     }
 }
 
@@ -272,10 +313,20 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// Starts the engine thread on `model`.
     pub fn start(model: Arc<Model>, config: EngineConfig) -> Result<Engine, EngineError> {
+        Self::start_with_hooks(model, config, EngineHooks::default())
+    }
+
+    /// Starts the engine thread on `model` with a custom batch strategy and/or a per-tick
+    /// observer.
+    pub fn start_with_hooks(
+        model: Arc<Model>,
+        config: EngineConfig,
+        hooks: EngineHooks,
+    ) -> Result<Engine, EngineError> {
         let (jobs, rx) = std::sync::mpsc::channel();
         let state = Arc::new(scheduler::State::default());
         state.accepting.store(true, Ordering::Release);
-        let worker = scheduler::Worker::new(model.clone(), config.clone(), state.clone(), rx)?;
+        let worker = scheduler::Worker::new(model.clone(), config.clone(), state.clone(), rx, hooks)?;
         std::thread::Builder::new()
             .name("ferrolm-engine".into())
             .spawn(move || worker.run())

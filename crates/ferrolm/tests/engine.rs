@@ -354,3 +354,53 @@ fn the_handle_is_also_an_async_stream() {
     });
     assert_eq!(streamed, blocking);
 }
+
+/// A strategy that runs one prompt token per slot and tick, and counts its calls.
+struct OneTokenPrefill(Arc<std::sync::atomic::AtomicUsize>);
+
+impl ferrolm::engine::CustomStrategy for OneTokenPrefill {
+    fn plan(&mut self, demands: &[ferrolm::engine::Demand], budget: usize) -> Option<ferrolm::engine::Plan> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut plan = ferrolm::engine::Plan::default();
+        for d in demands.iter().take(budget) {
+            if d.decode {
+                plan.decode.push(d.slot);
+            } else if d.prompt_left > 0 {
+                plan.prefill.push((d.slot, 1));
+            }
+        }
+        Some(plan)
+    }
+}
+
+#[test]
+fn a_custom_strategy_plans_each_tick_and_an_observer_sees_each_tick() {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    let Some(model) = load() else { return };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (ticks, generated) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicU64::new(0)));
+    let (t, g) = (ticks.clone(), generated.clone());
+    let hooks = ferrolm::engine::EngineHooks {
+        strategy: Some(Box::new(OneTokenPrefill(calls.clone()))),
+        on_tick: Some(Box::new(move |r: &ferrolm::engine::TickReport| {
+            assert!(r.batch_tokens >= 1 && r.busy_slots <= 2);
+            t.fetch_add(1, Ordering::Relaxed);
+            g.fetch_add(r.generated_tokens, Ordering::Relaxed);
+        })),
+    };
+    let cfg = EngineConfig { n_slots: 2, n_ctx: 1024, chunk_size: 64, ..EngineConfig::default() };
+    let eng = Engine::start_with_hooks(model.clone(), cfg, hooks).expect("engine starts");
+    let req = request(&model, PROMPTS[0], 8);
+    let n_prompt = req.prompt.len();
+    let (ids, ..) = collect(eng.submit(req).expect("accepted"));
+    let alone = collect(
+        engine(&model, 1, BatchStrategy::DecodeFirst).submit(request(&model, PROMPTS[0], 8)).expect("ok"),
+    );
+    assert_eq!(ids, alone.0, "greedy output does not depend on the strategy");
+    // One prompt token a tick: one tick per prompt token, then one per generated token after
+    // the first (which the last prompt token's logits give).
+    assert!(eng.wait_idle(Duration::from_secs(5)));
+    assert_eq!(ticks.load(Ordering::Relaxed), n_prompt + ids.len() - 1);
+    assert!(calls.load(Ordering::Relaxed) >= ticks.load(Ordering::Relaxed));
+    assert_eq!(generated.load(Ordering::Relaxed), ids.len() as u64);
+}

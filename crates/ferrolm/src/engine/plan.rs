@@ -1,27 +1,57 @@
-//! Which tokens go into a tick's batch, by [`BatchStrategy`].
+//! Which tokens go into a tick's batch, by [`BatchStrategy`] or by a [`CustomStrategy`].
 
 use super::BatchStrategy;
 
 /// What one busy slot wants from a tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Demand {
+pub struct Demand {
     /// Slot index.
-    pub(crate) slot: usize,
+    pub slot: usize,
     /// The slot has a sampled token to run (it is generating).
-    pub(crate) decode: bool,
-    /// Prompt tokens not yet run (0 when generating).
-    pub(crate) prompt_left: usize,
+    pub decode: bool,
+    /// Prompt tokens this slot may run this tick (0 when generating): what is left of its
+    /// prompt, up to the end of the current chunk.
+    pub prompt_left: usize,
     /// Most prompt tokens this slot may run in one pass (its cache's limit).
-    pub(crate) max_chunk: usize,
+    pub max_chunk: usize,
     /// Arrival order of its request: older prompts are served first.
-    pub(crate) order: u64,
+    pub order: u64,
 }
 
 /// One tick's batch: the slots whose next token runs, and prompt chunks `(slot, n_tokens)`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Plan {
-    pub(crate) decode: Vec<usize>,
-    pub(crate) prefill: Vec<(usize, usize)>,
+pub struct Plan {
+    /// Generating slots whose next token runs this tick.
+    pub decode: Vec<usize>,
+    /// Prefilling slots and how many of their prompt tokens run this tick.
+    pub prefill: Vec<(usize, usize)>,
+}
+
+impl Plan {
+    /// Whether the plan can run: every slot at most once, decode only for generating slots,
+    /// prompt chunks of 1..=`prompt_left` (and `max_chunk`) tokens, at most `budget` tokens in
+    /// all, and at least one token when anything is waiting (so the engine always progresses).
+    pub fn is_valid(&self, demands: &[Demand], budget: usize) -> bool {
+        let find = |slot: usize| demands.iter().find(|d| d.slot == slot);
+        let mut seen = std::collections::HashSet::new();
+        let decode_ok = self.decode.iter().all(|&s| seen.insert(s) && find(s).is_some_and(|d| d.decode));
+        let prefill_ok = self.prefill.iter().all(|&(s, n)| {
+            seen.insert(s)
+                && find(s)
+                    .is_some_and(|d| !d.decode && n >= 1 && n <= d.prompt_left && n <= d.max_chunk.max(1))
+        });
+        let total = self.decode.len() + self.prefill.iter().map(|p| p.1).sum::<usize>();
+        let waiting = demands.iter().any(|d| d.decode || d.prompt_left > 0);
+        decode_ok && prefill_ok && total <= budget.max(1) && (total > 0 || !waiting)
+    }
+}
+
+/// A batch strategy written outside the library (an Elixir behaviour, a Python callable…): the
+/// engine asks it for each tick's [`Plan`]. A plan that is not [valid](Plan::is_valid), or
+/// `None`, falls back to the configured [`BatchStrategy`] for that tick.
+pub trait CustomStrategy: Send {
+    /// The plan for one tick of at most `budget` tokens, given what every busy slot wants.
+    fn plan(&mut self, demands: &[Demand], budget: usize) -> Option<Plan>;
 }
 
 /// Fills a batch of at most `budget` tokens (at least one token always runs when anything is
@@ -108,6 +138,25 @@ mod tests {
         d.push(prompt(8, 2, 0));
         let p = plan_tick(BatchStrategy::Balanced, 12, &d);
         assert_eq!((p.prefill, p.decode.len()), (vec![(8, 2)], 8));
+    }
+
+    #[test]
+    fn validation_rejects_plans_that_cannot_run() {
+        let d = [decoding(0), prompt(1, 10, 0)];
+        let ok = Plan { decode: vec![0], prefill: vec![(1, 10)] };
+        assert!(ok.is_valid(&d, 11));
+        assert!(!ok.is_valid(&d, 10), "over budget");
+        assert!(!Plan { decode: vec![1], prefill: vec![] }.is_valid(&d, 64), "slot 1 is not generating");
+        assert!(!Plan { decode: vec![], prefill: vec![(1, 11)] }.is_valid(&d, 64), "more than its prompt");
+        assert!(!Plan { decode: vec![], prefill: vec![(0, 1)] }.is_valid(&d, 64), "slot 0 is generating");
+        assert!(!Plan { decode: vec![0, 0], prefill: vec![] }.is_valid(&d, 64), "a slot twice");
+        assert!(!Plan { decode: vec![7], prefill: vec![] }.is_valid(&d, 64), "no such slot");
+        assert!(!Plan::default().is_valid(&d, 64), "no progress while work waits");
+        assert!(Plan::default().is_valid(&[], 64));
+        // Every built-in plan is valid.
+        for s in [BatchStrategy::DecodeFirst, BatchStrategy::PrefillFirst, BatchStrategy::Balanced] {
+            assert!(plan_tick(s, 4, &d).is_valid(&d, 4));
+        }
     }
 
     #[test]

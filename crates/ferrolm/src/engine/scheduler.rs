@@ -12,7 +12,8 @@ use super::plan::{Demand, plan_tick};
 use super::prefix::PrefixCache;
 use super::slot::Active;
 use super::{
-    EngineConfig, EngineError, Event, EventSender, Job, MetricsSnapshot, SlotInfo, SlotState, Usage,
+    EngineConfig, EngineError, EngineHooks, Event, EventSender, Job, MetricsSnapshot, SlotInfo, SlotState,
+    TickReport, Usage,
 };
 use crate::batch::{Batch, Logits};
 use crate::decoder::{Decoder, FinishReason};
@@ -88,6 +89,7 @@ pub(crate) struct Worker {
     gen_rate: Rate,
     prompt_rate: Rate,
     counters: MetricsSnapshot,
+    hooks: EngineHooks,
 }
 
 impl Worker {
@@ -96,6 +98,7 @@ impl Worker {
         config: EngineConfig,
         state: Arc<State>,
         rx: Receiver<Job>,
+        hooks: EngineHooks,
     ) -> Result<Self, EngineError> {
         if config.n_slots == 0 || config.n_ctx == 0 || config.chunk_size == 0 {
             return Err(EngineError::Config("slots, context size and chunk size must be at least 1".into()));
@@ -120,6 +123,7 @@ impl Worker {
             gen_rate: Rate::new(Duration::from_secs(10)),
             prompt_rate: Rate::new(Duration::from_secs(10)),
             counters: MetricsSnapshot::default(),
+            hooks,
         };
         w.publish();
         Ok(w)
@@ -292,7 +296,9 @@ impl Worker {
 impl Worker {
     /// Builds one batch by the strategy, runs it, and samples for every slot that got logits.
     fn tick(&mut self) {
-        let plan = plan_tick(self.config.strategy, self.config.chunk_size, &self.demands());
+        let t_plan = Instant::now();
+        let plan = self.plan();
+        let plan_time = t_plan.elapsed();
         self.batch.clear();
         self.outs.clear();
         for &i in &plan.decode {
@@ -328,6 +334,33 @@ impl Worker {
             ms = now.duration_since(t0).as_secs_f64() * 1e3,
             "tick"
         );
+        if let Some(on_tick) = self.hooks.on_tick.as_mut() {
+            on_tick(&TickReport {
+                batch_tokens: self.batch.len(),
+                prompt_tokens: n_prompt,
+                generated_tokens: n_gen,
+                busy_slots: self.slots.iter().filter(|s| s.is_some()).count(),
+                queue_depth: self.queue.len(),
+                plan_time,
+                run_time: t0.elapsed(),
+            });
+        }
+    }
+
+    /// This tick's plan: the custom strategy's when it gives a valid one, else the built-in one.
+    fn plan(&mut self) -> super::Plan {
+        let demands = self.demands();
+        let budget = self.config.chunk_size;
+        if let Some(custom) = self.hooks.strategy.as_mut() {
+            match custom.plan(&demands, budget) {
+                Some(plan) if plan.is_valid(&demands, budget) => return plan,
+                Some(plan) => {
+                    tracing::warn!(?plan, "invalid plan from the custom strategy; using the built-in one")
+                }
+                None => {}
+            }
+        }
+        plan_tick(self.config.strategy, budget, &demands)
     }
 
     /// What each busy slot wants from this tick.
