@@ -30,6 +30,17 @@ _CHAT_FORMATS = {
         "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
         "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
     ),
+    "gemma": (
+        "{{ bos_token }}{% for message in messages %}{% set role = 'model' if message['role'] == 'assistant' "
+        "else 'user' %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+    ),
+    "llama-2": (
+        "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+        "{{ '<<SYS>>\n' + message['content'] + '\n<</SYS>>\n\n' }}{% elif message['role'] == 'user' %}"
+        "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% else %}{{ ' ' + message['content'] + eos_token }}"
+        "{% endif %}{% endfor %}"
+    ),
 }
 
 #: llama-cpp-python constructor arguments that select GPU offload, memory mapping or other
@@ -95,8 +106,12 @@ class Llama:
                 f"unknown chat_format '{chat_format}': ferrolm knows {sorted(_CHAT_FORMATS)}; by default "
                 "the model's own template is used (or give chat_template=)"
             )
+        if chat_template is None and chat_format is None and self._model.chat_template() is None:
+            # As llama-cpp-python: a model without a template gets a format guessed from its
+            # architecture, else llama-2's.
+            chat_format = "gemma" if self._model.arch.startswith("gemma") else "llama-2"
         self._chat_template = chat_template or _CHAT_FORMATS.get(chat_format or "")
-        self.chat_format = chat_format or ("chatml" if chat_format else None)
+        self.chat_format = chat_format
         self.set_seed(seed)
         if verbose:
             import sys
