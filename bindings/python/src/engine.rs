@@ -314,7 +314,7 @@ impl PyRequest {
         }
     }
 
-    /// The engine's id of the request.
+    /// Whether every token was read (or the request was cancelled).
     #[getter]
     fn done(&self) -> bool {
         self.handle.is_none() && self.tail.is_none()

@@ -49,6 +49,7 @@ fn _ferrolm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<session::PyToken>()?;
     m.add_class::<session::PyFinish>()?;
     m.add_class::<session::PyStream>()?;
+    m.add_class::<session::PyCancelHandle>()?;
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<engine::PyRequest>()?;
     m.add_function(wrap_pyfunction!(set_num_threads, m)?)?;

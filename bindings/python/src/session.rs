@@ -99,6 +99,18 @@ impl PyFinish {
     }
 }
 
+/// Stops a session's running generation from any thread: it ends with reason `cancelled`.
+#[pyclass(name = "CancelHandle", module = "ferrolm._ferrolm", frozen)]
+pub struct PyCancelHandle(CancelHandle);
+
+#[pymethods]
+impl PyCancelHandle {
+    /// Asks the running generation to stop.
+    fn cancel(&self) {
+        self.0.cancel();
+    }
+}
+
 /// The session and its running generation, which borrows it.
 ///
 /// `Session` borrows its model and `TokenStream` borrows its session; here the model is kept
@@ -311,9 +323,10 @@ impl PySession {
         self.core.session().reset();
     }
 
-    /// Stops the running generation from another thread (it ends with reason `cancelled`).
-    fn cancel(&self) {
-        self.cancel.cancel();
+    /// A handle that stops this session's running generation from any thread (the session
+    /// itself is busy while it generates).
+    fn cancel_handle(&self) -> PyCancelHandle {
+        PyCancelHandle(self.cancel.clone())
     }
 
     /// Starts a generation of a reply to the whole `prompt` (text or token ids): the longest

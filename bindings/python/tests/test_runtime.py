@@ -107,3 +107,15 @@ def test_grammar_and_tools(smollm2_path):
     import json
 
     assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+
+
+def test_another_thread_cancels_a_session_generation(smollm2_path):
+    s = ferrolm.Session(smollm2_path, n_ctx=4096)
+    timer = threading.Timer(0.3, s.cancel)
+    timer.start()
+    t0 = time.time()
+    s.generate("Once upon a time", max_tokens=3500, ignore_eos=True, temperature=0.0)
+    timer.join()
+    assert s.last_finish.reason == "cancelled"
+    assert s.last_finish.completion_tokens < 3500 and time.time() - t0 < 20
+    assert s.generate("The capital of France is", max_tokens=4, temperature=0.0).strip()

@@ -37,6 +37,7 @@ class Session:
     def __init__(self, model: Union[Model, str], **options: Any) -> None:
         self.model = _model(model)
         self._native = _ferrolm.Session(self.model, **options)
+        self._cancel = self._native.cancel_handle()
 
     @property
     def tokens(self) -> List[int]:
@@ -61,8 +62,8 @@ class Session:
         self._native.reset()
 
     def cancel(self) -> None:
-        """Stops the running generation from another thread."""
-        self._native.cancel()
+        """Stops the running generation (call it from another thread)."""
+        self._cancel.cancel()
 
     def generate(self, prompt: Prompt, **params: Any) -> str:
         """The whole reply to ``prompt`` (see :class:`GenParams` for the options)."""
