@@ -70,10 +70,12 @@ def venv_python(cache):
     return py
 
 
-def setup(py, jobs):
+def setup(py, jobs, install_ferrolm):
     """Installs this checkout's ferrolm and llama-cpp-python (when missing) into the venv."""
-    bc.run_checked([py, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
-                    os.path.join(bc.ROOT, "bindings", "python")], "pip install ./bindings/python", capture=False)
+    if install_ferrolm:
+        bc.run_checked([py, "-m", "pip", "install", "--quiet", "--force-reinstall", "--no-deps",
+                        os.path.join(bc.ROOT, "bindings", "python")], "pip install ./bindings/python",
+                       capture=False)
     have = subprocess.run([py, "-c", "import llama_cpp; print(llama_cpp.__version__)"],
                           capture_output=True, text=True)
     if have.returncode == 0 and have.stdout.strip() == bc.LLAMA_CPP_PYTHON_VERSION:
@@ -110,12 +112,14 @@ def main():
     ap.add_argument("-r", "--reps", type=int, default=3)
     ap.add_argument("--ferrolm", help="the ferrolm binary (default: built with cargo)")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--no-install", action="store_true",
+                    help="use the ferrolm package already in the venv (do not pip install ./bindings/python)")
     args = ap.parse_args()
     cache = os.environ.get("FERROLM_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ferrolm")
     binary = bc.ferrolm_binary(args.ferrolm)
     py = venv_python(cache)
-    setup(py, os.cpu_count() or 2)
+    setup(py, os.cpu_count() or 2, not args.no_install)
     models = args.model or bc.default_models()
     results = []
     for model in models:
