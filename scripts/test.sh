@@ -2,11 +2,13 @@
 # The project's test command: fetch the test models, then run every test of the workspace
 # ([profile.test] is optimized, so model tests run at full speed), then the end-to-end tests of
 # `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai client, prefix cache,
-# disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test). Extra
-# arguments go to `cargo test`. FERROLM_SKIP_SERVER_TESTS=1 skips the end-to-end tests. Then
-# the Hugging Face Hub tests against a local stand-in of the Hub (scripts/hub_tests/run.sh),
-# then the Elixir package's tests (scripts/test-elixir.sh: installs Erlang/Elixir from Debian
-# packages, `mix test` in bindings/elixir); FERROLM_SKIP_ELIXIR_TESTS=1 skips them.
+# disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test), the tests of
+# the Python package (scripts/test-python.sh), the Hugging Face Hub tests against a local
+# stand-in of the Hub (scripts/hub_tests/run.sh), and the Elixir package's tests
+# (scripts/test-elixir.sh: installs Erlang/Elixir from Debian packages, `mix test` in
+# bindings/elixir). Extra arguments go to `cargo test`. FERROLM_SKIP_SERVER_TESTS=1 skips the
+# server's end-to-end tests, FERROLM_SKIP_PYTHON_TESTS=1 the Python ones,
+# FERROLM_SKIP_ELIXIR_TESTS=1 the Elixir ones.
 #
 # The tests are built with the OpenCL backend (feature `opencl`, loaded at run time: the build
 # needs no OpenCL files) and run it on PoCL, which scripts/install-opencl.sh installs when no
@@ -20,6 +22,11 @@ bash scripts/fetch-test-models.sh
 bash scripts/install-opencl.sh
 cargo test --workspace --features ferrolm/opencl,ferrolm-cli/opencl "$@"
 bash scripts/check-opencl-messages.sh
+
+if [[ "${FERROLM_SKIP_PYTHON_TESTS:-0}" != 1 ]]; then
+    # The Python package (bindings/python) built with pip into a venv, and its pytest suite.
+    bash scripts/test-python.sh
+fi
 
 if [[ "${FERROLM_SKIP_SERVER_TESTS:-0}" != 1 ]]; then
     # The release binary was built by check-opencl-messages.sh; rebuild in case sources changed.
