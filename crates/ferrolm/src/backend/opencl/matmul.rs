@@ -81,7 +81,7 @@ fn to_u32(v: usize, what: &str) -> BackendResult<u32> {
 /// The kernels for `w`, after checking that its rows are whole blocks.
 fn kernels_for(w: &Weight) -> BackendResult<Kernels> {
     let k = kernels(w.ty).ok_or_else(|| unsupported_type(w.ty))?;
-    if w.cols % w.ty.block_size() != 0 {
+    if !w.cols.is_multiple_of(w.ty.block_size()) {
         return Err(bad_shape(format!("{} rows of {} values (not whole blocks)", w.ty, w.cols)));
     }
     Ok(k)
