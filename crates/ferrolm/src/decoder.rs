@@ -127,6 +127,9 @@ pub enum Step {
     End(FinishReason),
 }
 
+/// A logits processor given to [`Decoder::step_with`].
+type LogitsHook<'a> = &'a mut dyn FnMut(&mut [f32]) -> Result<()>;
+
 /// The per-token step of one generation: sampler chain, constraint, stop strings with
 /// hold-back, detokenizing, limits and log-probabilities. See the [module doc](self).
 pub struct Decoder {
@@ -241,7 +244,7 @@ impl Decoder {
         &mut self,
         tokenizer: &Tokenizer,
         logits: &[f32],
-        process: Option<&mut dyn FnMut(&mut [f32]) -> Result<()>>,
+        process: Option<LogitsHook<'_>>,
     ) -> Result<Step> {
         if self.n_generated >= self.max_tokens {
             return Ok(Step::End(FinishReason::Length));
