@@ -3,7 +3,8 @@
 # then runs its pytest suite on the test models against the release CLI.
 #
 # The venv lives in ${FERROLM_PYENV_PYTHON:-${FERROLM_CACHE_DIR:-~/.cache/ferrolm}/pyenv-python}
-# and holds pytest and jsonschema. `pip install ./bindings/python` builds the extension with
+# and holds pytest, jsonschema and numpy (the logits-processor tests run with numpy arrays, and
+# with lists when numpy is hidden). `pip install ./bindings/python` builds the extension with
 # maturin (pip fetches it) in the workspace's target folder (or $CARGO_TARGET_DIR), release
 # profile, so the ferrolm library built for `cargo build --release -p ferrolm-cli --features
 # opencl` is reused. Extra arguments go to pytest. Under CI=true a missing model fails.
@@ -20,7 +21,7 @@ if [[ ! -x "$py" ]]; then
     mkdir -p "$(dirname "$venv")"
     python3 -m venv "$venv"
 fi
-"$py" -m pip install --quiet --disable-pip-version-check pytest jsonschema
+"$py" -m pip install --quiet --disable-pip-version-check pytest jsonschema numpy
 
 # The reference of the greedy tests.
 cargo build --release -p ferrolm-cli --features opencl

@@ -2,14 +2,17 @@
 //! caller's thread with the GIL released around each forward pass.
 
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes};
 
 use ferrolm::decoder::FinishReason;
 use ferrolm::kv::{CacheOptions, KvType, PolicyKind};
 use ferrolm::model::Model;
-use ferrolm::session::{CancelHandle, GenerationStats, Session, SessionOptions, StreamEvent, TokenStream};
+use ferrolm::session::{
+    CancelHandle, GenerationStats, LogitsProcessor, Session, SessionOptions, StreamEvent, TokenStream,
+};
 
 use crate::errors::{Kind, new_err, to_py};
 use crate::model::{Prompt, PyModel};
@@ -192,6 +195,54 @@ pub struct PySession {
     cancel: CancelHandle,
     /// How the last generation ended.
     finish: Option<PyFinish>,
+    /// The running generation's stopping criterion: `fn(context ids, logits bytes) -> bool`.
+    stop_hook: Option<Py<PyAny>>,
+    /// The exception a logits processor raised inside the running generation.
+    hook_error: Arc<Mutex<Option<PyErr>>>,
+}
+
+/// The hooks and reports one generation asks for (`Session.stream`/`generate` keywords).
+struct Hooks {
+    logits_processor: Option<Py<PyAny>>,
+    stopping_criteria: Option<Py<PyAny>>,
+    logprobs: Option<usize>,
+}
+
+/// The logits as the bytes of native `float32`s, for a Python hook.
+fn logits_bytes<'py>(py: Python<'py>, logits: &[f32]) -> Bound<'py, PyByteArray> {
+    let bytes: Vec<u8> = logits.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    PyByteArray::new(py, &bytes)
+}
+
+/// Calls a Python logits processor `fn(context ids, logits bytes) -> bytes` (native float32s)
+/// and copies what it returns over `logits`.
+fn call_processor(py: Python<'_>, hook: &Py<PyAny>, context: &[u32], logits: &mut [f32]) -> PyResult<()> {
+    let out = hook.call1(py, (context.to_vec(), logits_bytes(py, logits)))?;
+    let out = out.downcast_bound::<PyBytes>(py)?.as_bytes();
+    if out.len() != 4 * logits.len() {
+        return Err(new_err(
+            Kind::Invalid,
+            format!("the logits processor returned {} scores for {} tokens", out.len() / 4, logits.len()),
+        ));
+    }
+    for (dst, src) in logits.iter_mut().zip(out.chunks_exact(4)) {
+        *dst = f32::from_ne_bytes([src[0], src[1], src[2], src[3]]);
+    }
+    Ok(())
+}
+
+/// A core logits processor calling `hook` with the GIL; an exception it raises is kept in `slot`
+/// and ends the generation.
+fn python_processor(hook: Py<PyAny>, slot: Arc<Mutex<Option<PyErr>>>) -> LogitsProcessor {
+    Box::new(move |context, logits| {
+        Python::with_gil(|py| call_processor(py, &hook, context, logits)).map_err(|e| {
+            let msg = format!("the logits processor failed: {e}");
+            if let Ok(mut slot) = slot.lock() {
+                *slot = Some(e);
+            }
+            ferrolm::Error::InvalidInput(msg)
+        })
+    })
 }
 
 fn kv_type(name: &str) -> PyResult<KvType> {
@@ -220,16 +271,36 @@ impl PySession {
         }
         match py.allow_threads(|| stream.next()) {
             Some(Ok(StreamEvent::Token { id, text })) => {
-                Ok(Next::Token(PyToken { id: Some(id), text, logprob: None, top_logprobs: None }))
+                let lp = stream.last_logprob();
+                let token = PyToken {
+                    id: Some(id),
+                    text,
+                    logprob: lp.map(|l| l.logprob),
+                    top_logprobs: lp.map(|l| l.top.clone()),
+                };
+                if let Some(hook) = &self.stop_hook {
+                    let stop = hook.call1(py, (stream.context().to_vec(), logits_bytes(py, stream.logits())));
+                    match stop.and_then(|v| v.is_truthy(py)) {
+                        Ok(true) => stream.finish_after_token(FinishReason::StopString),
+                        Ok(false) => {}
+                        Err(e) => {
+                            self.core.stream = None;
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(Next::Token(token))
             }
             Some(Ok(StreamEvent::Finished { text, stats, .. })) => {
                 self.core.stream = None;
+                self.stop_hook = None;
                 self.finish = Some(PyFinish::from_stats(&stats));
                 Ok(if text.is_empty() { Next::End } else { Next::Token(PyToken::text_only(text)) })
             }
             Some(Err(e)) => {
                 self.core.stream = None;
-                Err(to_py(e))
+                let raised = self.hook_error.lock().ok().and_then(|mut slot| slot.take());
+                Err(raised.unwrap_or_else(|| to_py(e)))
             }
             None => {
                 self.core.stream = None;
@@ -238,11 +309,19 @@ impl PySession {
         }
     }
 
-    fn begin(&mut self, py: Python<'_>, prompt: Prompt, params: &PyGenParams) -> PyResult<u64> {
+    fn begin(&mut self, py: Python<'_>, prompt: Prompt, params: &PyGenParams, hooks: Hooks) -> PyResult<u64> {
         let tokens = prompt.tokens(&self.core.model)?;
         self.finish = None;
         let core = &mut self.core;
-        py.allow_threads(|| core.start(&tokens, &params.params)).map_err(to_py)
+        let id = py.allow_threads(|| core.start(&tokens, &params.params)).map_err(to_py)?;
+        self.stop_hook = hooks.stopping_criteria;
+        if let Some(stream) = self.core.stream.as_mut() {
+            stream.set_logprobs(hooks.logprobs);
+            stream.set_logits_processor(
+                hooks.logits_processor.map(|hook| python_processor(hook, self.hook_error.clone())),
+            );
+        }
+        Ok(id)
     }
 }
 
@@ -285,7 +364,7 @@ impl PySession {
         let core = py.allow_threads(|| Core::new(model, opts)).map_err(to_py)?;
         // SAFETY: `core.session` is valid (just made) and not borrowed by a stream.
         let cancel = unsafe { core.session.as_ref() }.cancel_handle();
-        Ok(Self { core, cancel, finish: None })
+        Ok(Self { core, cancel, finish: None, stop_hook: None, hook_error: Arc::default() })
     }
 
     /// The context size.
@@ -329,23 +408,51 @@ impl PySession {
         PyCancelHandle(self.cancel.clone())
     }
 
+    /// Makes the cache hold exactly `prompt` (text or token ids), reusing its longest cached
+    /// prefix, with the logits after it ready for the next generation.
+    fn prefill(&mut self, py: Python<'_>, prompt: Prompt) -> PyResult<()> {
+        let tokens = prompt.tokens(&self.core.model)?;
+        let session = self.core.session();
+        py.allow_threads(|| session.prefill(&tokens)).map(drop).map_err(to_py)
+    }
+
     /// Starts a generation of a reply to the whole `prompt` (text or token ids): the longest
     /// cached prefix is reused, the rest prefilled now. Returns an iterator of `Token`s; a later
     /// call on this session ends it.
-    fn stream(slf: &Bound<'_, Self>, prompt: Prompt, params: &PyGenParams) -> PyResult<PyStream> {
-        let id = slf.borrow_mut().begin(slf.py(), prompt, params)?;
+    ///
+    /// `logits_processor(ids, scores)` is called before each token is sampled with the context's
+    /// token ids (a list) and the logits (a `bytearray` of native float32s) and returns the
+    /// logits to sample from (`bytes` of as many native float32s); `stopping_criteria(ids,
+    /// scores)` is called after each token (ids without it, the logits it was sampled from) and
+    /// ends the generation (reason `stop`) when it returns true. `logprobs=k` fills each
+    /// token's `logprob` and `k` best `top_logprobs`.
+    #[pyo3(signature = (prompt, params, *, logits_processor=None, stopping_criteria=None, logprobs=None))]
+    fn stream(
+        slf: &Bound<'_, Self>,
+        prompt: Prompt,
+        params: &PyGenParams,
+        logits_processor: Option<Py<PyAny>>,
+        stopping_criteria: Option<Py<PyAny>>,
+        logprobs: Option<usize>,
+    ) -> PyResult<PyStream> {
+        let hooks = Hooks { logits_processor, stopping_criteria, logprobs };
+        let id = slf.borrow_mut().begin(slf.py(), prompt, params, hooks)?;
         Ok(PyStream { session: slf.clone().unbind(), id })
     }
 
     /// Generates a whole reply: `(text, token ids, Finish)`. Ctrl-C stops it (the session stays
-    /// usable).
+    /// usable). The keywords are those of `stream`.
+    #[pyo3(signature = (prompt, params, *, logits_processor=None, stopping_criteria=None))]
     fn generate(
         &mut self,
         py: Python<'_>,
         prompt: Prompt,
         params: &PyGenParams,
+        logits_processor: Option<Py<PyAny>>,
+        stopping_criteria: Option<Py<PyAny>>,
     ) -> PyResult<(String, Vec<u32>, PyFinish)> {
-        let id = self.begin(py, prompt, params)?;
+        let hooks = Hooks { logits_processor, stopping_criteria, logprobs: None };
+        let id = self.begin(py, prompt, params, hooks)?;
         let (mut text, mut tokens) = (String::new(), Vec::new());
         while let Next::Token(t) = self.next(py, id)? {
             text.push_str(&t.text);

@@ -127,6 +127,9 @@ pub enum Step {
     End(FinishReason),
 }
 
+/// A logits processor given to [`Decoder::step_with`].
+type LogitsHook<'a> = &'a mut dyn FnMut(&mut [f32]) -> Result<()>;
+
 /// The per-token step of one generation: sampler chain, constraint, stop strings with
 /// hold-back, detokenizing, limits and log-probabilities. See the [module doc](self).
 pub struct Decoder {
@@ -195,6 +198,11 @@ impl Decoder {
         self
     }
 
+    /// Like [`Decoder::with_logprobs`] on a decoder already in use (from the next step on).
+    pub fn set_logprobs(&mut self, k: Option<usize>) {
+        self.logprobs = k;
+    }
+
     /// The `k` of [`Decoder::with_logprobs`].
     pub fn logprobs(&self) -> Option<usize> {
         self.logprobs
@@ -216,19 +224,47 @@ impl Decoder {
     /// One step: turns the logits after the last token into the next token and its text.
     /// `logits` is `[n_vocab]`.
     pub fn step(&mut self, tokenizer: &Tokenizer, logits: &[f32]) -> Result<Step> {
+        self.step_inner(tokenizer, logits, None)
+    }
+
+    /// Like [`Decoder::step`], with a logits processor: `process` may change a copy of the
+    /// logits (bias, mask, rescale them) before the constraint's mask and the sampler chain see
+    /// them; an error it returns ends the step with that error. Log-probabilities are still
+    /// those of the model's raw `logits`. A step without a processor costs no copy.
+    pub fn step_with(
+        &mut self,
+        tokenizer: &Tokenizer,
+        logits: &[f32],
+        process: &mut dyn FnMut(&mut [f32]) -> Result<()>,
+    ) -> Result<Step> {
+        self.step_inner(tokenizer, logits, Some(process))
+    }
+
+    fn step_inner(
+        &mut self,
+        tokenizer: &Tokenizer,
+        logits: &[f32],
+        process: Option<LogitsHook<'_>>,
+    ) -> Result<Step> {
         if self.n_generated >= self.max_tokens {
             return Ok(Step::End(FinishReason::Length));
         }
-        let tok = match &mut self.constraint {
-            Some(c) => {
-                self.masked.clear();
-                self.masked.extend_from_slice(logits);
-                c.mask_logits(&mut self.masked)?;
-                let tok = self.sampler.sample(&self.masked);
-                c.accept(tok)?;
-                tok
+        let tok = if process.is_none() && self.constraint.is_none() {
+            self.sampler.sample(logits)
+        } else {
+            self.masked.clear();
+            self.masked.extend_from_slice(logits);
+            if let Some(process) = process {
+                process(&mut self.masked)?;
             }
-            None => self.sampler.sample(logits),
+            if let Some(c) = &mut self.constraint {
+                c.mask_logits(&mut self.masked)?;
+            }
+            let tok = self.sampler.sample(&self.masked);
+            if let Some(c) = &mut self.constraint {
+                c.accept(tok)?;
+            }
+            tok
         };
         self.sampler.accept(tok);
         if !self.ignore_eos && tokenizer.is_eog(tok) {

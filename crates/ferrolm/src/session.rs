@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 pub use crate::decoder::{FinishReason, GenerateParams, StopCheck, StopMatcher};
 pub use chat::{ChatSession, ChatStream};
 pub use generation::{Completion, GenerationStats};
-pub use stream::{StreamEvent, TokenStream};
+pub use stream::{LogitsProcessor, StreamEvent, TokenStream};
 
 use crate::batch::{Batch, Logits};
 use crate::kv::{CacheManager, CacheOptions, EvictionStats, KvCache, KvType, SeqId};

@@ -293,3 +293,66 @@ fn a_second_chat_turn_prefills_only_its_new_tokens() {
     assert_eq!(chat.messages().len(), 1);
     assert!(chat.session().tokens().is_empty());
 }
+
+#[test]
+fn a_logits_processor_changes_what_is_sampled_and_can_end_the_step() {
+    use ferrolm::decoder::{Decoder, Step};
+    let Some(model) = load() else { return };
+    let tok = model.tokenizer();
+    let n_vocab = model.config().n_vocab;
+    let params = GenerateParams { ignore_eos: true, ..GenerateParams::greedy(4) };
+    let mut logits = vec![0.0f32; n_vocab];
+    logits[7] = 5.0;
+    // Without a processor: the argmax; with one: what it leaves, while the log-probabilities
+    // stay those of the raw logits.
+    let mut plain = Decoder::new(&model, &params).unwrap();
+    let Step::Continue(s) = plain.step(tok, &logits).unwrap() else { panic!("no token") };
+    assert_eq!(s.id, 7);
+    let mut hooked = Decoder::new(&model, &params).unwrap().with_logprobs(Some(1));
+    let mut calls = 0;
+    let mut only_42 = |l: &mut [f32]| -> ferrolm::Result<()> {
+        calls += 1;
+        l.iter_mut().enumerate().for_each(|(i, x)| *x = if i == 42 { 0.0 } else { f32::NEG_INFINITY });
+        Ok(())
+    };
+    let Step::Continue(s) = hooked.step_with(tok, &logits, &mut only_42).unwrap() else { panic!("no token") };
+    assert_eq!((s.id, calls), (42, 1));
+    assert_eq!(s.logprob.unwrap().top[0].0, 7);
+    assert_eq!(logits[7], 5.0, "the caller's logits are not changed");
+    let mut failing = |_: &mut [f32]| -> ferrolm::Result<()> {
+        Err(ferrolm::Error::InvalidInput("processor failed".into()))
+    };
+    assert!(hooked.step_with(tok, &logits, &mut failing).is_err());
+
+    // On a session's stream: the processor sees the context, and a caller can end the stream.
+    let mut session = Session::new(&model, opts(256)).unwrap();
+    let prompt = session.tokenize_prompt("The capital of France is").unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    let mut stream = session.stream_tokens(&prompt, &GenerateParams::greedy(10)).unwrap();
+    stream.set_logprobs(Some(2));
+    stream.set_logits_processor(Some(Box::new(move |ctx: &[u32], l: &mut [f32]| -> ferrolm::Result<()> {
+        seen2.lock().unwrap().push(ctx.len());
+        l.iter_mut().enumerate().for_each(|(i, x)| *x = if i == 42 { 0.0 } else { f32::NEG_INFINITY });
+        Ok(())
+    })));
+    let mut ids = Vec::new();
+    while let Some(ev) = stream.next() {
+        match ev.unwrap() {
+            StreamEvent::Token { id, .. } => {
+                assert_eq!(stream.last_logprob().unwrap().top.len(), 2);
+                assert_eq!(stream.logits().len(), n_vocab);
+                ids.push(id);
+                if ids.len() == 3 {
+                    stream.finish_after_token(FinishReason::StopString);
+                }
+            }
+            StreamEvent::Finished { reason, .. } => assert_eq!(reason, FinishReason::StopString),
+        }
+    }
+    drop(stream);
+    assert_eq!(ids, vec![42, 42, 42]);
+    let n = prompt.len();
+    assert_eq!(*seen.lock().unwrap(), vec![n, n + 1, n + 2]);
+    assert_eq!(session.tokens().len(), n + 2, "the last token is not run");
+}

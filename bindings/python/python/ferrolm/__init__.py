@@ -12,11 +12,12 @@ from . import _ferrolm
 from ._ferrolm import Finish, GenParams, Model, Token, catalog, resolve_model, set_num_threads
 from .engine import ChatSession, Engine, Request, Session, gen_params
 from .errors import EngineBusyError, Error, InvalidInputError, ModelNotFoundError
-from .llama import LLAMA_DEFAULT_SEED, Llama
+from .llama import LLAMA_DEFAULT_SEED, Llama, LlamaState
+from .llama_hooks import LogitsProcessorList, StoppingCriteriaList
 from .llama_grammar import LlamaGrammar
 
 __all__ = [
-    "Llama", "LlamaGrammar", "LLAMA_DEFAULT_SEED",
+    "Llama", "LlamaGrammar", "LlamaState", "LogitsProcessorList", "StoppingCriteriaList", "LLAMA_DEFAULT_SEED",
     "Model", "Session", "ChatSession", "Engine", "Request", "Token", "Finish", "GenParams", "gen_params",
     "Error", "InvalidInputError", "ModelNotFoundError", "EngineBusyError",
     "catalog", "resolve_model", "set_num_threads",

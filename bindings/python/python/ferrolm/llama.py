@@ -7,6 +7,7 @@ cache is kept between calls and the longest common prefix of the next prompt is 
 
 from __future__ import annotations
 
+import array
 import json
 import random
 import time
@@ -17,6 +18,7 @@ from . import _ferrolm
 from ._ferrolm import GenParams, Model
 from .errors import InvalidInputError
 from .llama_grammar import LlamaGrammar
+from .llama_hooks import CompletionLogprobs, chat_logprobs, processor_hook, stopping_hook
 
 #: llama.cpp's "no seed given" value: each generation draws a fresh random seed.
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
@@ -174,14 +176,51 @@ class Llama:
         """Forgets the KV cache: the next prompt is prefilled from scratch."""
         self._session.reset()
 
+    def save_state(self) -> "LlamaState":
+        """The state of the context: the tokens the KV cache holds and the seed generator.
+        :meth:`load_state` rebuilds the cache from these tokens (ferrolm does not serialise KV
+        memory), so a later generation continues exactly as it would have without the detour."""
+        ids = list(self._session.tokens)
+        raw = array.array("I", ids).tobytes()
+        return LlamaState(ids, None, len(ids), raw, len(raw), self._seed, self._rng.getstate())
+
+    def load_state(self, state: "LlamaState") -> None:
+        """Restores a :meth:`save_state`: prefills its tokens (reusing the longest prefix
+        already cached) and restores the seed generator."""
+        ids = [int(t) for t in state.input_ids][: state.n_tokens]
+        if ids:
+            self._session.prefill(ids)
+        else:
+            self._session.reset()
+        self._seed = state.seed
+        if state.rng_state is not None:
+            self._rng.setstate(state.rng_state)
+
     def set_seed(self, seed: int) -> None:
         """Seeds the sampling of the following calls (``LLAMA_DEFAULT_SEED``: random)."""
+        self._seed = seed
         self._rng = random.Random() if seed in (LLAMA_DEFAULT_SEED, -1) else random.Random(seed)
 
     def _call_seed(self, seed: Optional[int]) -> int:
         return self._rng.getrandbits(63) if seed is None else seed & 0xFFFFFFFFFFFFFFFF
 
     # -- completions -------------------------------------------------------------------------
+
+    def _detokenize_one(self, ids: List[int]) -> bytes:
+        return self._model.detokenize(ids, False)
+
+    def _collect(self, tokens: List[int], params: GenParams, hooks: Dict[str, Any],
+                 logprobs: Optional[int]) -> Any:
+        """Runs a whole generation: ``(text, Tokens, Finish)``."""
+        stream = self._session.stream(tokens, params, logprobs=logprobs, **hooks)
+        try:
+            toks = list(stream)
+        finally:
+            stream.close()
+        finish = stream.finish
+        if finish is None:
+            raise RuntimeError("the generation ended without a result")
+        return "".join(t.text for t in toks), toks, finish
 
     def _prompt_tokens(self, prompt: Union[str, bytes, Sequence[int]]) -> List[int]:
         if isinstance(prompt, (str, bytes)):
@@ -246,8 +285,7 @@ class Llama:
         tokens = self._prompt_tokens(prompt)
         params = self._params(
             len(tokens), max_tokens, seed, stop, grammar, None,
-            {"suffix": suffix, "logprobs": logprobs, "stopping_criteria": stopping_criteria,
-             "logits_processor": logits_processor},
+            {"suffix": suffix},
             temperature=temperature, top_p=top_p, min_p=min_p, typical_p=typical_p, top_k=top_k,
             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             repeat_penalty=repeat_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
@@ -259,31 +297,43 @@ class Llama:
             "created": int(time.time()),
             "model": model or self.model_path,
         }
+        if echo and logprobs is not None:
+            raise InvalidInputError("logprobs with echo=True (the prompt's log-probabilities) is not supported by ferrolm.Llama")
+        hooks = {"logits_processor": processor_hook(logits_processor),
+                 "stopping_criteria": stopping_hook(stopping_criteria)}
         prefix = ""
         if echo:
             prefix = prompt if isinstance(prompt, str) else self._model.detokenize(tokens, False).decode("utf-8", "replace")
         if stream:
-            return self._stream_completion(tokens, params, head, prefix)
-        text, _ids, finish = self._session.generate(tokens, params)
+            return self._stream_completion(tokens, params, head, prefix, hooks, logprobs)
+        report = None
+        if logprobs is None:
+            text, _ids, finish = self._session.generate(tokens, params, **hooks)
+        else:
+            text, toks, finish = self._collect(tokens, params, hooks, logprobs)
+            report = CompletionLogprobs(self._detokenize_one, len(prefix)).report(toks)
         return {
             **head,
-            "choices": [{"text": prefix + text, "index": 0, "logprobs": None,
+            "choices": [{"text": prefix + text, "index": 0, "logprobs": report,
                          "finish_reason": _finish_reason(finish)}],
             "usage": {"prompt_tokens": finish.prompt_tokens, "completion_tokens": finish.completion_tokens,
                       "total_tokens": finish.prompt_tokens + finish.completion_tokens},
         }
 
     def _stream_completion(self, tokens: List[int], params: GenParams, head: Dict[str, Any],
-                           prefix: str) -> Iterator[Dict[str, Any]]:
-        def chunk(text: str, finish_reason: Optional[str]) -> Dict[str, Any]:
-            return {**head, "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}]}
+                           prefix: str, hooks: Dict[str, Any], logprobs: Optional[int]) -> Iterator[Dict[str, Any]]:
+        def chunk(text: str, finish_reason: Optional[str], report: Any = None) -> Dict[str, Any]:
+            return {**head, "choices": [{"text": text, "index": 0, "logprobs": report, "finish_reason": finish_reason}]}
 
-        stream = self._session.stream(tokens, params)
+        stream = self._session.stream(tokens, params, logprobs=logprobs, **hooks)
+        reports = CompletionLogprobs(self._detokenize_one, len(prefix)) if logprobs is not None else None
         if prefix:
             yield chunk(prefix, None)
         try:
             for tok in stream:
-                if tok.text:
+                if reports is not None and tok.logprob is not None:
+                    yield chunk(tok.text, None, reports.report([tok]))
+                elif tok.text:
                     yield chunk(tok.text, None)
             finish = stream.finish
             yield chunk("", _finish_reason(finish) if finish is not None else "stop")
@@ -332,6 +382,7 @@ class Llama:
         logit_bias: Optional[Dict[int, float]] = None,
         logprobs: Optional[bool] = None,
         top_logprobs: Optional[int] = None,
+        stopping_criteria: Any = None,
     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
         """Replies to ``messages`` with the model's chat template (or ``chat_format``). Returns a
         ``chat.completion`` dict, or with ``stream=True`` ``chat.completion.chunk`` dicts.
@@ -347,16 +398,24 @@ class Llama:
             raise InvalidInputError(f"Requested tokens ({len(tokens)}) exceed context window of {self._n_ctx}")
         params = self._params(
             len(tokens), max_tokens, seed, stop, grammar, response_format,
-            {"logits_processor": logits_processor, "logprobs": logprobs, "top_logprobs": top_logprobs},
+            {},
             temperature=temperature, top_p=top_p, min_p=min_p, typical_p=typical_p, top_k=top_k,
             frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
             repeat_penalty=repeat_penalty, mirostat_mode=mirostat_mode, mirostat_tau=mirostat_tau,
             mirostat_eta=mirostat_eta, logit_bias=list((logit_bias or {}).items()),
         )
         head = {"id": f"chatcmpl-{uuid.uuid4()}", "created": int(time.time()), "model": model or self.model_path}
+        hooks = {"logits_processor": processor_hook(logits_processor),
+                 "stopping_criteria": stopping_hook(stopping_criteria)}
+        k = (top_logprobs or 0) if logprobs else None
         if stream:
-            return self._stream_chat(tokens, params, head, forced)
-        text, _ids, finish = self._session.generate(tokens, params)
+            return self._stream_chat(tokens, params, head, forced, hooks, k)
+        report = None
+        if k is None:
+            text, _ids, finish = self._session.generate(tokens, params, **hooks)
+        else:
+            text, toks, finish = self._collect(tokens, params, hooks, k)
+            report = chat_logprobs(self._detokenize_one, toks)
         message: Dict[str, Any] = {"role": "assistant", "content": text}
         reason = _finish_reason(finish)
         if forced is not None:
@@ -365,18 +424,20 @@ class Llama:
         return {
             **head,
             "object": "chat.completion",
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": reason}],
+            "choices": [{"index": 0, "message": message, "logprobs": report, "finish_reason": reason}],
             "usage": {"prompt_tokens": finish.prompt_tokens, "completion_tokens": finish.completion_tokens,
                       "total_tokens": finish.prompt_tokens + finish.completion_tokens},
         }
 
     def _stream_chat(self, tokens: List[int], params: GenParams, head: Dict[str, Any],
-                     forced: Optional[Dict[str, Any]]) -> Iterator[Dict[str, Any]]:
-        def chunk(delta: Dict[str, Any], finish_reason: Optional[str]) -> Dict[str, Any]:
+                     forced: Optional[Dict[str, Any]], hooks: Dict[str, Any],
+                     logprobs: Optional[int]) -> Iterator[Dict[str, Any]]:
+        def chunk(delta: Dict[str, Any], finish_reason: Optional[str], tok: Any = None) -> Dict[str, Any]:
+            report = chat_logprobs(self._detokenize_one, [tok]) if tok is not None and logprobs is not None else None
             return {**head, "object": "chat.completion.chunk",
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+                    "choices": [{"index": 0, "delta": delta, "logprobs": report, "finish_reason": finish_reason}]}
 
-        stream = self._session.stream(tokens, params)
+        stream = self._session.stream(tokens, params, logprobs=logprobs, **hooks)
         try:
             yield chunk({"role": "assistant"}, None)
             if forced is not None:
@@ -384,12 +445,12 @@ class Llama:
                 yield chunk({"tool_calls": [{"index": 0, "id": call_id, "type": "function",
                                              "function": {"name": forced["name"], "arguments": ""}}]}, None)
             for tok in stream:
-                if not tok.text:
+                if not tok.text and (logprobs is None or tok.logprob is None):
                     continue
                 if forced is not None:
-                    yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": tok.text}}]}, None)
+                    yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": tok.text}}]}, None, tok)
                 else:
-                    yield chunk({"content": tok.text}, None)
+                    yield chunk({"content": tok.text}, None, tok)
             finish = stream.finish
             reason = "tool_calls" if forced is not None else (_finish_reason(finish) if finish else "stop")
             yield chunk({}, reason)
@@ -428,6 +489,27 @@ class Llama:
             "model": model or self.model_path,
             "usage": {"prompt_tokens": count, "total_tokens": count},
         }
+
+
+class LlamaState:
+    """A saved context (:meth:`Llama.save_state`), with llama-cpp-python's fields: ``input_ids``
+    (the cached tokens), ``n_tokens``, ``llama_state`` (those tokens as native uint32
+    bytes; ferrolm keeps no KV memory in a state, :meth:`Llama.load_state` recomputes it),
+    ``llama_state_size`` and ``seed``. ``scores`` is ``None``: per-token logits are not kept.
+    ``rng_state`` is the state of the generator that draws each call's seed."""
+
+    def __init__(self, input_ids: Sequence[int], scores: Any, n_tokens: int, llama_state: bytes,
+                 llama_state_size: int, seed: int, rng_state: Any = None) -> None:
+        self.input_ids = input_ids
+        self.scores = scores
+        self.n_tokens = n_tokens
+        self.llama_state = llama_state
+        self.llama_state_size = llama_state_size
+        self.seed = seed
+        self.rng_state = rng_state
+
+    def __repr__(self) -> str:
+        return f"LlamaState(n_tokens={self.n_tokens}, seed={self.seed})"
 
 
 def _forced_tool(choice: Any, tools: Optional[List[Dict[str, Any]]]) -> Optional[Dict[str, Any]]:

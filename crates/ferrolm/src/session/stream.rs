@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use super::generation::{Completion, GenerationStats};
 use super::{PrefillStats, Session};
 use crate::Result;
-use crate::decoder::{Decoder, FinishReason, GenerateParams, Step};
+use crate::decoder::{Decoder, FinishReason, GenerateParams, Step, TokenLogprob};
 
 /// One step of a streamed generation.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,6 +29,11 @@ pub enum StreamEvent {
     },
 }
 
+/// A logits processor of a [`TokenStream`]: called before each token is sampled with the tokens
+/// of the context (prompt and generated so far) and a copy of the logits after them, which it may
+/// change. See [`crate::decoder::Decoder::step_with`].
+pub type LogitsProcessor = Box<dyn FnMut(&[u32], &mut [f32]) -> Result<()> + Send + Sync>;
+
 /// A running generation. Each call to `next` samples one token (after running the previous one
 /// through the model). Dropping the stream stops the generation; the session keeps every token
 /// that was run through the model and is ready for the next call.
@@ -44,6 +49,10 @@ pub struct TokenStream<'s, 'm> {
     done: bool,
     n_decode: usize,
     decode_time: Duration,
+    /// Changes the logits before each token is sampled.
+    processor: Option<LogitsProcessor>,
+    /// The log-probability of the last token, when asked for ([`TokenStream::set_logprobs`]).
+    last_logprob: Option<TokenLogprob>,
 }
 
 impl std::fmt::Debug for TokenStream<'_, '_> {
@@ -74,12 +83,52 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             done: false,
             n_decode: 0,
             decode_time: Duration::ZERO,
+            processor: None,
+            last_logprob: None,
         })
     }
 
     /// Tokens sampled so far.
     pub fn n_generated(&self) -> usize {
         self.decoder.n_generated()
+    }
+
+    /// Sets a logits processor for the following tokens (`None` removes it).
+    pub fn set_logits_processor(&mut self, processor: Option<LogitsProcessor>) {
+        self.processor = processor;
+    }
+
+    /// Reports each following token's log-probability and its `k` most likely alternatives
+    /// ([`TokenStream::last_logprob`]); `None` stops it.
+    pub fn set_logprobs(&mut self, k: Option<usize>) {
+        self.decoder.set_logprobs(k);
+    }
+
+    /// The log-probability of the token of the last [`StreamEvent::Token`], when asked for.
+    pub fn last_logprob(&self) -> Option<&TokenLogprob> {
+        self.last_logprob.as_ref()
+    }
+
+    /// The tokens run through the model so far (prompt and generated tokens, not yet the token
+    /// of the last [`StreamEvent::Token`]).
+    pub fn context(&self) -> &[u32] {
+        self.session.tokens()
+    }
+
+    /// The logits from which the token of the last [`StreamEvent::Token`] was sampled (the
+    /// model's, before any processor). `[n_vocab]`
+    pub fn logits(&self) -> &[f32] {
+        &self.session.logits
+    }
+
+    /// Ends the generation after the token of the last [`StreamEvent::Token`] (which is not run
+    /// through the model): the next call returns [`StreamEvent::Finished`] with `reason` and the
+    /// text held back so far. For a caller's own stopping criteria.
+    pub fn finish_after_token(&mut self, reason: FinishReason) {
+        if !self.done {
+            self.pending = None;
+            self.finish = Some(reason);
+        }
     }
 
     /// Tokens cached in the session's KV cache and the bytes they take.
@@ -130,7 +179,14 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             self.session.run(&[tok], false)?;
             self.n_decode += 1;
         }
-        let step = self.decoder.step(self.session.model.tokenizer(), &self.session.logits)?;
+        let tokenizer = self.session.model.tokenizer();
+        let step = match &mut self.processor {
+            Some(p) => {
+                let context = self.session.tokens();
+                self.decoder.step_with(tokenizer, &self.session.logits, &mut |l| p(context, l))?
+            }
+            None => self.decoder.step(tokenizer, &self.session.logits)?,
+        };
         self.decode_time += t0.elapsed();
         let sampled = match step {
             Step::End(reason) => return Ok(self.finished(reason)),
@@ -143,6 +199,7 @@ impl<'s, 'm> TokenStream<'s, 'm> {
                 sampled
             }
         };
+        self.last_logprob = sampled.logprob;
         Ok(StreamEvent::Token { id: sampled.id, text: sampled.text })
     }
 }
