@@ -38,7 +38,16 @@ def test_another_thread_runs_while_generating(smollm2_path):
     assert during > 1000, f"the counter advanced {during} times in {elapsed:.2f} s of generation"
 
 
-def test_ctrl_c_stops_a_generation_and_the_object_stays_usable(smollm2_path):
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt even where the test runner was started with SIGINT
+    ignored (a background job of a non-interactive shell, as CI may start it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_stops_a_generation_and_the_object_stays_usable(smollm2_path, sigint_raises):
     llm = ferrolm.Llama(smollm2_path, n_ctx=4096, verbose=False)
     expected = llm("The capital of France is", max_tokens=8, temperature=0.0)["choices"][0]["text"]
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
@@ -51,7 +60,7 @@ def test_ctrl_c_stops_a_generation_and_the_object_stays_usable(smollm2_path):
     assert llm("The capital of France is", max_tokens=8, temperature=0.0)["choices"][0]["text"] == expected
 
 
-def test_ctrl_c_stops_a_blocking_engine_iteration(smollm2_model):
+def test_ctrl_c_stops_a_blocking_engine_iteration(smollm2_model, sigint_raises):
     engine = ferrolm.Engine(smollm2_model, n_slots=1, n_ctx=4096)
     timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
@@ -95,11 +104,12 @@ def test_grammar_and_tools(smollm2_path):
     tools = [{"type": "function", "function": {
         "name": "get_weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},
-                       "required": ["city"]},
+                       "required": ["city"], "additionalProperties": False},
     }}]
     r = llm.create_chat_completion(
         [{"role": "user", "content": "What is the weather in Paris?"}],
         tools=tools, tool_choice={"type": "function", "function": {"name": "get_weather"}}, max_tokens=48,
+        temperature=0.0,
     )
     call = r["choices"][0]["message"]["tool_calls"][0]
     assert r["choices"][0]["finish_reason"] == "tool_calls"
