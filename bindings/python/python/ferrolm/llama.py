@@ -124,9 +124,11 @@ class Llama:
 
     @classmethod
     def from_pretrained(cls, repo_id: str, filename: Optional[str] = None, **kwargs: Any) -> "Llama":
-        """Loads a model of ferrolm's catalog by name (``ferrolm pull`` names such as
-        ``smollm2-135m``), downloading it on first use. ``filename`` is accepted for
-        compatibility; the catalog entry names the file."""
+        """Loads a model by name, downloading it on first use: a Hugging Face Hub name
+        (``org/repo:Q4_K_M``, ``hf://org/repo/file.gguf``, kept in the Hub's cache with
+        ``HF_TOKEN``/``HF_ENDPOINT``/``HF_HUB_OFFLINE`` honoured) or a ``ferrolm pull`` catalog
+        name (``smollm2-135m``). ``filename`` is accepted for compatibility but not used: name
+        the file in ``repo_id`` (``hf://org/repo/FILE``) or choose it by quant tag."""
         return cls(_ferrolm.resolve_model(repo_id), **kwargs)
 
     def close(self) -> None:
