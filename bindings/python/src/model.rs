@@ -231,16 +231,7 @@ impl PyModel {
     /// Tokens of a rendered chat prompt: parsed with special tokens, the model's BOS added once
     /// (templates that write the BOS text themselves do not get two).
     fn tokenize_chat(&self, prompt: &str) -> PyResult<Vec<u32>> {
-        let tok = self.model.tokenizer();
-        let mut tokens = tok.encode(prompt, true, true).map_err(|e| to_py(e.into()))?;
-        if let Some(bos) = tok.bos()
-            && tokens.len() >= 2
-            && tokens[0] == bos
-            && tokens[1] == bos
-        {
-            tokens.remove(0);
-        }
-        Ok(tokens)
+        ferrolm::session::encode_rendered(self.model.tokenizer(), prompt).map_err(to_py)
     }
 
     /// One vector per text: final hidden states pooled (`mean`, `cls` or `last`; default the

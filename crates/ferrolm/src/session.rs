@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 pub use crate::decoder::{FinishReason, GenerateParams, StopCheck, StopMatcher};
-pub use chat::{ChatSession, ChatStream};
+pub use chat::{ChatSession, ChatStream, encode_rendered};
 pub use generation::{Completion, GenerationStats};
 pub use stream::{LogitsProcessor, StreamEvent, TokenStream};
 

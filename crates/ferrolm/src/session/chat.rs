@@ -152,17 +152,22 @@ impl<'m> ChatSession<'m> {
                 return Ok(tokens);
             }
         }
-        let mut tokens = tok.encode(full, true, true)?;
-        // Templates that write the BOS text themselves would otherwise get it twice.
-        if let Some(bos) = tok.bos()
-            && tokens.len() >= 2
-            && tokens[0] == bos
-            && tokens[1] == bos
-        {
-            tokens.remove(0);
-        }
-        Ok(tokens)
+        encode_rendered(tok, full)
     }
+}
+
+/// The tokens of a rendered chat prompt: special tokens parsed, the BOS added, and only once
+/// when the template writes the BOS text itself.
+pub fn encode_rendered(tok: &crate::tokenizer::Tokenizer, rendered: &str) -> Result<Vec<u32>> {
+    let mut tokens = tok.encode(rendered, true, true)?;
+    if let Some(bos) = tok.bos()
+        && tokens.len() >= 2
+        && tokens[0] == bos
+        && tokens[1] == bos
+    {
+        tokens.remove(0);
+    }
+    Ok(tokens)
 }
 
 /// A streamed chat reply: [`StreamEvent`]s like [`TokenStream`]'s; the reply joins the

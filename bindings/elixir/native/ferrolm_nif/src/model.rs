@@ -150,16 +150,7 @@ pub(crate) fn render_chat(
 
 /// A rendered chat prompt's tokens (the BOS once, even when the template writes it too).
 pub(crate) fn chat_tokens(model: &Model, prompt: &str) -> Result<Vec<u32>, String> {
-    let tok = model.tokenizer();
-    let mut tokens = tok.encode(prompt, true, true).map_err(|e| e.to_string())?;
-    if let Some(bos) = tok.bos()
-        && tokens.len() >= 2
-        && tokens[0] == bos
-        && tokens[1] == bos
-    {
-        tokens.remove(0);
-    }
-    Ok(tokens)
+    ferrolm::session::encode_rendered(model.tokenizer(), prompt).map_err(|e| e.to_string())
 }
 
 /// The prompt text of a chat (for `Ferrolm.chat/3` and inspection).
