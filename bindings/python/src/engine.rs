@@ -13,7 +13,6 @@ use pyo3::types::PyDict;
 
 use ferrolm::engine::{BatchStrategy, Engine, EngineConfig, Event, GenRequest, RequestHandle, Usage};
 use ferrolm::kv::{CacheOptions, KvType, PolicyKind};
-use ferrolm::model::Pooling;
 
 use crate::errors::{Kind, engine_to_py, new_err, submit_to_py};
 use crate::model::{Prompt, PyModel};
@@ -122,13 +121,7 @@ impl PyEngine {
         pooling: Option<&str>,
         normalize: bool,
     ) -> PyResult<Vec<Vec<f32>>> {
-        let pooling =
-            match pooling {
-                Some(p) => Some(Pooling::from_name(p).ok_or_else(|| {
-                    new_err(Kind::Invalid, format!("unknown pooling '{p}' (mean, cls, last)"))
-                })?),
-                None => None,
-            };
+        let pooling = pooling.map(crate::model::parse_pooling).transpose()?;
         py.allow_threads(|| self.engine.embed(texts, pooling, normalize)).map_err(engine_to_py)
     }
 

@@ -245,8 +245,7 @@ impl PyModel {
         normalize: bool,
     ) -> PyResult<Vec<Vec<f32>>> {
         let pooling = match pooling {
-            Some(p) => Pooling::from_name(p)
-                .ok_or_else(|| new_err(Kind::Invalid, format!("unknown pooling '{p}' (mean, cls, last)")))?,
+            Some(p) => parse_pooling(p)?,
             None => self.model.default_pooling().unwrap_or_default(),
         };
         py.allow_threads(|| self.model.embed(&texts, pooling, normalize)).map_err(to_py)
@@ -262,4 +261,10 @@ impl PyModel {
             c.n_embd
         )
     }
+}
+
+/// A pooling name from Python (`mean`, `cls` or `last`), or `InvalidInputError`.
+pub(crate) fn parse_pooling(name: &str) -> PyResult<Pooling> {
+    Pooling::from_name(name)
+        .ok_or_else(|| new_err(Kind::Invalid, format!("unknown pooling '{name}' (mean, cls, last)")))
 }
