@@ -31,6 +31,7 @@ pub mod ops;
 pub mod sampling;
 pub mod sequence;
 pub mod session;
+pub mod sysmem;
 pub mod threads;
 
 pub use error::{Error, Result};

@@ -7,10 +7,11 @@ use ferrolm::engine::MetricsSnapshot;
 /// The `Content-Type` of the exposition format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Renders `m` as Prometheus text: `# HELP`, `# TYPE` and one sample per metric.
-pub(crate) fn render(m: &MetricsSnapshot) -> String {
+/// Renders `m` and the process's resident set size `rss` (bytes, where the system reports it) as
+/// Prometheus text: `# HELP`, `# TYPE` and one sample per metric.
+pub(crate) fn render(m: &MetricsSnapshot, rss: Option<u64>) -> String {
     let ratio = if m.kv_capacity_tokens > 0 { m.kv_tokens as f64 / m.kv_capacity_tokens as f64 } else { 0.0 };
-    let rows: [(&str, &str, &str, f64); 24] = [
+    let rows: [(&str, &str, &str, f64); 27] = [
         ("requests_total", "counter", "Requests accepted.", m.requests_total as f64),
         (
             "requests_finished_total",
@@ -58,6 +59,12 @@ pub(crate) fn render(m: &MetricsSnapshot) -> String {
         ("kv_tokens", "gauge", "Tokens in the slots' KV caches.", m.kv_tokens as f64),
         ("kv_bytes", "gauge", "Bytes of the slots' KV caches.", m.kv_bytes as f64),
         ("kv_capacity_tokens", "gauge", "Most tokens all slots can hold.", m.kv_capacity_tokens as f64),
+        (
+            "kv_capacity_bytes",
+            "gauge",
+            "Bytes of the slots' KV caches when every slot holds a full context.",
+            m.kv_capacity_bytes as f64,
+        ),
         ("kv_usage_ratio", "gauge", "KV cache tokens over capacity (0 to 1).", ratio),
         (
             "prefix_cache_entries",
@@ -67,6 +74,12 @@ pub(crate) fn render(m: &MetricsSnapshot) -> String {
         ),
         ("prefix_cache_tokens", "gauge", "Tokens kept by the prefix cache.", m.prefix_cache_tokens as f64),
         ("prefix_cache_bytes", "gauge", "Bytes kept by the prefix cache.", m.prefix_cache_bytes as f64),
+        (
+            "prefix_cache_budget_bytes",
+            "gauge",
+            "Most bytes the prefix cache keeps (--cache-ram).",
+            m.prefix_cache_budget_bytes as f64,
+        ),
         (
             "prefix_cache_hits_total",
             "counter",
@@ -80,6 +93,12 @@ pub(crate) fn render(m: &MetricsSnapshot) -> String {
             m.prefix_cache_lookups as f64,
         ),
         ("uptime_seconds", "gauge", "Seconds since the engine started.", m.uptime_seconds),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory of the server process (NaN where the system does not report it).",
+            rss.map_or(f64::NAN, |b| b as f64),
+        ),
     ];
     let mut out = String::with_capacity(rows.len() * 120);
     for (name, kind, help, value) in rows {
@@ -117,7 +136,7 @@ mod tests {
             generation_tokens_per_second: 12.5,
             ..MetricsSnapshot::default()
         };
-        let text = render(&m);
+        let text = render(&m, Some(123 << 20));
         let names = [
             "requests_total",
             "requests_finished_total",
@@ -136,13 +155,16 @@ mod tests {
             "kv_tokens",
             "kv_bytes",
             "kv_capacity_tokens",
+            "kv_capacity_bytes",
             "kv_usage_ratio",
             "prefix_cache_entries",
             "prefix_cache_tokens",
             "prefix_cache_bytes",
+            "prefix_cache_budget_bytes",
             "prefix_cache_hits_total",
             "prefix_cache_lookups_total",
             "uptime_seconds",
+            "process_resident_memory_bytes",
         ];
         for n in names {
             let full = format!("ferrolm_{n}");
@@ -152,6 +174,8 @@ mod tests {
             assert_eq!(samples, 1, "{n} sample");
         }
         assert!(text.contains("ferrolm_requests_total 7\n"));
+        assert!(text.contains("ferrolm_process_resident_memory_bytes 128974848\n"));
+        assert!(render(&m, None).contains("ferrolm_process_resident_memory_bytes NaN\n"));
         assert!(text.contains("ferrolm_kv_usage_ratio 0.25\n"));
         assert!(text.contains("ferrolm_generation_tokens_per_second 12.5\n"));
         assert!(text.contains("# TYPE ferrolm_requests_total counter\n"));

@@ -165,7 +165,8 @@ async fn index() -> Response {
 }
 
 async fn prometheus(State(state): State<AppState>) -> Response {
-    let text = metrics::render(&state.backend.metrics());
+    let rss = ferrolm::sysmem::resident().map(|(rss, _)| rss);
+    let text = metrics::render(&state.backend.metrics(), rss);
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 

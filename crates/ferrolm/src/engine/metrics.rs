@@ -81,6 +81,10 @@ pub struct MetricsSnapshot {
     pub prefix_cache_tokens: usize,
     /// Bytes kept by the prefix cache.
     pub prefix_cache_bytes: usize,
+    /// Most bytes the prefix cache keeps (its budget).
+    pub prefix_cache_budget_bytes: usize,
+    /// Bytes of the slots' KV caches when every slot holds a full context.
+    pub kv_capacity_bytes: usize,
     /// Requests that reused a cached prefix.
     pub prefix_cache_hits: u64,
     /// Requests that looked for a cached prefix.

@@ -20,6 +20,7 @@ use crate::decoder::{Decoder, FinishReason};
 use crate::kv::{CacheManager, KvCache, SeqCache, SeqId};
 use crate::model::{Model, Pooling};
 use crate::sequence::{Outputs, Sequence};
+use crate::sysmem::Releaser;
 
 /// State shared between the engine thread and its handles.
 pub(crate) struct Shared {
@@ -90,6 +91,8 @@ pub(crate) struct Worker {
     prompt_rate: Rate,
     counters: MetricsSnapshot,
     hooks: EngineHooks,
+    /// Gives the memory of dropped and shrunk caches back to the system.
+    releaser: Releaser,
 }
 
 impl Worker {
@@ -124,6 +127,7 @@ impl Worker {
             prompt_rate: Rate::new(Duration::from_secs(10)),
             counters: MetricsSnapshot::default(),
             hooks,
+            releaser: Releaser::new(Duration::from_secs(1)),
         };
         w.publish();
         Ok(w)
@@ -138,6 +142,7 @@ impl Worker {
                     return;
                 }
                 self.publish();
+                self.releaser.maybe_release(Instant::now());
                 match self.rx.recv_timeout(Duration::from_millis(250)) {
                     Ok(job) => self.accept(job),
                     Err(RecvTimeoutError::Timeout) => continue,
@@ -159,6 +164,7 @@ impl Worker {
             self.assign();
             self.tick();
             self.publish();
+            self.releaser.maybe_release(Instant::now());
         }
     }
 
@@ -519,6 +525,8 @@ impl Worker {
                 self.prefix.insert(tokens[..valid].to_vec(), old, bytes);
             }
         }
+        // The slot's buffers were shrunk or dropped, and the insert may have evicted entries.
+        self.releaser.freed();
         self.state.running.fetch_sub(1, Ordering::AcqRel);
     }
 
@@ -537,9 +545,11 @@ impl Worker {
         m.kv_tokens = per_slot.iter().sum();
         m.kv_bytes = m.kv_tokens * self.kv.bytes_per_token();
         m.kv_capacity_tokens = self.slots.len() * self.config.n_ctx;
+        m.kv_capacity_bytes = m.kv_capacity_tokens * self.kv.bytes_per_token();
         m.prefix_cache_entries = self.prefix.len();
         m.prefix_cache_tokens = self.prefix.tokens();
         m.prefix_cache_bytes = self.prefix.bytes();
+        m.prefix_cache_budget_bytes = self.prefix.budget();
         m.uptime_seconds = now.duration_since(self.started).as_secs_f64();
         let slots = self
             .slots
