@@ -3,14 +3,15 @@
 #
 #   bash scripts/server_tests/run_all.sh [STEP...]
 #
-# Steps (default: all, in this order): openai prefix disconnect fuzz webui load.
+# Steps (default: all, in this order): openai prefix disconnect fuzz webui load soak.
 # Builds nothing: the binary is $FERROLM_BIN, else target/release/ferrolm. The model is SmolLM2 in
 # $FERROLM_MODEL_DIR or ${FERROLM_CACHE_DIR:-~/.cache/ferrolm}/models. When either is missing the
 # run is skipped with a message, except under CI=true, where that is an error.
 # Environment: FERROLM_FUZZ_SECONDS (random fuzz phase, default 45), FERROLM_LOAD_SECONDS (load
 # window, default 60), FERROLM_LOAD_MIN_RATIO (tokens/s of 8 slots over 1 slot that the load test
 # requires, default 3.0; scripts/test.sh sets 0: speed is measured by benchmarks, not gated in CI),
-# FERROLM_FUZZ_SEED (fuzz seed, default time-based).
+# FERROLM_FUZZ_SEED (fuzz seed, default time-based), FERROLM_SOAK_SECONDS (memory soak with
+# --cache-ram 256, default 120; the 10-minute soak is test_soak.py --seconds 600).
 # Exits 1 when any step failed.
 set -uo pipefail
 
@@ -37,7 +38,7 @@ if [[ -n "$missing" ]]; then
     exit 0
 fi
 
-all_steps=(openai prefix disconnect fuzz webui load)
+all_steps=(openai prefix disconnect fuzz webui load soak)
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
@@ -111,6 +112,9 @@ for step in "${steps[@]}"; do
         load)
             run_step load python3 scripts/server_tests/load_test.py --server ferrolm --binary "$BIN" \
                 --duration "${FERROLM_LOAD_SECONDS:-60}" --check --min-ratio "${FERROLM_LOAD_MIN_RATIO:-3.0}"
+            ;;
+        soak)
+            run_step soak python3 "$here/test_soak.py" --binary "$BIN" --seconds "${FERROLM_SOAK_SECONDS:-120}"
             ;;
     esac
 done
