@@ -9,7 +9,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 models=(smollm2-135m-instruct gemma3-270m)
 
-cargo build --release -p ferrolm-cli
+# With the OpenCL backend (loaded at run time; the build needs no OpenCL files): the same build
+# as the tests' release binary (scripts/test.sh), so it is compiled once.
+cargo build --release -p ferrolm-cli --features opencl
 # Honour CARGO_TARGET_DIR (relative paths are relative to the workspace root, where we are).
 bin="${CARGO_TARGET_DIR:-target}/release/ferrolm"
 

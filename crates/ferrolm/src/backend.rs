@@ -397,3 +397,20 @@ pub fn opencl() -> BackendResult<Arc<dyn Backend>> {
         Err(BackendError::NotBuilt)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_without_opencl_says_how_to_get_it() {
+        let msg = BackendError::NotBuilt.to_string();
+        assert!(msg.contains("built without OpenCL") && msg.contains("--features opencl"), "{msg}");
+        #[cfg(not(feature = "opencl"))]
+        {
+            assert!(matches!(opencl(), Err(BackendError::NotBuilt)));
+            assert!(matches!(BackendChoice::OpenCl.resolve(32, None), Err(BackendError::NotBuilt)));
+            assert!(matches!(BackendChoice::Hybrid.resolve(32, None), Err(BackendError::NotBuilt)));
+        }
+    }
+}
