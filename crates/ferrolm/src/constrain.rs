@@ -42,7 +42,15 @@ use std::sync::Arc;
 
 use llguidance::Matcher;
 use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::SimpleVob;
 use serde_json::{Value, json};
+
+/// The largest constraint source accepted, in bytes (a Lark grammar or regex as given, a JSON
+/// schema as serialized). llguidance's own fuel limits bound the work per mask, but parsing the
+/// source is not fuelled: a 1 MiB literal took over a second before failing. 128 KiB holds any
+/// hand-written grammar and the large tool-call schemas seen in practice, and compiles in tens of
+/// milliseconds.
+pub const MAX_SPEC_BYTES: usize = 128 * 1024;
 
 /// What the output must match.
 #[derive(Clone, Debug, PartialEq)]
@@ -117,10 +125,53 @@ fn matcher_err(e: impl std::fmt::Display) -> crate::Error {
     ConstrainError::Matcher(e.to_string()).into()
 }
 
+/// The size of `spec`'s source in bytes.
+fn spec_bytes(spec: &ConstraintSpec) -> usize {
+    match spec {
+        ConstraintSpec::JsonSchema(v) => serde_json::to_string(v).map_or(usize::MAX, |s| s.len()),
+        ConstraintSpec::JsonObject => 0,
+        ConstraintSpec::Lark(s) | ConstraintSpec::Regex(s) => s.len(),
+    }
+}
+
+/// A compile-time failure of the matcher as the library's error, in words a user can act on.
+fn compile_err(e: impl std::fmt::Display) -> crate::Error {
+    let e = e.to_string();
+    let e = e.trim_end_matches("\n<non-verbose/>").trim_end();
+    let msg = if e.contains("NoExtensionBias") {
+        "it matches no text: a rule that can only refer to itself (such as `start: start`, or a \
+         schema whose $ref loops back with no alternative) never produces a finite string"
+            .to_string()
+    } else {
+        format!("it cannot be matched within the parser's limits: {e}")
+    };
+    ConstrainError::Grammar(msg).into()
+}
+
+/// Runs one step on a copy of `matcher`: consumes the first allowed token that is not
+/// end-of-generation and computes the next mask. Some grammars fail only there (a repetition
+/// count of a billion runs out of Earley items computing the forced tokens after the first one).
+fn probe_first_step(matcher: &Matcher, mask: &SimpleVob, env: &TokenEnv) -> crate::Result<()> {
+    let Some(tok) = mask.iter().find(|&t| (t as usize) < env.n_vocab() && !env.is_eog(t)) else {
+        return Ok(());
+    };
+    let mut copy = matcher.deep_clone();
+    copy.consume_token(tok).map_err(compile_err)?;
+    if !copy.is_stopped() {
+        copy.compute_mask().map_err(compile_err)?;
+    }
+    match copy.get_error() {
+        Some(e) => Err(compile_err(e)),
+        None => Ok(()),
+    }
+}
+
 /// One constrained generation's state.
 pub struct Constraint {
     env: Arc<TokenEnv>,
     matcher: Matcher,
+    /// The mask computed at compile time, used by the first [`Constraint::mask_logits`].
+    first_mask: Option<SimpleVob>,
     /// An end-of-generation token was accepted.
     ended: bool,
 }
@@ -135,18 +186,32 @@ impl std::fmt::Debug for Constraint {
 }
 
 impl Constraint {
-    /// Compiles `spec` for the vocabulary of `env`; a malformed schema, grammar or regex is a
-    /// [`ConstrainError::Grammar`].
+    /// Compiles `spec` for the vocabulary of `env` and computes the first token mask, so that
+    /// everything that can fail before the first token fails here: a malformed, too large
+    /// ([`MAX_SPEC_BYTES`]) or unmatchable schema, grammar or regex (left recursion with no way
+    /// out, repetitions past the parser's limits) is a [`ConstrainError::Grammar`].
     pub fn new(env: &Arc<TokenEnv>, spec: &ConstraintSpec) -> crate::Result<Constraint> {
+        let bytes = spec_bytes(spec);
+        if bytes > MAX_SPEC_BYTES {
+            return Err(ConstrainError::Grammar(format!(
+                "it is {bytes} bytes long; the limit is {MAX_SPEC_BYTES} bytes"
+            ))
+            .into());
+        }
         let parser = env
             .factory()
             .create_parser(top_level_grammar(spec))
             .map_err(|e| ConstrainError::Grammar(e.to_string()))?;
-        let matcher = Matcher::new(Ok(parser));
+        let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
             return Err(ConstrainError::Grammar(e).into());
         }
-        Ok(Constraint { env: Arc::clone(env), matcher, ended: false })
+        let first_mask = matcher.compute_mask().map_err(compile_err)?;
+        probe_first_step(&matcher, &first_mask, env)?;
+        if first_mask.is_zero() && !matcher.is_accepting().map_err(compile_err)? {
+            return Err(compile_err("NoExtensionBias"));
+        }
+        Ok(Constraint { env: Arc::clone(env), matcher, first_mask: Some(first_mask), ended: false })
     }
 
     /// Sets the logits of tokens the grammar forbids next to -inf (end-of-generation tokens are
@@ -169,7 +234,10 @@ impl Constraint {
             }
             return Ok(());
         }
-        let mask = self.matcher.compute_mask().map_err(matcher_err)?;
+        let mask = match self.first_mask.take() {
+            Some(m) => m,
+            None => self.matcher.compute_mask().map_err(matcher_err)?,
+        };
         for (words, chunk) in mask.as_slice().iter().zip(vocab.chunks_mut(32)) {
             if *words == u32::MAX {
                 continue;
@@ -202,8 +270,19 @@ impl Constraint {
         if self.ended {
             return Err(not_allowed("generation already ended"));
         }
+        // A token accepted by anything but the first mask makes that mask stale.
+        self.first_mask = None;
         if self.env.is_eog(token) {
             if self.is_finished() {
+                self.ended = true;
+                return Ok(());
+            }
+            // A grammar may name an end-of-generation token itself (`start: "yes" <|im_end|>`):
+            // then it is a token of the grammar, and it ends the generation all the same.
+            if !self.matcher.is_stopped()
+                && self.matcher.compute_mask().map_err(matcher_err)?.is_allowed(token)
+            {
+                self.matcher.consume_token(token).map_err(matcher_err)?;
                 self.ended = true;
                 return Ok(());
             }

@@ -231,6 +231,63 @@ fn malformed_specs_are_errors() {
     assert_grammar_error(&env, ConstraintSpec::Regex("[a-".into()));
 }
 
+/// The hardening issue's constraint mistakes: each used to compile, then fail at the first mask
+/// (a 500 from the server, or an error event after a 200 when streamed).
+#[test]
+fn unmatchable_or_oversized_specs_fail_at_compile_time() {
+    let Some((_model, env)) = load() else { return };
+    let schema = |v: Value| ConstraintSpec::JsonSchema(v);
+    // Recursion with no way out.
+    assert_grammar_error(&env, schema(json!({"$ref": "#"})));
+    assert_grammar_error(
+        &env,
+        schema(
+            json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+        ),
+    );
+    assert_grammar_error(&env, schema(json!({"type": "object", "allOf": [{"$ref": "#"}]})));
+    assert_grammar_error(&env, ConstraintSpec::Lark("start: start".into()));
+    // Past the parser's limits.
+    assert_grammar_error(&env, ConstraintSpec::Lark("start: \"a\"{1000000000}".into()));
+    // Past the size limit: refused before any parsing (this took over a second).
+    let t0 = std::time::Instant::now();
+    let big = format!("start: \"{}\"", "a".repeat(1 << 20));
+    match Constraint::new(&env, &ConstraintSpec::Lark(big)) {
+        Err(Error::Constrain(ConstrainError::Grammar(msg))) => assert!(msg.contains("limit"), "{msg}"),
+        other => panic!("a 1 MiB grammar: {other:?}"),
+    }
+    eprintln!("1 MiB grammar refused in {:.1?}", t0.elapsed());
+    // A grammar at the size limit still compiles.
+    let n = ferrolm::constrain::MAX_SPEC_BYTES - 16;
+    assert!(Constraint::new(&env, &ConstraintSpec::Lark(format!("start: \"{}\"", "a".repeat(n)))).is_ok());
+}
+
+/// A grammar may name an end-of-generation token: it is allowed where the grammar puts it, and
+/// accepting it ends the generation.
+#[test]
+fn grammars_may_name_the_end_of_generation_token() {
+    let Some((model, env)) = load() else { return };
+    let im_end = model.tokenizer().encode("<|im_end|>", false, true).unwrap();
+    assert_eq!(im_end.len(), 1, "{im_end:?}");
+    let eog = im_end[0];
+    assert!(env.is_eog(eog));
+    let mut c = Constraint::new(&env, &ConstraintSpec::Lark("start: <|im_end|>".into())).unwrap();
+    assert_eq!(allowed(&mut c, model.tokenizer().n_vocab()), vec![eog]);
+    if let Err(e) = c.accept(eog) {
+        panic!("{e}");
+    }
+    assert!(c.is_finished());
+    let mut c = Constraint::new(&env, &ConstraintSpec::Lark("start: \"yes\" <|im_end|>".into())).unwrap();
+    let yes = model.tokenizer().encode("yes", false, false).unwrap();
+    for &t in &yes {
+        assert!(c.accept(eog).is_err(), "too early");
+        c.accept(t).unwrap();
+    }
+    assert!(allowed(&mut c, model.tokenizer().n_vocab()).contains(&eog));
+    c.accept(eog).unwrap();
+    assert!(c.is_finished());
+}
+
 /// Ids of the tokens whose logits survive the mask.
 fn allowed(c: &mut Constraint, len: usize) -> Vec<u32> {
     let mut logits = vec![0.5f32; len];
