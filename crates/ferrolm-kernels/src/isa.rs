@@ -86,13 +86,31 @@ impl Isa {
     }
 
     /// The best supported level, capped by `FERROLM_ISA` when set to a known name (detected once,
-    /// then cached).
+    /// then cached). An unknown `FERROLM_ISA` is reported with a warning naming the valid values
+    /// and ignored; the chosen level is logged once at `info`.
     pub fn best() -> Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
-            let cap = std::env::var("FERROLM_ISA").ok().and_then(|v| Isa::from_name(&v));
-            Isa::best_up_to(cap)
+            let cap = match std::env::var("FERROLM_ISA") {
+                Ok(v) => Isa::parse_cap(&v).unwrap_or_else(|e| {
+                    tracing::warn!("{e}; using the best level this CPU supports");
+                    None
+                }),
+                Err(_) => None,
+            };
+            let best = Isa::best_up_to(cap);
+            tracing::info!(isa = best.name(), cap = cap.map(Isa::name), "CPU kernels instruction set");
+            best
         })
+    }
+
+    /// Parses a `FERROLM_ISA` value: `Ok(None)` when empty (no cap), `Ok(Some(level))` for a
+    /// known name, and an error naming the valid values otherwise.
+    pub fn parse_cap(value: &str) -> Result<Option<Isa>, UnknownIsa> {
+        if value.trim().is_empty() {
+            return Ok(None);
+        }
+        Isa::from_name(value).map(Some).ok_or_else(|| UnknownIsa(value.to_string()))
     }
 
     /// The best supported level not above `cap` (any level when `None`). The x86 and aarch64
@@ -107,6 +125,11 @@ impl Isa {
         self == Isa::Scalar || (arm(self) == arm(cap) && self <= cap)
     }
 }
+
+/// A `FERROLM_ISA` value that names no instruction-set level.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown FERROLM_ISA value '{0}' (valid values: scalar, avx2, avx-vnni, avx512, neon, neon-dotprod)")]
+pub struct UnknownIsa(pub String);
 
 impl std::fmt::Display for Isa {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -125,6 +148,18 @@ mod tests {
         }
         assert_eq!(Isa::from_name("AVX2"), Some(Isa::Avx2));
         assert_eq!(Isa::from_name("sse9"), None);
+    }
+
+    #[test]
+    fn unknown_isa_values_are_reported() {
+        assert_eq!(Isa::parse_cap("avx2"), Ok(Some(Isa::Avx2)));
+        assert_eq!(Isa::parse_cap(" "), Ok(None));
+        let err = Isa::parse_cap("avx3").expect_err("avx3 is no level");
+        assert_eq!(err, UnknownIsa("avx3".into()));
+        let msg = err.to_string();
+        for i in Isa::ALL {
+            assert!(msg.contains(i.name()), "{msg} lacks {}", i.name());
+        }
     }
 
     #[test]
