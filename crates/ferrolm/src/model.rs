@@ -93,7 +93,18 @@ impl Model {
                     )));
                 }
                 let t1 = std::time::Instant::now();
-                let q = quantize::quantize_tensors(&tensors, ty)?;
+                let (q, summary) = quantize::quantize_tensors_summarized(&tensors, ty)?;
+                if summary.n_written() == 0 {
+                    return Err(Error::Config(format!(
+                        "cannot quantize to {}: none of the {} weight matrices is stored as floats \
+                         (the model is already quantized); load it without quantizing",
+                        ty.name(),
+                        summary.n_kept
+                    )));
+                }
+                if summary.n_kept > 0 || summary.n_fallback > 0 {
+                    tracing::warn!("quantizing to {}: {}", ty.name(), summary.describe());
+                }
                 tracing::info!(to = ty.name(), ms = t1.elapsed().as_millis() as u64, "weights quantized");
                 q
             }

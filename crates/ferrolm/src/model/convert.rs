@@ -12,7 +12,7 @@ use ferrolm_kernels::{GgmlType, quant};
 
 use super::config::Arch;
 use super::hf::{HfModel, permute_qk_rows};
-use super::quantize::{convert_matrix, effective_type};
+use super::quantize::{QuantizeSummary, convert_matrix, effective_type};
 use super::tensors::TensorRef;
 use crate::format::gguf::{MetaArray, MetaValue};
 use crate::format::gguf_write::GgufWriter;
@@ -31,6 +31,9 @@ pub struct ConvertReport {
     pub bytes: u64,
     /// How many tensors were written in each type.
     pub types: Vec<(GgmlType, usize)>,
+    /// What happened to the weight matrices: the types used, and which fell back from the
+    /// requested type (and why).
+    pub matrices: QuantizeSummary,
 }
 
 /// llama.cpp's `general.file_type` for an output type (`LLAMA_FTYPE_*`).
@@ -112,6 +115,7 @@ pub fn convert_hf_to_gguf(
 
     let total = hf.tensors.len();
     let mut types: Vec<(GgmlType, usize)> = Vec::new();
+    let mut matrices = QuantizeSummary::new(outtype);
     for (i, (name, t)) in hf.tensors.iter().enumerate() {
         let t = if layout.arch == Arch::Llama
             && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"))
@@ -124,6 +128,9 @@ pub fn convert_hf_to_gguf(
             t.clone()
         };
         let target = if t.dims.len() == 1 { GgmlType::F32 } else { effective_type(outtype, t.dims[0]) };
+        if t.dims.len() == 2 {
+            matrices.record(t.dims[0], Some(target));
+        }
         let t = if t.ty == target {
             t
         } else if t.dims.len() == 1 {
@@ -141,5 +148,5 @@ pub fn convert_hf_to_gguf(
     }
     w.write(out).map_err(|e| Error::Config(format!("writing {}: {e}", out.display())))?;
     let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
-    Ok(ConvertReport { n_tensors: total, bytes, types })
+    Ok(ConvertReport { n_tensors: total, bytes, types, matrices })
 }

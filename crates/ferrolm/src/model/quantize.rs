@@ -29,26 +29,110 @@ fn is_quantizable(t: &TensorRef) -> bool {
     t.dims.len() == 2 && matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
+/// What quantizing a set of tensors did to its weight matrices (two-dimensional tensors).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuantizeSummary {
+    /// The type asked for.
+    pub target: Option<GgmlType>,
+    /// Float matrices written, per type, in first-seen order (the target and its fallbacks).
+    pub written: Vec<(GgmlType, usize)>,
+    /// Matrices written in a fallback type because their rows do not fit the target's blocks.
+    pub n_fallback: usize,
+    /// The distinct row lengths (in elements) of those fallback matrices, ascending.
+    pub fallback_row_lengths: Vec<u64>,
+    /// Matrices kept as stored because they are already quantized (not floats).
+    pub n_kept: usize,
+}
+
+impl QuantizeSummary {
+    /// An empty summary for a quantization to `target`.
+    pub fn new(target: GgmlType) -> Self {
+        Self { target: Some(target), ..Self::default() }
+    }
+
+    /// Counts a matrix stored as `stored`, `cols` elements a row, written as `written`
+    /// (`None`: kept as stored because it is not a float matrix).
+    pub fn record(&mut self, cols: u64, written: Option<GgmlType>) {
+        let Some(ty) = written else {
+            self.n_kept += 1;
+            return;
+        };
+        match self.written.iter_mut().find(|(t, _)| *t == ty) {
+            Some((_, n)) => *n += 1,
+            None => self.written.push((ty, 1)),
+        }
+        if self.target.is_some_and(|t| t != ty) {
+            self.n_fallback += 1;
+            if let Err(i) = self.fallback_row_lengths.binary_search(&cols) {
+                self.fallback_row_lengths.insert(i, cols);
+            }
+        }
+    }
+
+    /// Float matrices written (quantized or re-encoded), all types together.
+    pub fn n_written(&self) -> usize {
+        self.written.iter().map(|(_, n)| n).sum()
+    }
+
+    /// One line for a user: the types written, the fallbacks and why, the matrices kept.
+    pub fn describe(&self) -> String {
+        let target = self.target.map(|t| t.name().to_ascii_lowercase()).unwrap_or_default();
+        let types: Vec<String> = self.written.iter().map(|(t, n)| format!("{n} {}", t.name())).collect();
+        let mut line = format!(
+            "{} of {} weight matrices written ({})",
+            self.n_written(),
+            self.n_written() + self.n_kept,
+            if types.is_empty() { "none".into() } else { types.join(", ") }
+        );
+        if self.n_fallback > 0 {
+            let block = self.target.map(|t| t.block_size()).unwrap_or(0);
+            let lens: Vec<String> = self.fallback_row_lengths.iter().map(u64::to_string).collect();
+            line.push_str(&format!(
+                "; {} not as {target}: their rows ({} elements) are not a multiple of its {block}-element blocks",
+                self.n_fallback,
+                lens.join(", ")
+            ));
+        }
+        if self.n_kept > 0 {
+            line.push_str(&format!("; {} kept as stored (already quantized)", self.n_kept));
+        }
+        line
+    }
+}
+
 /// Converts every float weight matrix of `tensors` to `target` (or its fallback, see
 /// [`effective_type`]), row by row in parallel. Other tensors are kept, zero-copy.
 pub fn quantize_tensors(tensors: &TensorMap, target: GgmlType) -> Result<TensorMap> {
+    quantize_tensors_summarized(tensors, target).map(|(out, _)| out)
+}
+
+/// [`quantize_tensors`], also saying which types the weight matrices got and which were kept.
+pub fn quantize_tensors_summarized(
+    tensors: &TensorMap,
+    target: GgmlType,
+) -> Result<(TensorMap, QuantizeSummary)> {
     if !quant::supports_quantize(target) {
         return Err(Error::Config(format!("cannot quantize to {}", target.name())));
     }
     let mut out = TensorMap::new();
+    let mut summary = QuantizeSummary::new(target);
     for (name, t) in tensors.iter() {
         if !is_quantizable(t) {
+            if t.dims.len() == 2 {
+                summary.record(t.dims[0], None);
+            }
             out.insert(name, t.clone());
             continue;
         }
         let ty = effective_type(target, t.dims[0]);
+        summary.record(t.dims[0], Some(ty));
         if ty == t.ty {
             out.insert(name, t.clone());
             continue;
         }
         out.insert(name, convert_matrix(name, t, ty)?);
     }
-    Ok(out)
+    Ok((out, summary))
 }
 
 /// Re-encodes a `[rows, cols]` matrix in block format `ty`.
@@ -82,6 +166,26 @@ mod tests {
         assert_eq!(effective_type(GgmlType::Q4_K, 96), GgmlType::Q5_0);
         assert_eq!(effective_type(GgmlType::Q4_0, 48), GgmlType::F16);
         assert_eq!(effective_type(GgmlType::Q8_0, 64), GgmlType::Q8_0);
+    }
+
+    #[test]
+    fn summary_counts_fallbacks_and_kept_matrices() {
+        let vals: Vec<f32> = (0..96 * 2).map(|i| (i % 7) as f32 / 7.0).collect();
+        let mut m = TensorMap::new();
+        m.insert("a.weight", TensorRef::from_f32(vec![96, 2], &vals));
+        let q = quantize_tensors(&m, GgmlType::Q8_0).expect("q8_0");
+        let (_, s) = quantize_tensors_summarized(&q, GgmlType::Q4_K).expect("q4_k");
+        // Already quantized: kept as stored, nothing written.
+        assert_eq!((s.n_written(), s.n_kept, s.n_fallback), (0, 1, 0));
+        assert!(s.describe().contains("1 kept as stored"), "{}", s.describe());
+        let (_, s) = quantize_tensors_summarized(&m, GgmlType::Q4_K).expect("q4_k");
+        assert_eq!(s.written, vec![(GgmlType::Q5_0, 1)]);
+        assert_eq!((s.n_fallback, s.fallback_row_lengths.clone()), (1, vec![96]));
+        assert!(
+            s.describe().contains("(96 elements) are not a multiple of its 256-element"),
+            "{}",
+            s.describe()
+        );
     }
 
     #[test]
