@@ -46,14 +46,22 @@ const HELP: &str = "commands: /reset (forget the conversation), /exit, /help; Ct
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let (model, _) = args.model.load()?;
+    let (model, _, path) = args.model.load_with_path()?;
     let opts = args.model.session_options();
     let mut chat = match &args.chat_template_file {
         Some(f) => {
             let src = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             ChatSession::with_template(&model, opts, ChatTemplate::new(&src)?)?
         }
-        None => ChatSession::new(&model, opts)?,
+        None => {
+            let template = model.chat_template()?.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} has no chat template (tokenizer.chat_template); give one with --chat-template-file FILE",
+                    path.display()
+                )
+            })?;
+            ChatSession::with_template(&model, opts, template)?
+        }
     };
     if let Some(kw) = &args.template_kwargs {
         let map: serde_json::Map<String, serde_json::Value> =
