@@ -73,6 +73,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let room = n_ctx - tokens.len();
         Some(if args.n_predict < 0 { room } else { (args.n_predict as usize).min(room) })
     };
+    // Without eviction the CLI caps generation at the room left in the context: reaching that
+    // cap, rather than -n, means the context filled.
+    let ctx_capped = !evicts && usize::try_from(args.n_predict).ok() != max_tokens;
     let params = GenerateParams {
         max_tokens,
         sampler,
@@ -110,14 +113,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     drop(stream);
     let stats = stats.context("generation ended without statistics")?;
 
-    let reason = match stats.finish {
-        FinishReason::Length => "length",
-        FinishReason::EndOfGeneration => "end of generation",
-        FinishReason::StopString => "stop string",
-        FinishReason::ContextFull => "context full",
-        FinishReason::Timeout => "timeout",
-        FinishReason::Cancelled => "cancelled",
-    };
+    let reason = finish_text(stats.finish, ctx_capped, n_ctx);
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let per = |d: std::time::Duration, n: usize| if n == 0 { 0.0 } else { ms(d) / n as f64 };
     eprintln!();
@@ -137,7 +133,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stats.decode_tps()
     );
     eprintln!(
-        "generated {} tokens, stopped by {reason}, {} threads",
+        "generated {} tokens, {reason}, {} threads",
         stats.n_generated,
         ferrolm::threads::current_num_threads()
     );
@@ -159,6 +155,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// How the end of a generation is reported. `ctx_capped`: the token limit was the room left in
+/// the context (not `-n`), so reaching it means the context of `n_ctx` tokens filled.
+fn finish_text(finish: FinishReason, ctx_capped: bool, n_ctx: usize) -> String {
+    if matches!(finish, FinishReason::ContextFull) || (matches!(finish, FinishReason::Length) && ctx_capped) {
+        return format!("stopped: the context of {n_ctx} tokens is full");
+    }
+    let by = match finish {
+        FinishReason::Length | FinishReason::ContextFull => "length (-n)",
+        FinishReason::EndOfGeneration => "end of generation",
+        FinishReason::StopString => "stop string",
+        FinishReason::Timeout => "timeout",
+        FinishReason::Cancelled => "cancelled",
+    };
+    format!("stopped by {by}")
 }
 
 /// Periodic progress lines of a long generation.
