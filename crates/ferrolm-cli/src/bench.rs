@@ -134,6 +134,7 @@ impl Args {
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let plan = args.plan()?;
+    args.cache.validate()?;
     let build = BuildInfo::current();
     let cpu = info::cpu_info();
     let mut printer = Printer::new(args.output, std::io::stdout().lock());

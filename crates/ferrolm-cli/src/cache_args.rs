@@ -46,6 +46,20 @@ pub struct CacheArgs {
 }
 
 impl CacheArgs {
+    /// Rejects combinations that would silently do nothing: `--memory-threshold-mb` only acts
+    /// through an eviction policy (with `none` the cache cannot shrink).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(mb) = self.memory_threshold_mb
+            && self.eviction_policy == PolicyKind::None
+        {
+            anyhow::bail!(
+                "--memory-threshold-mb {mb} needs an eviction policy: with --eviction-policy none \
+                 the KV cache cannot shrink (add --eviction-policy sliding, h2o or snapkv)"
+            );
+        }
+        Ok(())
+    }
+
     /// The library's options.
     pub fn options(&self) -> CacheOptions {
         CacheOptions {

@@ -84,6 +84,7 @@ impl ModelArgs {
         if self.batch_size == 0 {
             anyhow::bail!("--batch-size must be at least 1");
         }
+        self.cache.validate()?;
         ferrolm::threads::init(self.threads)?;
         let path = match &self.hf_repo {
             Some(repo) => crate::pull::resolve_hf(repo, self.hf_file.as_deref())?,

@@ -20,8 +20,9 @@ pub struct Args {
     /// Text file to score.
     #[arg(short = 'f', long)]
     file: PathBuf,
-    /// Tokens scored per window and distance between windows (default: half the context).
-    #[arg(long, default_value_t = 0)]
+    /// Tokens scored per window and distance between windows; 0 (the default) means half the
+    /// context size (--ctx-size / 2).
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     stride: usize,
     /// Stop after this many windows.
     #[arg(long = "max-windows")]
@@ -33,6 +34,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    args.model.cache.validate()?;
     let text =
         std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     let (model, _) = args.model.load()?;
