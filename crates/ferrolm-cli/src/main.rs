@@ -62,10 +62,20 @@ enum Command {
     TestBackend(test_backend::Args),
 }
 
+/// Whether log lines get ANSI colours: only on a terminal, and not when `NO_COLOR` is set to a
+/// non-empty value (<https://no-color.org>).
+fn log_colours(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_from_env("FERROLM_LOG").unwrap_or_else(|_| EnvFilter::new("warn")))
         .with_writer(std::io::stderr)
+        .with_ansi(log_colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR"),
+        ))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
@@ -90,5 +100,18 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_colours;
+
+    #[test]
+    fn colours_only_on_a_terminal_without_no_color() {
+        assert!(log_colours(true, None));
+        assert!(!log_colours(false, None));
+        assert!(!log_colours(true, Some("1".into())));
+        assert!(log_colours(true, Some("".into())));
     }
 }
