@@ -16,7 +16,10 @@ pub struct Args {
     /// Output GGUF file (default: <folder>-<type>.gguf beside the folder).
     #[arg(short = 'o', long)]
     output: Option<PathBuf>,
-    /// Weight type: f32, f16, bf16, q8_0, q4_0 or q4_k.
+    /// Weight type: f32, f16, bf16, q8_0, q4_0 or q4_k. A matrix whose rows do not fit the
+    /// type's blocks gets the nearest type that fits, as llama.cpp does: q4_k needs rows that are
+    /// a multiple of 256 elements (else q5_0, q8_0, then f16), q8_0 and q4_0 a multiple of 32
+    /// (else f16). The types used, and how many matrices fell back, are printed at the end.
     #[arg(long = "outtype", default_value = "f16", value_parser = parse_out_type)]
     outtype: GgmlType,
 }
@@ -65,6 +68,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     })
     .with_context(|| format!("converting {}", args.input.display()))?;
     bar.finish_and_clear();
+    if report.matrices.n_fallback > 0 {
+        tracing::warn!(
+            "--outtype {}: {}",
+            args.outtype.name().to_ascii_lowercase(),
+            report.matrices.describe()
+        );
+    }
     let types: Vec<String> = report.types.iter().map(|(t, n)| format!("{n} {}", t.name())).collect();
     eprintln!(
         "wrote {} ({:.1} MB, {} tensors: {}) in {:.1} s",
