@@ -238,6 +238,20 @@ mod tests {
         Ok(Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))?.a)
     }
 
+    /// The README's OpenAI-client example must name a model the server it describes serves: it
+    /// asks GET /v1/models, and the id its comment gives for `-m model.gguf` is the served rule's.
+    #[test]
+    fn readme_client_example_uses_the_served_id() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("from openai import OpenAI").expect("the README's OpenAI example");
+        let example = &readme[start..start + readme[start..].find("```").expect("end of the example")];
+        assert!(example.contains("model = client.models.list().data[0].id"), "{example}");
+        assert!(!example.contains("model=\""), "a hard-coded model name: {example}");
+        let id = default_model_id(Some("model.gguf"), Path::new("model.gguf"));
+        assert!(example.contains(&format!("(\"{id}\" for\n# `-m model.gguf`)")), "{id}: {example}");
+        assert!(readme.contains("ferrolm serve -m model.gguf"), "the README's serve example changed");
+    }
+
     #[test]
     fn defaults() {
         let a = parse(&[]).expect("defaults");

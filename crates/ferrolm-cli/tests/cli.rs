@@ -63,3 +63,102 @@ fn inspect_json_lists_tensors() {
     assert!(v.is_object());
     assert!(v.to_string().contains("tokenizer.ggml.model"));
 }
+
+/// Runs `ferrolm ARGS` and returns (success, stderr).
+fn run(args: &[&str], model: Option<&std::path::Path>) -> (bool, String) {
+    let mut cmd = bin();
+    cmd.args(args);
+    if let Some(m) = model {
+        cmd.arg("-m").arg(m);
+    }
+    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn chat_without_a_template_names_the_cli_flag() {
+    let Some(model) = smollm2() else { return };
+    let gguf = ferrolm::format::gguf::GgufFile::open(&model).unwrap();
+    let mut w = ferrolm::format::gguf_write::GgufWriter::from_file(&gguf).unwrap();
+    assert!(w.remove("tokenizer.chat_template").is_some(), "SmolLM2 has a chat template");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-template.gguf");
+    w.write(&path).unwrap();
+    let (ok, stderr) = run(&["chat", "-t", "1"], Some(&path));
+    assert!(!ok);
+    assert!(stderr.contains("--chat-template-file") && !stderr.contains("with_template"), "{stderr}");
+}
+
+#[test]
+fn generate_says_when_the_context_filled() {
+    let Some(model) = smollm2() else { return };
+    let base = ["generate", "-p", "Once upon a time", "--temp", "0", "--ignore-eos", "-t", "2"];
+    let (ok, stderr) = run(&[&base[..], &["-c", "32", "-n", "64"]].concat(), Some(&model));
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("stopped: the context of 32 tokens is full"), "{stderr}");
+    let (ok, stderr) = run(&[&base[..], &["-c", "32", "-n", "3"]].concat(), Some(&model));
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("generated 3 tokens, stopped by length (-n)"), "{stderr}");
+}
+
+#[test]
+fn memory_threshold_needs_an_eviction_policy() {
+    let m = ["-m", "/nonexistent/model.gguf"];
+    for cmd in
+        [&["generate", "-p", "hi"][..], &["chat"], &["serve"], &["perplexity", "-f", "x.txt"], &["bench"]]
+    {
+        let (ok, stderr) = run(&[cmd, &m, &["--memory-threshold-mb", "512"]].concat(), None);
+        assert!(!ok, "{cmd:?}");
+        assert!(stderr.contains("--memory-threshold-mb 512 needs an eviction policy"), "{cmd:?}: {stderr}");
+    }
+    // With a policy the option is accepted (the error is then the missing file).
+    let (ok, stderr) = run(
+        &[
+            "generate",
+            "-p",
+            "hi",
+            "--memory-threshold-mb",
+            "512",
+            "--eviction-policy",
+            "sliding",
+            "-m",
+            "/nonexistent/model.gguf",
+        ],
+        None,
+    );
+    assert!(!ok && !stderr.contains("needs an eviction policy"), "{stderr}");
+}
+
+#[test]
+fn quantizing_an_already_quantized_model_is_an_error() {
+    let Some(model) = smollm2() else { return };
+    let (ok, stderr) =
+        run(&["generate", "-p", "hi", "-n", "1", "--quantize", "q8_0", "-t", "2"], Some(&model));
+    assert!(!ok);
+    assert!(
+        stderr.contains("already quantized") && stderr.contains("load it without quantizing"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn perplexity_help_says_what_stride_0_means() {
+    let out = bin().args(["perplexity", "--help"]).output().unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    assert!(help.contains("half the context") && !help.contains("[default: 0]"), "{help}");
+}
+
+#[test]
+fn logs_have_no_colours_when_stderr_is_piped() {
+    let Some(model) = smollm2() else { return };
+    let out = bin()
+        .env("FERROLM_LOG", "info")
+        .env_remove("NO_COLOR")
+        .args(["generate", "-p", "hi", "-n", "1", "-t", "1", "-m"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.contains("model loaded"), "{stderr}");
+    assert!(!stderr.contains("\x1b["), "{stderr:?}");
+}
