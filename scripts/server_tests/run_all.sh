@@ -3,7 +3,7 @@
 #
 #   bash scripts/server_tests/run_all.sh [STEP...]
 #
-# Steps (default: all, in this order): openai prefix disconnect fuzz webui load soak.
+# Steps (default: all, in this order): openai prefix disconnect slowloris fuzz webui load soak.
 # Builds nothing: the binary is $FERROLM_BIN, else target/release/ferrolm. The model is SmolLM2 in
 # $FERROLM_MODEL_DIR or ${FERROLM_CACHE_DIR:-~/.cache/ferrolm}/models. When either is missing the
 # run is skipped with a message, except under CI=true, where that is an error.
@@ -38,7 +38,7 @@ if [[ -n "$missing" ]]; then
     exit 0
 fi
 
-all_steps=(openai prefix disconnect fuzz webui load soak)
+all_steps=(openai prefix disconnect slowloris fuzz webui load soak)
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
@@ -96,6 +96,7 @@ for step in "${steps[@]}"; do
             ;;
         prefix) run_step prefix python3 "$here/test_prefix_cache.py" --binary "$BIN" ;;
         disconnect) run_step disconnect python3 "$here/test_disconnect.py" --binary "$BIN" ;;
+        slowloris) run_step slowloris python3 "$here/test_slowloris.py" --binary "$BIN" ;;
         fuzz)
             run_step fuzz python3 "$here/test_fuzz.py" --binary "$BIN" --seconds "${FERROLM_FUZZ_SECONDS:-45}" \
                 ${FERROLM_FUZZ_SEED:+--seed "$FERROLM_FUZZ_SEED"}

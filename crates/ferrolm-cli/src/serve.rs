@@ -9,7 +9,7 @@ use anyhow::{Context, bail};
 use ferrolm::engine::{BatchStrategy, Engine, EngineConfig};
 use ferrolm::hub;
 use ferrolm::model::Pooling;
-use ferrolm_server::{ServerConfig, serve};
+use ferrolm_server::{ConnLimits, ServerConfig, derive_max_connections, raise_fd_limit, serve};
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
@@ -69,6 +69,24 @@ pub struct Args {
     /// On Ctrl-C or SIGTERM, seconds running requests get to finish before they are cancelled.
     #[arg(long = "shutdown-timeout", default_value_t = 30.0, help_heading = "Server")]
     shutdown_timeout: f64,
+    /// Seconds a client gets to send a request's headers (else the connection is closed).
+    #[arg(long = "header-timeout", default_value_t = 10.0, help_heading = "Connections")]
+    header_timeout: f64,
+    /// Seconds a client gets to send a request's body once its headers are in (else 408).
+    #[arg(long = "body-timeout", default_value_t = 30.0, help_heading = "Connections")]
+    body_timeout: f64,
+    /// Seconds a keep-alive connection with no request in flight stays open.
+    #[arg(long = "idle-timeout", default_value_t = 60.0, help_heading = "Connections")]
+    idle_timeout: f64,
+    /// Most open connections (0: derived from the file-descriptor limit, which the server
+    /// raises to its hard limit, keeping 64 free). Over the cap, the connection idle the longest
+    /// is closed; a new one is refused (503) only when all are busy.
+    #[arg(long = "max-connections", default_value_t = 0, help_heading = "Connections")]
+    max_connections: usize,
+    /// Most open connections from one client address (0: only --max-connections); over it, that
+    /// client's longest-idle connection is closed.
+    #[arg(long = "max-connections-per-client", default_value_t = 0, help_heading = "Connections")]
+    max_connections_per_client: usize,
     /// Pooling of /v1/embeddings: mean, cls or last (default: the model's, else mean).
     #[arg(long = "embeddings-pooling", value_parser = parse_pooling, help_heading = "Server")]
     embeddings_pooling: Option<Pooling>,
@@ -89,6 +107,32 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
         bail!("{flag} must be a number of seconds (0 or more), not {s}");
     }
     Ok(Duration::from_secs_f64(s))
+}
+
+/// A finite number of seconds above zero.
+fn positive_seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
+    let d = seconds(flag, s)?;
+    if d.is_zero() {
+        bail!("{flag} must be more than 0 seconds");
+    }
+    Ok(d)
+}
+
+/// `--max-connections` (0: derived) under the file-descriptor limit, raised to the hard limit.
+fn connection_cap(wanted: usize) -> usize {
+    let nofile = match raise_fd_limit() {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(err = %e, "cannot read the file-descriptor limit; assuming 1024");
+            1024
+        }
+    };
+    let cap = derive_max_connections(nofile, (wanted > 0).then_some(wanted));
+    if wanted > cap {
+        eprintln!("--max-connections {wanted} lowered to {cap} (file-descriptor limit {nofile})");
+    }
+    tracing::info!(nofile, max_connections = cap, "connection cap");
+    cap
 }
 
 /// The model's default id: its catalog name, its Hub name (`org/repo[:tag]`), else its file (or
@@ -168,6 +212,13 @@ impl Args {
             shutdown_timeout: seconds("--shutdown-timeout", self.shutdown_timeout)?,
             sampler: self.sampling.to_params()?,
             embeddings_pooling: self.embeddings_pooling,
+            connections: ConnLimits {
+                header_timeout: positive_seconds("--header-timeout", self.header_timeout)?,
+                body_timeout: positive_seconds("--body-timeout", self.body_timeout)?,
+                idle_timeout: positive_seconds("--idle-timeout", self.idle_timeout)?,
+                max_connections: self.max_connections,
+                max_per_client: self.max_connections_per_client,
+            },
         })
     }
 }
@@ -205,7 +256,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (model, load_ms, path) = args.model.load_with_path()?;
     let server_cfg = args.server_config(default_model_id(args.model.name().as_deref(), &path))?;
     let pooling = server_cfg.embeddings_pooling.or_else(|| model.default_pooling()).unwrap_or_default();
-    let server_cfg = ServerConfig { embeddings_pooling: Some(pooling), ..server_cfg };
+    let connections =
+        ConnLimits { max_connections: connection_cap(server_cfg.connections.max_connections), ..server_cfg.connections };
+    let server_cfg = ServerConfig { embeddings_pooling: Some(pooling), connections, ..server_cfg };
     eprintln!(
         "loaded {} in {load_ms:.0} ms; serving it as '{}' with {} slots of {} tokens",
         path.display(),
@@ -342,6 +395,34 @@ mod tests {
         std::fs::write(&f, "s3cret\nignored\n").expect("write");
         let a = parse(&["--api-key-file", f.to_str().expect("utf8")]).expect("parses");
         assert_eq!(a.server_config("x".into()).expect("cfg").api_key.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn connection_flags() {
+        let s = parse(&[]).expect("defaults").server_config("x".into()).expect("cfg");
+        assert_eq!(s.connections, ConnLimits { max_connections: 0, ..ConnLimits::default() });
+        let a = parse(&[
+            "--header-timeout",
+            "2",
+            "--body-timeout",
+            "3",
+            "--idle-timeout",
+            "0.5",
+            "--max-connections",
+            "100",
+            "--max-connections-per-client",
+            "10",
+        ])
+        .expect("flags");
+        let c = a.server_config("x".into()).expect("cfg").connections;
+        assert_eq!(
+            (c.header_timeout, c.body_timeout, c.idle_timeout, c.max_connections, c.max_per_client),
+            (Duration::from_secs(2), Duration::from_secs(3), Duration::from_millis(500), 100, 10)
+        );
+        for flag in ["--header-timeout", "--body-timeout", "--idle-timeout"] {
+            let a = parse(&[flag, "0"]).expect("parses");
+            assert!(a.server_config("x".into()).is_err(), "{flag} 0");
+        }
     }
 
     #[test]

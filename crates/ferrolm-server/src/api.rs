@@ -30,7 +30,7 @@ mod tools;
 #[cfg(test)]
 mod tests;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,8 +39,12 @@ use axum::response::{IntoResponse, Response};
 use ferrolm::model::Pooling;
 use ferrolm::sampling::SamplerParams;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::conn::{self, ConnLimits};
 
 pub use error::ApiError;
+pub(crate) use routes::MAX_HEADERS;
 
 use backend::{Backend, EngineBackend, SharedBackend};
 
@@ -75,6 +79,8 @@ pub struct ServerConfig {
     pub sampler: SamplerParams,
     /// Pooling of `/v1/embeddings` (`None`: the model's, else mean).
     pub embeddings_pooling: Option<Pooling>,
+    /// Connection limits: header, body and idle timeouts, connection caps.
+    pub connections: ConnLimits,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +97,7 @@ impl Default for ServerConfig {
             shutdown_timeout: Duration::from_secs(30),
             sampler: SamplerParams::default(),
             embeddings_pooling: None,
+            connections: ConnLimits::default(),
         }
     }
 }
@@ -201,6 +208,7 @@ pub(crate) async fn run(
 ) -> Result<(), ServerError> {
     let local = listener.local_addr()?;
     let shutdown_timeout = cfg.shutdown_timeout;
+    let state_limits = cfg.connections;
     let state = AppState { backend: backend.clone(), cfg: Arc::new(cfg), created: response::unix_now() };
     let app = routes::router(state)?;
     tracing::info!(%local, "listening");
@@ -210,22 +218,17 @@ pub(crate) async fn run(
         let _ = writeln!(out, "listening on http://{local}");
         let _ = out.flush();
     }
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let engine = backend.clone();
-    let signal = async move {
-        shutdown.await;
-        tracing::info!("shutting down: refusing new requests, letting running ones finish");
-        engine.shutdown();
-        let _ = tx.send(());
-    };
-    let server = axum::serve(listener, app).with_graceful_shutdown(signal).into_future();
-    tokio::pin!(server);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut done = conn::spawn_server(listener, app, state_limits, stop_rx);
     tokio::select! {
-        r = &mut server => return r.map_err(ServerError::Io),
-        _ = rx => {}
+        _ = done.wait_for(|d| *d) => return Ok(()),
+        _ = shutdown => {}
     }
+    tracing::info!("shutting down: refusing new requests, letting running ones finish");
+    backend.shutdown();
+    let _ = stop_tx.send(true);
     let idle = tokio::select! {
-        r = &mut server => return r.map_err(ServerError::Io),
+        _ = done.wait_for(|d| *d) => return Ok(()),
         idle = backend.wait_idle(shutdown_timeout) => idle,
     };
     if !idle {
@@ -235,8 +238,8 @@ pub(crate) async fn run(
         );
         backend.cancel_all();
     }
-    match tokio::time::timeout(FINAL_GRACE, &mut server).await {
-        Ok(r) => r.map_err(ServerError::Io),
+    match tokio::time::timeout(FINAL_GRACE, done.wait_for(|d| *d)).await {
+        Ok(_) => Ok(()),
         Err(_) => {
             tracing::warn!("closing connections still open");
             Ok(())

@@ -6,5 +6,7 @@
 //! ([`serve`]).
 
 pub mod api;
+pub mod conn;
 
 pub use api::{ServerConfig, ServerError, serve, serve_listener};
+pub use conn::{ConnLimits, derive_max_connections, raise_fd_limit};

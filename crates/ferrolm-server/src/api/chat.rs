@@ -97,10 +97,15 @@ fn tool_calls(i: usize, v: &Value) -> Result<Value, ApiError> {
         if !f.get("name").is_some_and(Value::is_string) {
             return Err(bad("a tool call's function needs a name"));
         }
-        if let Some(Value::String(args)) = f.get("arguments")
-            && let Ok(parsed @ Value::Object(_)) = serde_json::from_str::<Value>(args)
-        {
-            f.insert("arguments".into(), parsed);
+        match f.get("arguments") {
+            None | Some(Value::Null | Value::Object(_)) => {}
+            Some(Value::String(args)) => match serde_json::from_str::<Value>(args) {
+                Ok(parsed @ Value::Object(_)) => {
+                    f.insert("arguments".into(), parsed);
+                }
+                _ => return Err(bad("a tool call's arguments must be a JSON object (as text)")),
+            },
+            Some(_) => return Err(bad("a tool call's arguments must be a JSON object (as text)")),
         }
         out.push(Value::Object(c));
     }
@@ -151,6 +156,12 @@ pub(crate) fn messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
                     return Err(ApiError::invalid_param(format!("messages[{i}].{key}"), "must be a string"));
                 }
             }
+        }
+        if role == "tool" && !extra.contains_key("tool_call_id") {
+            return Err(ApiError::invalid_param(
+                format!("messages[{i}].tool_call_id"),
+                "a tool message needs `tool_call_id` (the id of the call it answers)",
+            ));
         }
         let has_calls = match obj.get("tool_calls") {
             None | Some(Value::Null) => false,

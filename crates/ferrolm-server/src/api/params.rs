@@ -207,7 +207,11 @@ fn response_format(v: &Value) -> Result<Option<ConstraintSpec>, ApiError> {
         Some("json_schema") => {
             let js = map.get("json_schema").ok_or_else(|| bad("`json_schema` is missing"))?;
             match js.get("schema").or_else(|| map.get("schema")) {
-                None | Some(Value::Null) => Ok(Some(ConstraintSpec::JsonObject)),
+                None | Some(Value::Null) => Err(ApiError::invalid_param(
+                    "response_format.json_schema.schema",
+                    "`response_format.json_schema.schema` is required with type json_schema \
+                     (use type json_object for any JSON object)",
+                )),
                 Some(s) => schema_of(s).map(Some),
             }
         }

@@ -51,6 +51,7 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         // Outside the body limit, so that its 413 (a too-large Content-Length is refused before
         // any handler runs) is turned into an OpenAI-shaped error too.
         .layer(middleware::from_fn(json_errors))
+        .layer(middleware::from_fn(head_limits))
         .with_state(state);
     if let Some(c) = cors {
         app = app.layer(c);
@@ -89,6 +90,13 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The token of an `Authorization: Bearer TOKEN` value; the scheme is case-insensitive
+/// (RFC 7235), any run of spaces may follow it.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+}
+
 /// With an API key set, every route but `/health` and `/` needs `Authorization: Bearer KEY`.
 async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let Some(key) = &state.cfg.api_key else { return next.run(req).await };
@@ -99,8 +107,7 @@ async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Respon
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
-        .map(str::trim);
+        .and_then(bearer_token);
     match given {
         Some(g) if same_secret(g.as_bytes(), key.as_bytes()) => next.run(req).await,
         _ => {
@@ -127,6 +134,13 @@ async fn json_errors(req: Request, next: Next) -> Response {
     }
     let (parts, body) = resp.into_parts();
     let text = axum::body::to_bytes(body, 4096).await.map(|b| String::from_utf8_lossy(&b).into_owned());
+    // A body cut by the connection layer's body timeout (axum's rejection says 400).
+    let status = match &text {
+        Ok(t) if status == StatusCode::BAD_REQUEST && t.contains(crate::conn::BODY_TIMEOUT) => {
+            StatusCode::REQUEST_TIMEOUT
+        }
+        _ => status,
+    };
     let message = match (status, text) {
         (StatusCode::METHOD_NOT_ALLOWED, _) => format!("method {method} is not allowed for {path}"),
         (StatusCode::PAYLOAD_TOO_LARGE, _) => {
@@ -142,6 +156,39 @@ async fn json_errors(req: Request, next: Next) -> Response {
         }
     }
     out
+}
+
+/// Longest request target (path and query) in bytes; longer gets 414.
+pub(crate) const MAX_URI_BYTES: usize = 8 << 10;
+/// Most header bytes (names and values) in a request; more gets 431.
+pub(crate) const MAX_HEADER_BYTES: usize = 32 << 10;
+/// Most header lines in a request; more gets 431. The connection layer lets hyper parse up to
+/// twice as many, so that these limits (not hyper's, whose answers have no body) apply.
+pub(crate) const MAX_HEADERS: usize = 100;
+
+/// 414 and 431 with a JSON body, under hyper's own limits (which answer with an empty body).
+async fn head_limits(req: Request, next: Next) -> Response {
+    let uri_len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if uri_len > MAX_URI_BYTES {
+        return ApiError::with_status(
+            StatusCode::URI_TOO_LONG,
+            format!("the request target has {uri_len} bytes, more than {MAX_URI_BYTES}"),
+        )
+        .into_response();
+    }
+    let headers = req.headers();
+    let bytes: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len()).sum();
+    if headers.len() > MAX_HEADERS || bytes > MAX_HEADER_BYTES {
+        return ApiError::with_status(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "the request has {} headers of {bytes} bytes (at most {MAX_HEADERS} and {MAX_HEADER_BYTES})",
+                headers.len()
+            ),
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {

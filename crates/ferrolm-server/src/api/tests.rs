@@ -2,6 +2,7 @@
 
 mod chat;
 mod completions;
+mod conn;
 mod fake;
 mod fuzz;
 mod misc;

@@ -342,3 +342,40 @@ async fn structured_output_and_sampler_extras_reach_the_engine() {
     assert_eq!(r.params.stop, vec!["END"]);
     assert_eq!(r.timeout, Some(std::time::Duration::from_secs(3)));
 }
+
+/// Regression: these were accepted with 200 (the model saw a broken conversation or no
+/// constraint); each is a 400 naming the field.
+#[tokio::test]
+async fn malformed_tool_messages_and_schemaless_json_schema_are_400() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let call = |args: &str| {
+        format!(
+            r#"{{"messages": [{{"role": "user", "content": "w"}},
+            {{"role": "assistant", "content": null, "tool_calls": [{{"id": "c1", "type": "function", "function": {{"name": "get_weather", "arguments": {args}}}}}]}},
+            {{"role": "tool", "tool_call_id": "c1", "content": "sunny"}}]}}"#
+        )
+    };
+    let cases = [
+        (
+            r#"{"messages": [{"role": "user", "content": "w"}, {"role": "tool", "content": "sunny"}]}"#.to_string(),
+            "messages[1].tool_call_id",
+        ),
+        (call(r#""not json""#), "messages[1].tool_calls"),
+        (call(r#""[1, 2]""#), "messages[1].tool_calls"),
+        (call("3"), "messages[1].tool_calls"),
+        (
+            r#"{"messages": [{"role": "user", "content": "w"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}"#.to_string(),
+            "response_format.json_schema.schema",
+        ),
+    ];
+    for (body, param) in &cases {
+        let v = post(&app, "/v1/chat/completions", body).await.assert_error(400, "invalid_request_error");
+        assert_eq!(v["error"]["param"], *param, "{body}");
+    }
+    assert!(fake.requests().is_empty(), "nothing reached the engine");
+    // The valid forms still pass: arguments as JSON text or as an object.
+    for args in [r#""{\"city\": \"Rome\"}""#, r#"{"city": "Rome"}"#] {
+        assert_eq!(post(&app, "/v1/chat/completions", &call(args)).await.status, 200, "{args}");
+    }
+}

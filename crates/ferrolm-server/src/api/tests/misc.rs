@@ -43,6 +43,15 @@ async fn api_key() {
     assert_eq!(wrong.status, 401);
     let ok = send(&app, Method::GET, "/metrics", None, &[("authorization", "Bearer s3cret")]).await;
     assert_eq!(ok.status, 200);
+    // The scheme is case-insensitive (RFC 7235); the token is not.
+    for value in ["BEARER s3cret", "bearer s3cret", "BeArEr   s3cret"] {
+        let a = send(&app, Method::GET, "/metrics", None, &[("authorization", value)]).await;
+        assert_eq!(a.status, 200, "{value}");
+    }
+    for value in ["Basic s3cret", "Bearers3cret", "Bearer ", "s3cret"] {
+        let a = send(&app, Method::GET, "/metrics", None, &[("authorization", value)]).await;
+        assert_eq!(a.status, 401, "{value}");
+    }
     let body = r#"{"messages": [{"role": "user", "content": "x"}]}"#;
     let a =
         send(&app, Method::POST, "/v1/chat/completions", Some(body), &[("authorization", "Bearer s3cret")])
@@ -348,4 +357,18 @@ async fn hanging_up_a_socket_cancels_the_request() {
         assert!(closed, "request {i}: the receiver outlived the connection");
     }
     server.abort();
+}
+
+/// Regression: a too-long target or too many header bytes got hyper's 414/431 with an empty
+/// body; they are JSON errors now.
+#[tokio::test]
+async fn too_long_uri_and_headers_are_json() {
+    let app = super::app(Arc::new(Fake::reply("x")));
+    let long = format!("/health?{}", "a".repeat(super::super::routes::MAX_URI_BYTES));
+    let v = get(&app, &long).await.assert_error(414, "invalid_request_error");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("request target")), "{v}");
+    let big = "b".repeat(super::super::routes::MAX_HEADER_BYTES);
+    let a = send(&app, Method::GET, "/health", None, &[("x-big", big.as_str())]).await;
+    a.assert_error(431, "invalid_request_error");
+    assert_eq!(get(&app, "/health?x=1").await.status, 200);
 }

@@ -1,0 +1,129 @@
+//! The connection layer on real sockets: idle and half-sent connections cannot lock out
+//! `/health`, idle connections are closed, slow bodies time out.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::super::ServerConfig;
+use super::config;
+use super::fake::Fake;
+use crate::conn::ConnLimits;
+
+/// A server over a fake backend with `limits`; its address.
+async fn start(limits: ConnLimits) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let cfg = ServerConfig { connections: limits, ..config() };
+    tokio::spawn(super::super::run(listener, Arc::new(Fake::reply("x")), cfg, std::future::pending()));
+    addr
+}
+
+/// `GET /health` on a new connection: the whole answer.
+async fn health(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    out
+}
+
+/// Whether the server closed `s` (EOF or reset) within `within`; what it still sends first
+/// (the rest of an answer) is read and dropped.
+async fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let drain = async {
+        loop {
+            match s.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::time::timeout(within, drain).await.is_ok()
+}
+
+#[tokio::test]
+async fn idle_and_half_sent_connections_cannot_lock_out_health() {
+    let limits = ConnLimits { max_connections: 20, ..ConnLimits::default() };
+    let addr = start(limits).await;
+    let mut held = Vec::new();
+    for i in 0..40 {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        if i % 2 == 0 {
+            s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n").await.expect("half a request");
+        }
+        held.push(s);
+    }
+    let t0 = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(5), health(addr)).await.expect("answered in time");
+    assert!(out.starts_with("HTTP/1.1 200") && out.ends_with(r#"{"status":"ok"}"#), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    // The oldest idle ones were closed to make room.
+    let mut n_closed = 0;
+    for s in held.iter_mut() {
+        n_closed += usize::from(closed_within(s, Duration::from_millis(20)).await);
+    }
+    assert!(n_closed >= 20, "{n_closed} closed");
+}
+
+#[tokio::test]
+async fn idle_and_slow_connections_are_closed_after_their_timeouts() {
+    let limits = ConnLimits {
+        header_timeout: Duration::from_millis(300),
+        body_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(300),
+        ..ConnLimits::default()
+    };
+    let addr = start(limits).await;
+    // Never sends a byte.
+    let mut idle = TcpStream::connect(addr).await.expect("connect");
+    // Sends half its headers.
+    let mut half = TcpStream::connect(addr).await.expect("connect");
+    half.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n").await.expect("write");
+    // Kept alive after one request.
+    let mut kept = TcpStream::connect(addr).await.expect("connect");
+    kept.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n").await.expect("write");
+    let mut buf = vec![0u8; 4096];
+    let n = kept.read(&mut buf).await.expect("read");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    for (name, s) in [("idle", &mut idle), ("half-sent", &mut half), ("kept-alive", &mut kept)] {
+        assert!(closed_within(s, Duration::from_secs(3)).await, "{name} was not closed");
+    }
+    // A body that stops halfway gets an error, not a hung handler.
+    let mut slow = TcpStream::connect(addr).await.expect("connect");
+    slow.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"pro",
+    )
+    .await
+    .expect("write");
+    let mut out = String::new();
+    tokio::time::timeout(Duration::from_secs(3), slow.read_to_string(&mut out))
+        .await
+        .expect("answered")
+        .expect("read");
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    assert!(out.contains(r#""type":"invalid_request_error""#), "{out}");
+    assert!(out.contains("--body-timeout"), "{out}");
+}
+
+/// Over the socket, too many headers (under hyper's own limit) get a JSON 431, not hyper's
+/// empty one.
+#[tokio::test]
+async fn too_many_headers_get_a_json_431_on_the_wire() {
+    let addr = start(ConnLimits::default()).await;
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let mut req = String::from("GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n");
+    for i in 0..150 {
+        req.push_str(&format!("x-h{i}: v\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.expect("read");
+    assert!(out.starts_with("HTTP/1.1 431"), "{out}");
+    assert!(out.contains(r#""type":"invalid_request_error""#), "{out}");
+}
