@@ -2,6 +2,7 @@
 
 mod chat;
 mod completions;
+mod constraint;
 mod fake;
 mod fuzz;
 mod misc;
