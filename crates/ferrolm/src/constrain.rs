@@ -48,11 +48,12 @@ use llguidance::toktrie::SimpleVob;
 use serde_json::{Value, json};
 
 /// The largest constraint source accepted, in bytes (a Lark grammar or regex as given, a JSON
-/// schema as serialized). llguidance's own fuel limits bound the work per mask, but parsing the
-/// source is not fuelled: a 1 MiB literal took over a second before failing. 128 KiB holds any
-/// hand-written grammar and the large tool-call schemas seen in practice, and compiles in tens of
-/// milliseconds.
-pub const MAX_SPEC_BYTES: usize = 128 * 1024;
+/// schema as serialized). Parsing the source is not fuelled, and the first token mask of a large
+/// one is slow however llguidance's fuel is set: on a 2-core machine running ~9 times more work
+/// than cores, a 128 KiB literal took 1.3-2.4 s to compile and a 100 KB schema 1.0 s. 32 KiB
+/// bounds that to a quarter (tens of milliseconds on an idle core) and still holds hand-written
+/// grammars and the tool and response schemas seen in practice.
+pub const MAX_SPEC_BYTES: usize = 32 * 1024;
 
 /// The largest count of a counted repetition (`x{n}`, `x{n,m}`) in a regex, a Lark grammar or a
 /// schema's `pattern`. llguidance expands a repeated literal (`a{100000}` is a 100,000-byte

@@ -81,22 +81,22 @@ fn trie_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
     }
 }
 
-/// llguidance's limits for every constraint; each bounds one part of the work of a request, so
-/// that compiling any constraint (parsing, building the lexer, the first mask and one step of
-/// lookahead, see [`super::Constraint::new`]) stays under about 60 ms on one core, and each later
-/// mask under about 20 ms. Speeds are llguidance's measurements.
+/// llguidance's limits for every constraint. Fuel bounds the lexer and parser work of compiling
+/// (building the lexer, the first mask and one step of lookahead, see
+/// [`super::Constraint::new`]) and of each later mask; at llguidance's measured speeds:
 ///
-/// - `initial_lexer_fuel` 1,000,000 (at ~50k/ms: ~20 ms): building the lexer's regexes, and
+/// - `initial_lexer_fuel` 1,000,000 (~50k/ms: ~20 ms): building the lexer's regexes, and
 ///   precomputing large lexemes against the vocabulary.
-/// - `step_lexer_fuel` 200,000 (at ~14k/ms: ~14 ms) and `step_max_items` 50,000 (at ~20k/ms:
-///   ~2.5 ms): one token mask. Compiling computes two (the first, and one after a token).
-/// - `max_grammar_size` 200,000 symbols: the grammar a 128 KiB source ([`super::MAX_SPEC_BYTES`])
-///   can produce with room to spare, a few tens of MB at most.
+/// - `step_lexer_fuel` 200,000 (~14k/ms: ~14 ms) and `step_max_items` 50,000 (~20k/ms:
+///   ~2.5 ms): one token mask. Compiling computes two.
+/// - `max_grammar_size` 200,000 symbols: far more than a [`super::MAX_SPEC_BYTES`] source makes.
 /// - `max_lexer_states` 100,000 (1-2 kB each): at most ~200 MB of lexer per request over the
 ///   whole generation, instead of ~500 MB.
 /// - `max_items_in_row` 2,000: the grammar's branching factor (llguidance's default).
 ///
-/// Errors do not dump the parser state (it can be huge).
+/// What fuel does not bound (parsing the source, long literals) the source's size
+/// ([`super::MAX_SPEC_BYTES`]) and repetition counts ([`super::MAX_REPEAT`]) do. Errors do not
+/// dump the parser state (it can be huge).
 fn parser_limits() -> ParserLimits {
     ParserLimits {
         max_items_in_row: 2_000,

@@ -121,38 +121,21 @@ fn huge_counts_that_can_be_matched_compile() {
     }
 }
 
-/// A regex whose lexer blows up (a DFA of 2^40 states) is refused by the lexer's limits at
-/// compile time, quickly, as an invalid constraint, not a matcher failure later.
-#[test]
-fn exponential_lexers_hit_the_limits_when_compiled() {
-    let Some((_, env)) = smol() else { return };
-    let (msg, dt) = grammar_error(env, &ConstraintSpec::Regex("[ab]*a[ab]{40}".into()));
-    eprintln!("[ab]*a[ab]{{40}}: {msg} ({dt:.1?})");
-    assert!(msg.contains("limit") || msg.contains("fuel") || msg.contains("states"), "{msg}");
-}
-
 /// A source at the size limit still compiles.
 #[test]
 fn a_grammar_at_the_size_limit_compiles() {
     let Some((_, env)) = smol() else { return };
     let lit = "ab ".repeat((MAX_SPEC_BYTES - 16) / 3);
-    let spec = ConstraintSpec::Lark(format!("start: \"{lit}\""));
     let t0 = Instant::now();
-    let parser = env.factory().create_parser(super::top_level_grammar(&spec)).expect("parser");
-    let t1 = Instant::now();
-    let mut m = llguidance::Matcher::new(Ok(parser));
-    m.compute_mask().expect("mask");
-    eprintln!("literal: parser {:.1?}, first mask {:.1?}", t1 - t0, t1.elapsed());
-    let t0 = Instant::now();
-    Constraint::new(env, &spec).expect("compiles");
+    Constraint::new(env, &ConstraintSpec::Lark(format!("start: \"{lit}\""))).expect("compiles");
     eprintln!("{} byte literal compiled in {:.1?}", lit.len(), t0.elapsed());
     let props: serde_json::Map<String, Value> =
-        (0..2_000).map(|i| (format!("field_{i}"), json!({"type": "integer", "minimum": 0}))).collect();
+        (0..500).map(|i| (format!("field_{i}"), json!({"type": "integer", "minimum": 0}))).collect();
     let big = json!({"type": "object", "properties": props, "required": ["field_0"]});
     assert!(serde_json::to_string(&big).expect("json").len() <= MAX_SPEC_BYTES);
     let t0 = Instant::now();
     Constraint::new(env, &schema(big)).expect("compiles");
-    eprintln!("2,000-property schema compiled in {:.1?}", t0.elapsed());
+    eprintln!("500-property schema compiled in {:.1?}", t0.elapsed());
 }
 
 /// Runs a decoder over uniform logits (greedy: the lowest allowed id) until it ends.
