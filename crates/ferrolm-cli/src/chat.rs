@@ -76,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sampler: args.sampling.to_params()?,
         stop: args.stop.clone(),
         ignore_eos: false,
-        constraint: args.constraint.to_spec()?,
+        constraint: args.constraint.to_spec(&model)?,
     };
 
     // Ctrl-C: cancel the reply being generated; at the prompt, quit.

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use ferrolm::constrain::ConstraintSpec;
+use ferrolm::constrain::{Constraint, ConstraintSpec};
+use ferrolm::model::Model;
 
 /// Constrain the output to a JSON schema, a Lark grammar or a regular expression (at most one).
 #[derive(clap::Args, Debug, Default)]
@@ -26,33 +27,58 @@ pub struct ConstraintArgs {
 }
 
 impl ConstraintArgs {
-    /// The constraint asked for, if any.
-    pub fn to_spec(&self) -> anyhow::Result<Option<ConstraintSpec>> {
+    /// The constraint asked for, if any, compiled once for `model`'s vocabulary so that a schema,
+    /// grammar or regex that cannot be used is an error naming its flag before anything is
+    /// generated (the session compiles it again when it starts: a few milliseconds).
+    pub fn to_spec(&self, model: &Model) -> anyhow::Result<Option<ConstraintSpec>> {
+        let Some((flag, spec)) = self.parse()? else { return Ok(None) };
+        let env = model.token_env().context("preparing the vocabulary for constrained output")?;
+        Constraint::new(&env, &spec).with_context(|| format!("{flag} cannot be used"))?;
+        Ok(Some(spec))
+    }
+
+    /// The constraint asked for and the flag that gave it, read but not compiled.
+    fn parse(&self) -> anyhow::Result<Option<(&'static str, ConstraintSpec)>> {
         let mut specs = Vec::new();
         if let Some(s) = &self.json_schema {
-            specs.push(ConstraintSpec::JsonSchema(
-                serde_json::from_str(s).context("--json-schema is not valid JSON")?,
-            ));
+            let schema = serde_json::from_str(s).context("--json-schema is not valid JSON")?;
+            specs.push(("--json-schema", ConstraintSpec::JsonSchema(schema)));
         }
         if let Some(f) = &self.json_schema_file {
             let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             let schema =
                 serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", f.display()))?;
-            specs.push(ConstraintSpec::JsonSchema(schema));
+            specs.push(("--json-schema-file", ConstraintSpec::JsonSchema(schema)));
         }
         if self.json {
-            specs.push(ConstraintSpec::JsonObject);
+            specs.push(("--json", ConstraintSpec::JsonObject));
         }
         if let Some(f) = &self.lark_file {
             let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
-            specs.push(ConstraintSpec::Lark(text));
+            specs.push(("--lark-file", ConstraintSpec::Lark(text)));
         }
         if let Some(r) = &self.regex {
-            specs.push(ConstraintSpec::Regex(r.clone()));
+            specs.push(("--regex", ConstraintSpec::Regex(r.clone())));
         }
         if specs.len() > 1 {
             bail!("give at most one of --json-schema, --json-schema-file, --json, --lark-file, --regex");
         }
         Ok(specs.pop())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_read_and_checked_for_conflicts() {
+        let args = ConstraintArgs { regex: Some("[0-9]+".into()), ..Default::default() };
+        assert_eq!(args.parse().expect("parse"), Some(("--regex", ConstraintSpec::Regex("[0-9]+".into()))));
+        let args = ConstraintArgs { json_schema: Some("{not json".into()), ..Default::default() };
+        assert!(args.parse().expect_err("error").to_string().contains("--json-schema is not valid JSON"));
+        let args = ConstraintArgs { json: true, regex: Some("a".into()), ..Default::default() };
+        assert!(args.parse().expect_err("error").to_string().contains("at most one"));
+        assert_eq!(ConstraintArgs::default().parse().expect("parse"), None);
     }
 }

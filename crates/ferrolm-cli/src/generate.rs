@@ -81,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sampler,
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
-        constraint: args.constraint.to_spec()?,
+        constraint: args.constraint.to_spec(&model)?,
     };
     let mut session = Session::new(&model, args.model.session_options())?;
 

@@ -161,4 +161,35 @@ fn logs_have_no_colours_when_stderr_is_piped() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.contains("model loaded"), "{stderr}");
     assert!(!stderr.contains("\x1b["), "{stderr:?}");
+/// A constraint that cannot be used is an error naming its flag, before the prompt is echoed or
+/// anything generated (three runs that load the model and stop: about a second).
+#[test]
+fn generate_reports_unusable_constraints_before_generating() {
+    let Some(model) = smollm2() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let lark = dir.path().join("loop.lark");
+    std::fs::write(&lark, "start: start\n").unwrap();
+    let cases: [(&str, &std::ffi::OsStr); 3] = [
+        ("--json-schema", r##"{"$ref": "#"}"##.as_ref()),
+        ("--lark-file", lark.as_os_str()),
+        ("--regex", "a{1000000000}".as_ref()),
+    ];
+    for (flag, value) in cases {
+        let out = bin()
+            .args(["generate", "-p", "PROMPT-TEXT", "-n", "4", "-t", "1", "-m"])
+            .arg(&model)
+            .arg(flag)
+            .arg(value)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{flag}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("{flag} cannot be used"))
+                && stderr.contains("invalid constraint")
+                && !stderr.contains("panicked"),
+            "{flag}: {stderr}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("PROMPT-TEXT"), "{flag}: echoed the prompt");
+    }
 }

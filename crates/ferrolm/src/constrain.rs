@@ -35,6 +35,8 @@
 //! (`start: …`, `/regex/` terminals, `%json {…}`, special tokens as `<|name|>`).
 
 mod env;
+#[cfg(test)]
+mod tests;
 
 pub use env::TokenEnv;
 
@@ -46,11 +48,18 @@ use llguidance::toktrie::SimpleVob;
 use serde_json::{Value, json};
 
 /// The largest constraint source accepted, in bytes (a Lark grammar or regex as given, a JSON
-/// schema as serialized). llguidance's own fuel limits bound the work per mask, but parsing the
-/// source is not fuelled: a 1 MiB literal took over a second before failing. 128 KiB holds any
-/// hand-written grammar and the large tool-call schemas seen in practice, and compiles in tens of
-/// milliseconds.
-pub const MAX_SPEC_BYTES: usize = 128 * 1024;
+/// schema as serialized). Parsing the source is not fuelled, and the first token mask of a large
+/// one is slow however llguidance's fuel is set: on a 2-core machine running ~9 times more work
+/// than cores, a 128 KiB literal took 1.3-2.4 s to compile and a 100 KB schema 1.0 s. 32 KiB
+/// bounds that to a quarter (tens of milliseconds on an idle core) and still holds hand-written
+/// grammars and the tool and response schemas seen in practice.
+pub const MAX_SPEC_BYTES: usize = 32 * 1024;
+
+/// The largest count of a counted repetition (`x{n}`, `x{n,m}`) in a regex, a Lark grammar or a
+/// schema's `pattern`. llguidance expands a repeated literal (`a{100000}` is a 100,000-byte
+/// literal, whose lexer took seconds to build), so counts are bounded like the source's size.
+/// A Lark string literal that spells such a count (`"{99999}"`) is refused too.
+pub const MAX_REPEAT: u64 = 4096;
 
 /// What the output must match.
 #[derive(Clone, Debug, PartialEq)]
@@ -134,6 +143,72 @@ fn spec_bytes(spec: &ConstraintSpec) -> usize {
     }
 }
 
+/// The largest counted-repetition count in a regex or grammar source (0 when none); counts after
+/// a backslash (`\{5}`) are literal text and not counted.
+fn max_repeat_count(src: &str) -> u64 {
+    let mut max = 0u64;
+    for (i, _) in src.match_indices('{') {
+        if src[..i].ends_with('\\') {
+            continue;
+        }
+        let Some((body, _)) = src[i + 1..].split_once('}') else { continue };
+        let parts: Vec<&str> = body.split(',').map(str::trim).collect();
+        let is_count = |t: &&str| t.bytes().all(|c| c.is_ascii_digit());
+        if body.trim().is_empty() || parts.len() > 2 || !parts.iter().all(is_count) {
+            continue;
+        }
+        for p in parts.iter().filter(|p| !p.is_empty()) {
+            // More digits than a u64 holds is a count over any limit.
+            max = max.max(p.parse::<u64>().unwrap_or(u64::MAX));
+        }
+    }
+    max
+}
+
+/// Every `pattern` of a JSON schema (and `patternProperties`' keys), for [`max_repeat_count`].
+fn schema_patterns<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+    match v {
+        Value::Object(map) => {
+            for (k, x) in map {
+                match (k.as_str(), x) {
+                    ("pattern", Value::String(p)) => out.push(p),
+                    ("patternProperties", Value::Object(props)) => {
+                        out.extend(props.keys().map(String::as_str))
+                    }
+                    _ => {}
+                }
+                schema_patterns(x, out);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|x| schema_patterns(x, out)),
+        _ => {}
+    }
+}
+
+/// Refuses a source over [`MAX_SPEC_BYTES`] or with a repetition count over [`MAX_REPEAT`]:
+/// llguidance's parsing of them is not fuelled.
+fn check_size(spec: &ConstraintSpec) -> crate::Result<()> {
+    let bytes = spec_bytes(spec);
+    if bytes > MAX_SPEC_BYTES {
+        let msg = format!("it is {bytes} bytes long; the limit is {MAX_SPEC_BYTES} bytes");
+        return Err(ConstrainError::Grammar(msg).into());
+    }
+    let count = match spec {
+        ConstraintSpec::Lark(s) | ConstraintSpec::Regex(s) => max_repeat_count(s),
+        ConstraintSpec::JsonSchema(v) => {
+            let mut patterns = Vec::new();
+            schema_patterns(v, &mut patterns);
+            patterns.iter().map(|p| max_repeat_count(p)).max().unwrap_or(0)
+        }
+        ConstraintSpec::JsonObject => 0,
+    };
+    if count > MAX_REPEAT {
+        let msg = format!("a repetition count of {count} is over the limit of {MAX_REPEAT}");
+        return Err(ConstrainError::Grammar(msg).into());
+    }
+    Ok(())
+}
+
 /// A compile-time failure of the matcher as the library's error, in words a user can act on.
 fn compile_err(e: impl std::fmt::Display) -> crate::Error {
     let e = e.to_string();
@@ -188,16 +263,10 @@ impl std::fmt::Debug for Constraint {
 impl Constraint {
     /// Compiles `spec` for the vocabulary of `env` and computes the first token mask, so that
     /// everything that can fail before the first token fails here: a malformed, too large
-    /// ([`MAX_SPEC_BYTES`]) or unmatchable schema, grammar or regex (left recursion with no way
+    /// ([`MAX_SPEC_BYTES`], [`MAX_REPEAT`]) or unmatchable schema, grammar or regex (left recursion with no way
     /// out, repetitions past the parser's limits) is a [`ConstrainError::Grammar`].
     pub fn new(env: &Arc<TokenEnv>, spec: &ConstraintSpec) -> crate::Result<Constraint> {
-        let bytes = spec_bytes(spec);
-        if bytes > MAX_SPEC_BYTES {
-            return Err(ConstrainError::Grammar(format!(
-                "it is {bytes} bytes long; the limit is {MAX_SPEC_BYTES} bytes"
-            ))
-            .into());
-        }
+        check_size(spec)?;
         let parser = env
             .factory()
             .create_parser(top_level_grammar(spec))

@@ -332,8 +332,8 @@ fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, tools: Option<&[S
 pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     let job = prepare(&state, &v)?;
-    let rxs =
-        submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, Some("response_format")).await?;
+    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, job.spec.constraint_param)
+        .await?;
     let id = new_id("chatcmpl-");
     let created = unix_now();
     if job.spec.stream {

@@ -157,7 +157,8 @@ fn requests(job: &CompletionJob) -> Vec<GenRequest> {
 pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     let job = prepare(&state, &v)?;
-    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, None).await?;
+    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, job.spec.constraint_param)
+        .await?;
     let id = new_id("cmpl-");
     let created = unix_now();
     if job.spec.stream {

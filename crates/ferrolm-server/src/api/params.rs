@@ -89,6 +89,9 @@ pub(crate) struct GenSpec {
     pub include_usage: bool,
     /// The request's timeout (the server's, or lower).
     pub timeout: Option<Duration>,
+    /// The field the constraint came from (`response_format`, `grammar`, `json_schema`): the
+    /// `param` of the error when it does not compile.
+    pub constraint_param: Option<&'static str>,
 }
 
 /// A float field as `f32`, finite.
@@ -308,8 +311,9 @@ impl CommonFields {
         Ok(stops)
     }
 
-    /// The output constraint: `response_format`, `grammar` (Lark) or `json_schema`, at most one.
-    pub(crate) fn constraint(&self) -> Result<Option<ConstraintSpec>, ApiError> {
+    /// The output constraint: `response_format`, `grammar` (Lark) or `json_schema`, at most one,
+    /// with the name of the field it came from.
+    pub(crate) fn constraint(&self) -> Result<Option<(&'static str, ConstraintSpec)>, ApiError> {
         let mut specs = Vec::new();
         if let Some(v) = &self.response_format
             && let Some(s) = response_format(v)?
@@ -335,7 +339,7 @@ impl CommonFields {
                 names.join(" and ")
             )));
         }
-        Ok(specs.pop().map(|(_, s)| s))
+        Ok(specs.pop())
     }
 
     /// Everything but `max_tokens`.
@@ -362,12 +366,13 @@ impl CommonFields {
                 ));
             }
         };
+        let (constraint_param, constraint) = self.constraint()?.unzip();
         let params = GenerateParams {
             max_tokens: None,
             sampler: self.sampler(defaults, n_vocab)?,
             stop: self.stops()?,
             ignore_eos: self.ignore_eos.unwrap_or(false),
-            constraint: self.constraint()?,
+            constraint,
         };
         Ok(GenSpec {
             params,
@@ -375,6 +380,7 @@ impl CommonFields {
             stream: self.stream.unwrap_or(false),
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
             timeout,
+            constraint_param,
         })
     }
 }
@@ -507,7 +513,7 @@ mod tests {
 
     #[test]
     fn constraints_and_odd_forms() {
-        let c = |v| common(v).expect("fields").constraint().expect("ok");
+        let c = |v| common(v).expect("fields").constraint().expect("ok").map(|(_, s)| s);
         assert_eq!(c(json!({"response_format": {"type": "text"}})), None);
         assert_eq!(c(json!({"response_format": {"type": "json_object"}})), Some(ConstraintSpec::JsonObject));
         let schema = json!({"type": "object"});

@@ -3,6 +3,7 @@
 mod chat;
 mod completions;
 mod conn;
+mod constraint;
 mod fake;
 mod fuzz;
 mod misc;

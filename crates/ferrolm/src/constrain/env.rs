@@ -81,6 +81,35 @@ fn trie_bytes(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
     }
 }
 
+/// llguidance's limits for every constraint. Fuel bounds the lexer and parser work of compiling
+/// (building the lexer, the first mask and one step of lookahead, see
+/// [`super::Constraint::new`]) and of each later mask; at llguidance's measured speeds:
+///
+/// - `initial_lexer_fuel` 1,000,000 (~50k/ms: ~20 ms): building the lexer's regexes, and
+///   precomputing large lexemes against the vocabulary.
+/// - `step_lexer_fuel` 200,000 (~14k/ms: ~14 ms) and `step_max_items` 50,000 (~20k/ms:
+///   ~2.5 ms): one token mask. Compiling computes two.
+/// - `max_grammar_size` 200,000 symbols: far more than a [`super::MAX_SPEC_BYTES`] source makes.
+/// - `max_lexer_states` 100,000 (1-2 kB each): at most ~200 MB of lexer per request over the
+///   whole generation, instead of ~500 MB.
+/// - `max_items_in_row` 2,000: the grammar's branching factor (llguidance's default).
+///
+/// What fuel does not bound (parsing the source, long literals) the source's size
+/// ([`super::MAX_SPEC_BYTES`]) and repetition counts ([`super::MAX_REPEAT`]) do. Errors do not
+/// dump the parser state (it can be huge).
+fn parser_limits() -> ParserLimits {
+    ParserLimits {
+        max_items_in_row: 2_000,
+        initial_lexer_fuel: 1_000_000,
+        step_lexer_fuel: 200_000,
+        step_max_items: 50_000,
+        max_lexer_states: 100_000,
+        max_grammar_size: 200_000,
+        precompute_large_lexemes: true,
+        verbose_errors: false,
+    }
+}
+
 /// Whether encoding text and decoding the tokens gives the text back for a few probes (a
 /// tokenizer that adds a space prefix, for instance, does not).
 fn round_trips(tokenizer: &Tokenizer) -> bool {
@@ -123,8 +152,7 @@ impl TokenEnv {
         )
         .map_err(|e| ConstrainError::Matcher(format!("building the token environment: {e}")))?;
         factory.quiet();
-        // Errors name the grammar but do not dump the parser state (it can be huge).
-        *factory.limits_mut() = ParserLimits { verbose_errors: false, ..ParserLimits::default() };
+        *factory.limits_mut() = parser_limits();
         Ok(Arc::new(TokenEnv { factory, n_vocab, eog, canonical }))
     }
 

@@ -43,6 +43,17 @@ pub(crate) enum Mode {
     ShuttingDown,
 }
 
+/// The constraints the fake engine refuses to compile, as the real one refuses a schema that
+/// only refers to itself or a grammar that cannot be matched: a grammar or regex that says
+/// `bad`, a schema whose root is `{"$ref": "#"}`.
+fn unmatchable(spec: &ConstraintSpec) -> bool {
+    match spec {
+        ConstraintSpec::Lark(g) | ConstraintSpec::Regex(g) => g.contains("bad"),
+        ConstraintSpec::JsonSchema(s) => s.get("$ref").is_some_and(|r| r == "#"),
+        ConstraintSpec::JsonObject => false,
+    }
+}
+
 pub(crate) struct Fake {
     pub n_ctx: usize,
     pub template: Result<ChatTemplate, String>,
@@ -154,8 +165,8 @@ impl Backend for Fake {
     }
 
     fn submit(&self, req: GenRequest) -> Result<RequestHandle, SubmitError> {
-        if let Some(ConstraintSpec::Lark(g)) = &req.params.constraint
-            && g.contains("bad")
+        if let Some(spec) = &req.params.constraint
+            && unmatchable(spec)
         {
             return Err(SubmitError::Constraint("invalid constraint: bad grammar".into()));
         }
