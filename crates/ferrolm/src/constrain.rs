@@ -61,6 +61,12 @@ pub const MAX_SPEC_BYTES: usize = 32 * 1024;
 /// A Lark string literal that spells such a count (`"{99999}"`) is refused too.
 pub const MAX_REPEAT: u64 = 4096;
 
+/// The stack of the thread that compiles a constraint. llguidance's grammar compiler recurses
+/// once per nesting level (a chain of 3000 rules, 48 KB of Lark, overflowed 8 MiB); the deepest
+/// grammar [`MAX_SPEC_BYTES`] allows fits in this (tested). It is reserved address space: only
+/// the pages a compile touches are committed, and they are freed when the compile ends.
+const COMPILE_STACK_BYTES: usize = 512 * 1024 * 1024;
+
 /// What the output must match.
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConstraintSpec {
@@ -265,8 +271,26 @@ impl Constraint {
     /// everything that can fail before the first token fails here: a malformed, too large
     /// ([`MAX_SPEC_BYTES`], [`MAX_REPEAT`]) or unmatchable schema, grammar or regex (left recursion with no way
     /// out, repetitions past the parser's limits) is a [`ConstrainError::Grammar`].
+    ///
+    /// The compile runs on a thread of its own with a 512 MiB stack (address space): the grammar
+    /// compiler recurses once per nesting level, and a deep grammar on the caller's stack (2 MiB
+    /// on a tokio worker) aborted the whole process with a stack overflow.
     pub fn new(env: &Arc<TokenEnv>, spec: &ConstraintSpec) -> crate::Result<Constraint> {
         check_size(spec)?;
+        std::thread::scope(|s| {
+            let compiler = std::thread::Builder::new()
+                .name("ferrolm-constrain".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(s, move || Constraint::compile(env, spec))
+                .map_err(|e| ConstrainError::Matcher(format!("starting the grammar compiler: {e}")))?;
+            compiler.join().unwrap_or_else(|_| {
+                Err(ConstrainError::Grammar("the grammar compiler failed on it".into()).into())
+            })
+        })
+    }
+
+    /// [`Constraint::new`]'s work, on the compiler thread.
+    fn compile(env: &Arc<TokenEnv>, spec: &ConstraintSpec) -> crate::Result<Constraint> {
         let parser = env
             .factory()
             .create_parser(top_level_grammar(spec))

@@ -262,6 +262,57 @@ fn unmatchable_or_oversized_specs_fail_at_compile_time() {
     assert!(Constraint::new(&env, &ConstraintSpec::Lark(format!("start: \"{}\"", "a".repeat(n)))).is_ok());
 }
 
+/// Deep grammars and schemas, up to the size limit: each compiles or is a grammar error. They
+/// used to overflow the caller's stack and abort the process (a chain of 3000 Lark rules did on
+/// the main thread's 8 MiB; a server compiles on a tokio worker's 2 MiB, as here; the chain at
+/// the size limit has some 1900 rules).
+#[test]
+fn deep_specs_do_not_overflow_the_callers_stack() {
+    let Some((_model, env)) = load() else { return };
+    let max = ferrolm::constrain::MAX_SPEC_BYTES;
+    let mut chain = String::from("start: r0\n");
+    let mut n = 0;
+    while chain.len() + 40 < max {
+        chain += &format!("r{n}: \"x\" r{}\n", n + 1);
+        n += 1;
+    }
+    chain += &format!("r{n}: \"y\"\n");
+    let depth = (max - 16) / 2;
+    let parens = format!("start: {}\"a\"{}", "(".repeat(depth), ")".repeat(depth));
+    let regex = format!("{}a{}", "(".repeat(depth), ")".repeat(depth));
+    let mut schema = json!({"type": "integer"});
+    while serde_json::to_string(&schema).unwrap().len() + 40 < max {
+        schema = json!({"type": "array", "items": schema});
+    }
+    let mut defs = serde_json::Map::new();
+    for i in 0..500 {
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "array", "items": {"$ref": format!("#/$defs/d{}", i + 1)}}),
+        );
+    }
+    defs.insert("d500".into(), json!({"type": "integer"}));
+    let specs = vec![
+        ConstraintSpec::Lark(chain),
+        ConstraintSpec::Lark(parens),
+        ConstraintSpec::Regex(regex),
+        ConstraintSpec::JsonSchema(schema),
+        ConstraintSpec::JsonSchema(json!({"$defs": defs, "$ref": "#/$defs/d0"})),
+    ];
+    let small_stack = std::thread::Builder::new().stack_size(2 << 20);
+    let results = small_stack
+        .spawn(move || specs.iter().map(|s| Constraint::new(&env, s).map(|_| ())).collect::<Vec<_>>())
+        .unwrap()
+        .join()
+        .unwrap();
+    for (i, r) in results.into_iter().enumerate() {
+        match r {
+            Ok(()) | Err(Error::Constrain(ConstrainError::Grammar(_))) => {}
+            Err(e) => panic!("spec {i}: {e}"),
+        }
+    }
+}
+
 /// A grammar may name an end-of-generation token: it is allowed where the grammar puts it, and
 /// accepting it ends the generation.
 #[test]
