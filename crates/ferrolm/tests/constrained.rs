@@ -292,7 +292,7 @@ fn deep_specs_do_not_overflow_the_callers_stack() {
         );
     }
     defs.insert("d500".into(), json!({"type": "integer"}));
-    let specs = vec![
+    let specs = [
         ConstraintSpec::Lark(chain),
         ConstraintSpec::Lark(parens),
         ConstraintSpec::Regex(regex),
