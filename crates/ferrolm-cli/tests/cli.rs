@@ -161,6 +161,8 @@ fn logs_have_no_colours_when_stderr_is_piped() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success() && stderr.contains("model loaded"), "{stderr}");
     assert!(!stderr.contains("\x1b["), "{stderr:?}");
+}
+
 /// A constraint that cannot be used is an error naming its flag, before the prompt is echoed or
 /// anything generated (three runs that load the model and stop: about a second).
 #[test]
