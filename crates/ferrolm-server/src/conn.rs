@@ -251,7 +251,8 @@ pub(crate) fn spawn_server(
         let (conns_tx, _) = watch::channel(());
         loop {
             tokio::select! {
-                _ = shutdown.wait_for(|s| *s) => break,
+                // The watch guard is not Send: drop it inside the branch's future.
+                _ = async { drop(shutdown.wait_for(|s| *s).await) } => break,
                 r = listener.accept() => match r {
                     Ok((stream, peer)) => accept(stream, peer, &tracker, &app, &shutdown, &conns_tx),
                     Err(e) => {

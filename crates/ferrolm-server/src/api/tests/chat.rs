@@ -252,7 +252,7 @@ async fn bad_requests_get_400s() {
         ),
         (
             r#"{"messages": [{"role": "user", "content": "x"}], "grammar": "start: bad"}"#,
-            Some("response_format"),
+            Some("grammar"),
         ),
         (
             r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#,
