@@ -13,6 +13,10 @@ use serde_json::{Value, json};
 const ARRAY_PREVIEW: usize = 5;
 /// Characters of a string shown when it is shortened.
 const STRING_PREVIEW: usize = 80;
+/// Characters of a metadata key or tensor name shown in the text tables (even with `--full`):
+/// the columns are padded to the longest name, and a corrupt file's 64 KiB name must neither
+/// widen every line nor reach the formatter's width limit (a panic above 65,535).
+const NAME_PREVIEW: usize = 96;
 
 /// Arguments of `ferrolm inspect`.
 #[derive(clap::Args)]
@@ -111,22 +115,23 @@ fn to_text(file: &GgufFile, args: &Args) -> String {
     }
 
     let _ = writeln!(o, "\nmetadata:");
-    let width = file.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let width = name_width(file.metadata().iter().map(|(k, _)| k.as_str()));
     for (k, v) in file.metadata() {
+        let k = display_name(k);
         let _ = writeln!(o, "  {k:<width$}  {:<14} {}", type_label(v), text_value(v, args.full));
     }
 
     if !args.no_tensors && !file.tensors().is_empty() {
         let _ =
             writeln!(o, "\ntensors (offsets relative to the data section at byte {}):", file.data_offset());
-        let nw = file.tensors().iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let nw = name_width(file.tensors().iter().map(|t| t.name.as_str()));
         let _ =
             writeln!(o, "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}", "name", "type", "shape", "offset", "bytes");
         for t in file.tensors() {
             let _ = writeln!(
                 o,
                 "  {:<nw$}  {:<8} {:<24} {:>12} {:>12}",
-                t.name,
+                display_name(&t.name),
                 t.ty.name(),
                 shape(t),
                 t.offset,
@@ -135,6 +140,21 @@ fn to_text(file: &GgufFile, args: &Args) -> String {
         }
     }
     o
+}
+
+/// A key or tensor name as the text tables show it: at most [`NAME_PREVIEW`] characters, a longer
+/// one cut with its length in bytes appended.
+fn display_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().count() <= NAME_PREVIEW {
+        return name.into();
+    }
+    let head: String = name.chars().take(NAME_PREVIEW).collect();
+    format!("{head}… ({} bytes)", name.len()).into()
+}
+
+/// Column width for names as [`display_name`] shows them (bounded, so never a formatter panic).
+fn name_width<'a>(names: impl Iterator<Item = &'a str>) -> usize {
+    names.map(|n| display_name(n).chars().count()).max().unwrap_or(0)
 }
 
 fn type_label(v: &MetaValue) -> String {

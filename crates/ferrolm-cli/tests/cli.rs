@@ -195,3 +195,65 @@ fn generate_reports_unusable_constraints_before_generating() {
         assert!(!String::from_utf8_lossy(&out.stdout).contains("PROMPT-TEXT"), "{flag}: echoed the prompt");
     }
 }
+
+/// Runs `cmd`, killing it and failing the test if it has not exited within `secs` seconds.
+fn output_within(mut cmd: std::process::Command, secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed().as_secs() >= secs {
+            child.kill().unwrap();
+            panic!("command still running after {secs} s: {cmd:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn inspect_truncates_huge_keys_and_tensor_names() {
+    use ferrolm::GgmlType;
+    use ferrolm::format::gguf::MetaValue;
+    use ferrolm::format::gguf_write::GgufWriter;
+    // Names of 64 KiB and more were used as a format width: a panic (exit 101) above 65,535.
+    let long = "k".repeat(70_000);
+    let mut w = GgufWriter::new();
+    w.add(long.clone(), MetaValue::U32(1)).unwrap();
+    w.add_tensor(format!("t{long}"), &[4], GgmlType::F32, vec![0; 16]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("long.gguf");
+    std::fs::write(&p, w.to_bytes()).unwrap();
+    let mut cmd = bin();
+    cmd.arg("inspect").arg(&p);
+    let out = output_within(cmd, 30);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("… (70000 bytes)") && stdout.contains("… (70001 bytes)"), "{stdout:.2000}");
+    assert!(stdout.lines().all(|l| l.len() < 1000), "a line is as wide as the name");
+}
+
+#[cfg(unix)]
+#[test]
+fn inspect_and_generate_refuse_a_fifo_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("m.gguf");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    for args in [vec!["inspect"], vec!["generate", "-p", "hi", "-n", "1", "-m"]] {
+        let mut cmd = bin();
+        cmd.args(&args).arg(&fifo);
+        let out = output_within(cmd, 30);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        // `generate` resolves the name first: a FIFO is "not an existing file" there.
+        let named = if args[0] == "inspect" { "FIFO" } else { "not an existing file" };
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+    let mut cmd = bin();
+    cmd.arg("inspect").arg(dir.path());
+    let out = output_within(cmd, 30);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("directory"), "{stderr}");
+}

@@ -13,9 +13,36 @@ pub enum Storage {
     Owned(Vec<u8>),
 }
 
+/// What a non-regular file is, for error messages.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt as _;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+    }
+    if kind.is_dir() { "a directory" } else { "not a regular file" }
+}
+
 impl Storage {
-    /// Maps a file read-only.
+    /// Maps a file read-only. Anything but a regular file (a FIFO, a directory, a device, a
+    /// socket) is refused with [`std::io::ErrorKind::InvalidInput`] before it is opened: opening
+    /// a FIFO for reading would block until a writer appears, and a device has no length to map.
     pub fn map(path: &Path) -> std::io::Result<Self> {
+        let kind = std::fs::metadata(path)?.file_type();
+        if !kind.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("not a regular file (it is {})", file_kind(&kind)),
+            ));
+        }
         let file = File::open(path)?;
         // SAFETY: the map is read-only and private to this process. Like every mmap-based model
         // loader we rely on the file not being truncated or rewritten while it is mapped; a file

@@ -666,4 +666,86 @@ fn write_fuzz_seeds() {
     w.add("tokenizer.chat_template", MetaValue::String("{% for m in messages %}{{ m }}{% endfor %}".into()))
         .unwrap();
     std::fs::write(dir.join("vocab.gguf"), w.to_bytes()).unwrap();
+    std::fs::write(dir.join("tiny_llama.gguf"), tiny_model()).unwrap();
+}
+
+/// The smallest complete llama model (one layer, width 8, two heads, a 4-token vocabulary, F32
+/// weights, no tokenizer): a seed that reaches the configuration and weight checks.
+fn tiny_model() -> Vec<u8> {
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", MetaValue::String("llama".into())).unwrap();
+    for (k, v) in [
+        ("block_count", 1u32),
+        ("embedding_length", 8),
+        ("feed_forward_length", 16),
+        ("attention.head_count", 2),
+    ] {
+        w.add(format!("llama.{k}"), MetaValue::U32(v)).unwrap();
+    }
+    w.add("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(1e-5)).unwrap();
+    let mut tensors =
+        vec![("token_embd.weight".to_string(), vec![8u64, 4]), ("output_norm.weight".into(), vec![8])];
+    for (n, dims) in [
+        ("attn_norm", vec![8]),
+        ("attn_q", vec![8, 8]),
+        ("attn_k", vec![8, 8]),
+        ("attn_v", vec![8, 8]),
+        ("attn_output", vec![8, 8]),
+        ("ffn_norm", vec![8]),
+        ("ffn_gate", vec![8, 16]),
+        ("ffn_up", vec![8, 16]),
+        ("ffn_down", vec![16, 8]),
+    ] {
+        tensors.push((format!("blk.0.{n}.weight"), dims));
+    }
+    for (name, dims) in tensors {
+        let n: u64 = dims.iter().product();
+        let data = (0..n).flat_map(|i| (1.0 + i as f32 / 64.0).to_le_bytes()).collect();
+        w.add_tensor(name, &dims, GgmlType::F32, data).unwrap();
+    }
+    w.to_bytes()
+}
+
+#[test]
+fn tiny_model_seed_binds_every_tensor() {
+    use ferrolm::model::weights::ModelWeights;
+    use ferrolm::model::{ModelConfig, TensorMap};
+    let f = GgufFile::from_bytes(tiny_model()).unwrap();
+    let tensors = TensorMap::from_gguf(&f);
+    let cfg = ModelConfig::from_gguf(&f, &tensors).unwrap();
+    ModelWeights::from_tensors(&tensors, &cfg).unwrap();
+}
+
+/// A llama header with `block_count` layers and one embedding table (no layer tensors).
+fn llama_header(block_count: u32, arch: &str) -> GgufFile {
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", MetaValue::String(arch.into())).unwrap();
+    for (k, v) in [
+        ("block_count", block_count),
+        ("embedding_length", 32),
+        ("feed_forward_length", 64),
+        ("attention.head_count", 4),
+        ("attention.sliding_window", 16),
+    ] {
+        w.add(format!("{arch}.{k}"), MetaValue::U32(v)).unwrap();
+    }
+    w.add_tensor("token_embd.weight", &[32, 8], GgmlType::F32, vec![0; 32 * 8 * 4]).unwrap();
+    GgufFile::from_bytes(w.to_bytes()).unwrap()
+}
+
+#[test]
+fn huge_block_count_is_refused_before_any_per_layer_allocation() {
+    use ferrolm::model::{ModelConfig, TensorMap};
+    for arch in ["llama", "gemma3"] {
+        let f = llama_header(u32::MAX, arch);
+        let tensors = TensorMap::from_gguf(&f);
+        let (r, peak) = peak_alloc(|| ModelConfig::from_gguf(&f, &tensors));
+        let err = r.unwrap_err().to_string();
+        assert!(err.contains("n_layer 4294967295"), "{arch}: {err}");
+        // A per-layer table would be 4 GiB; the checks themselves need a few strings.
+        assert!(peak < 1 << 20, "{arch}: peak {peak} bytes before the error");
+    }
+    // The same header with a sane block count passes the configuration step.
+    let f = llama_header(2, "llama");
+    ModelConfig::from_gguf(&f, &TensorMap::from_gguf(&f)).unwrap();
 }

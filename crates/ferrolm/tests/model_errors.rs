@@ -25,9 +25,24 @@ fn f32_bytes(n: u64, seed: u32) -> Vec<u8> {
 
 /// A 2-layer llama-architecture model with an 8-token SentencePiece vocabulary.
 fn tiny_llama(arch: &str, swap: Option<(&str, GgmlType)>, skip: Option<&str>) -> Vec<u8> {
-    let mut w = GgufWriter::new();
+    tiny_llama_edited(arch, swap, skip, |_, _| {})
+}
+
+/// Metadata of the tiny model, in writing order.
+type Meta = Vec<(String, MetaValue)>;
+/// Tensors of the tiny model: name and dims.
+type Tensors = Vec<(String, Vec<u64>)>;
+
+/// [`tiny_llama`] with `edit` applied to its metadata and tensor list before writing.
+fn tiny_llama_edited(
+    arch: &str,
+    swap: Option<(&str, GgmlType)>,
+    skip: Option<&str>,
+    edit: impl FnOnce(&mut Meta, &mut Tensors),
+) -> Vec<u8> {
+    let mut meta: Meta = Vec::new();
     let s = |v: &str| MetaValue::String(v.to_string());
-    w.add("general.architecture", s(arch)).unwrap();
+    meta.push(("general.architecture".into(), s(arch)));
     for (k, v) in [
         ("block_count", 2u32),
         ("embedding_length", D as u32),
@@ -36,21 +51,24 @@ fn tiny_llama(arch: &str, swap: Option<(&str, GgmlType)>, skip: Option<&str>) ->
         ("attention.head_count_kv", 2),
         ("context_length", 128),
     ] {
-        w.add(format!("{arch}.{k}"), MetaValue::U32(v)).unwrap();
+        meta.push((format!("{arch}.{k}"), MetaValue::U32(v)));
     }
-    w.add(format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-5)).unwrap();
-    w.add("tokenizer.ggml.model", s("llama")).unwrap();
+    meta.push((format!("{arch}.attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-5)));
+    meta.push(("tokenizer.ggml.model".into(), s("llama")));
     let tokens = ["<unk>", "<s>", "</s>", "▁a", "▁b", "a", "b", "▁"];
-    w.add("tokenizer.ggml.tokens", MetaValue::Array(MetaArray::String(tokens.map(String::from).to_vec())))
-        .unwrap();
-    w.add(
-        "tokenizer.ggml.scores",
+    meta.push((
+        "tokenizer.ggml.tokens".into(),
+        MetaValue::Array(MetaArray::String(tokens.map(String::from).to_vec())),
+    ));
+    meta.push((
+        "tokenizer.ggml.scores".into(),
         MetaValue::Array(MetaArray::F32(vec![0.0, 0.0, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0])),
-    )
-    .unwrap();
-    w.add("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::I32(vec![2, 3, 3, 1, 1, 1, 1, 1])))
-        .unwrap();
-    let mut tensors: Vec<(String, Vec<u64>)> =
+    ));
+    meta.push((
+        "tokenizer.ggml.token_type".into(),
+        MetaValue::Array(MetaArray::I32(vec![2, 3, 3, 1, 1, 1, 1, 1])),
+    ));
+    let mut tensors: Tensors =
         vec![("token_embd.weight".into(), vec![D, VOCAB]), ("output_norm.weight".into(), vec![D])];
     for i in 0..2 {
         for (n, dims) in [
@@ -66,6 +84,11 @@ fn tiny_llama(arch: &str, swap: Option<(&str, GgmlType)>, skip: Option<&str>) ->
         ] {
             tensors.push((format!("blk.{i}.{n}.weight"), dims));
         }
+    }
+    edit(&mut meta, &mut tensors);
+    let mut w = GgufWriter::new();
+    for (k, v) in meta {
+        w.add(k, v).unwrap();
     }
     for (k, (name, dims)) in tensors.into_iter().enumerate() {
         if skip == Some(name.as_str()) {
@@ -141,4 +164,104 @@ fn quantized_cache_types_need_whole_blocks_per_head() {
         assert_eq!(kv.memory_bytes(), 0);
     }
     assert!(m.new_kv_cache_typed(16, KvType::F32, KvType::F16).is_ok());
+}
+
+/// Sets (or adds) metadata key `key`.
+fn set(meta: &mut Meta, key: &str, v: MetaValue) {
+    match meta.iter_mut().find(|(k, _)| k == key) {
+        Some(e) => e.1 = v,
+        None => meta.push((key.to_string(), v)),
+    }
+}
+
+/// Loads the tiny model with one metadata value changed; the error's text.
+fn load_with_key(key: &str, v: MetaValue) -> String {
+    let bytes = tiny_llama_edited("llama", None, None, |m, _| set(m, key, v));
+    load(bytes).map(|_| ()).expect_err(key).to_string()
+}
+
+#[test]
+fn non_finite_or_negative_floats_are_named() {
+    for key in ["llama.rope.freq_base", "llama.attention.layer_norm_rms_epsilon"] {
+        for v in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -1.0, 0.0] {
+            let msg = load_with_key(key, MetaValue::F32(v));
+            assert!(msg.contains(key), "{key} = {v}: {msg}");
+        }
+    }
+    for key in ["llama.rope.scaling.factor", "llama.attention.scale", "llama.final_logit_softcapping"] {
+        for v in [f32::NAN, f32::INFINITY, -2.0] {
+            let msg = load_with_key(key, MetaValue::F32(v));
+            assert!(msg.contains(key), "{key} = {v}: {msg}");
+        }
+    }
+    let msg = load_with_key("llama.attention.layer_norm_rms_epsilon", MetaValue::F32(5.0));
+    assert!(msg.contains("epsilon"), "{msg}");
+}
+
+#[test]
+fn absurd_sizes_fail_before_allocating() {
+    // 4294967295 layers: the error must come before a per-layer table is allocated (a 4 GiB
+    // allocation here would abort the test binary or take seconds).
+    let t = std::time::Instant::now();
+    let msg = load_with_key("llama.block_count", MetaValue::U32(u32::MAX));
+    assert!(msg.contains("implausibly large") && msg.contains("n_layer 4294967295"), "{msg}");
+    assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+    for (key, v) in [
+        ("llama.context_length", 0u64),
+        ("llama.context_length", 1 << 40),
+        ("llama.feed_forward_length", 0),
+        ("llama.attention.head_count", 0),
+        ("llama.embedding_length", 1 << 40),
+    ] {
+        let msg = load_with_key(key, MetaValue::U64(v));
+        assert!(!msg.is_empty() && !msg.contains("panicked"), "{key}: {msg}");
+    }
+    let msg = load_with_key("llama.expert_count", MetaValue::U32(8));
+    assert!(msg.contains("llama.expert_count") && msg.contains("mixture-of-experts"), "{msg}");
+    let msg = load_with_key("llama.vocab_size", MetaValue::U32(9));
+    assert!(msg.contains("llama.vocab_size"), "{msg}");
+}
+
+#[test]
+fn norm_weights_must_be_float() {
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        let err = load(tiny_llama("llama", Some(("blk.0.attn_norm.weight", ty)), None)).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("blk.0.attn_norm.weight") && msg.contains("must be F32, F16 or BF16"), "{msg}");
+    }
+    // F16 norms are what some converters write: accepted.
+    let mut bytes = tiny_llama("llama", Some(("output_norm.weight", GgmlType::F16)), None);
+    load(bytes.clone()).unwrap();
+    // The same with one value NaN (an F32 norm re-typed as F16 reads as such garbage).
+    let f = ferrolm::format::gguf::GgufFile::from_bytes(bytes.clone()).unwrap();
+    let range = f.tensor_range(f.tensor("output_norm.weight").unwrap());
+    bytes[range.start + 6..range.start + 8].copy_from_slice(&[0xff, 0x7f]);
+    let msg = load(bytes).unwrap_err().to_string();
+    assert!(msg.contains("'output_norm.weight' has a non-finite value (NaN) at index 3"), "{msg}");
+}
+
+#[test]
+fn unused_tensors_are_an_error() {
+    // block_count = 1 leaves layer 1's nine tensors unused.
+    let msg = load_with_key("llama.block_count", MetaValue::U32(1));
+    assert!(
+        msg.contains("wrong number of tensors") && msg.contains("9 of 20") && msg.contains("blk.1."),
+        "{msg}"
+    );
+    // A stray tensor of no known role.
+    let bytes = tiny_llama_edited("llama", None, None, |_, t| t.push(("blk.7.extra.weight".into(), vec![D])));
+    let msg = load(bytes).unwrap_err().to_string();
+    assert!(msg.contains("'blk.7.extra.weight'"), "{msg}");
+}
+
+#[cfg(unix)]
+#[test]
+fn fifo_model_path_fails_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("m.gguf");
+    let st = std::process::Command::new("mkfifo").arg(&p).status().unwrap();
+    assert!(st.success());
+    // Opening a FIFO for reading would block forever: the check must come first.
+    let err = Model::load(&p).unwrap_err();
+    assert!(format!("{err:?}").contains("FIFO"), "{err:?}");
 }

@@ -7,20 +7,59 @@ use crate::{Error, Result};
 // Defined with the operators, below the model, the KV cache and the backends.
 pub use crate::ops::{Activation, RopeParams, RopeStyle};
 
-/// RoPE of the global layers from `{arch}.rope.*` keys, as llama.cpp reads them.
+/// Largest context length accepted (16 Mi tokens; the largest released models train on 10M).
+const MAX_CONTEXT: usize = 1 << 24;
+/// Largest vocabulary accepted (16 Mi entries).
+const MAX_VOCAB: usize = 1 << 24;
+
+/// An optional float key that must be finite when present (NaN and ±inf are errors that name
+/// the key; whether zero or negative values are allowed is the caller's business).
+fn opt_finite(f: &GgufFile, key: &str) -> Result<Option<f32>> {
+    match f.opt_f32(key)? {
+        Some(v) if !v.is_finite() => Err(Error::Config(format!("{key} = {v} is not a finite number"))),
+        v => Ok(v),
+    }
+}
+
+/// An optional float key that must be finite and strictly positive when present.
+fn opt_positive(f: &GgufFile, key: &str) -> Result<Option<f32>> {
+    match opt_finite(f, key)? {
+        Some(v) if v <= 0.0 => Err(Error::Config(format!("{key} = {v} must be positive"))),
+        v => Ok(v),
+    }
+}
+
+/// An optional float key where 0 means "not set" (llama.cpp's convention for scaling factors
+/// and soft-caps); negative, NaN and infinite values are errors.
+fn opt_positive_or_unset(f: &GgufFile, key: &str) -> Result<Option<f32>> {
+    match opt_finite(f, key)? {
+        Some(v) if v < 0.0 => Err(Error::Config(format!("{key} = {v} must not be negative"))),
+        v => Ok(v.filter(|&v| v > 0.0)),
+    }
+}
+
+/// RoPE of the global layers from `{arch}.rope.*` keys, as llama.cpp reads them. Every float is
+/// checked (finite; bases and factors positive) so a corrupt file fails here, not as NaN logits.
 fn rope_from_gguf(f: &GgufFile, arch: &str, n_ctx_train: usize) -> Result<RopeParams> {
     let key = |k: &str| format!("{arch}.rope.{k}");
-    let mut p = RopeParams::plain(f.opt_f32(&key("freq_base"))?.unwrap_or(10_000.0));
+    let mut p = RopeParams::plain(opt_positive(f, &key("freq_base"))?.unwrap_or(10_000.0));
     p.n_ctx_orig = match f.opt_u64(&key("scaling.original_context_length"))? {
-        Some(v) => usize::try_from(v).map_err(|_| Error::Config(format!("{v} is not a context length")))?,
+        Some(v) => match usize::try_from(v) {
+            Ok(n) if n > 0 && n <= MAX_CONTEXT => n,
+            _ => {
+                return Err(Error::Config(format!(
+                    "{} = {v} is not a context length",
+                    key("scaling.original_context_length")
+                )));
+            }
+        },
         None => n_ctx_train,
     };
-    let factor = match f.opt_f32(&key("scaling.factor"))? {
+    let factor = match opt_positive_or_unset(f, &key("scaling.factor"))? {
         Some(v) => Some(v),
-        None => f.opt_f32(&key("scale_linear"))?,
-    }
-    .filter(|&v| v > 0.0);
-    let attn_factor = f.opt_f32(&key("scaling.attn_factor"))?.filter(|&v| v > 0.0).unwrap_or(1.0);
+        None => opt_positive_or_unset(f, &key("scale_linear"))?,
+    };
+    let attn_factor = opt_positive_or_unset(f, &key("scaling.attn_factor"))?.unwrap_or(1.0);
     p.attn_factor = attn_factor;
     match f.opt_str(&key("scaling.type"))? {
         Some("none") => {}
@@ -29,9 +68,11 @@ fn rope_from_gguf(f: &GgufFile, arch: &str, n_ctx_train: usize) -> Result<RopePa
         Some("yarn") => {
             let factor = factor.unwrap_or(1.0);
             p.freq_scale = 1.0 / factor;
-            p.ext_factor = f.opt_f32(&key("scaling.yarn_ext_factor"))?.filter(|&v| v >= 0.0).unwrap_or(1.0);
-            p.beta_fast = f.opt_f32(&key("scaling.yarn_beta_fast"))?.unwrap_or(32.0);
-            p.beta_slow = f.opt_f32(&key("scaling.yarn_beta_slow"))?.unwrap_or(1.0);
+            // llama.cpp: a negative ext_factor means "the default".
+            p.ext_factor =
+                opt_finite(f, &key("scaling.yarn_ext_factor"))?.filter(|&v| v >= 0.0).unwrap_or(1.0);
+            p.beta_fast = opt_finite(f, &key("scaling.yarn_beta_fast"))?.unwrap_or(32.0);
+            p.beta_slow = opt_finite(f, &key("scaling.yarn_beta_slow"))?.unwrap_or(1.0);
             // YaRN's magnitude correction: 0.1·ln(factor) + 1 (transformers' default mscale).
             if factor > 1.0 {
                 p.attn_factor *= 0.1 * factor.ln() + 1.0;
@@ -194,8 +235,22 @@ impl ModelConfig {
                 "value_length {vl} != key_length {head_dim} is not supported"
             )));
         }
-        let norm_eps = f.opt_f32(&key("attention.layer_norm_rms_epsilon"))?.unwrap_or(1e-5);
+        let eps_key = key("attention.layer_norm_rms_epsilon");
+        let norm_eps = opt_positive(f, &eps_key)?.unwrap_or(1e-5);
+        if norm_eps >= 1.0 {
+            return Err(Error::Config(format!(
+                "{eps_key} = {norm_eps} is not a plausible epsilon (must be < 1)"
+            )));
+        }
         let n_ctx_train = opt("context_length")?.unwrap_or(2048);
+        if let Some(n) = opt("expert_count")?
+            && n > 0
+        {
+            return Err(Error::Config(format!(
+                "{} = {n}: mixture-of-experts models are not supported",
+                key("expert_count")
+            )));
+        }
         let rope_dims = opt("rope.dimension_count")?.unwrap_or(head_dim);
         let rope_global = rope_from_gguf(f, arch_name, n_ctx_train)?;
         let n_vocab = match tensors.get("token_embd.weight") {
@@ -211,9 +266,9 @@ impl ModelConfig {
             )));
         }
         let sliding_window = opt("attention.sliding_window")?.filter(|&w| w > 0);
-        let attn_scale = match f.opt_f32(&key("attention.scale"))? {
-            Some(s) if s > 0.0 => s,
-            _ => 1.0 / (head_dim.max(1) as f32).sqrt(),
+        let attn_scale = match opt_positive_or_unset(f, &key("attention.scale"))? {
+            Some(s) => s,
+            None => 1.0 / (head_dim.max(1) as f32).sqrt(),
         };
 
         let mut cfg = ModelConfig {
@@ -239,10 +294,14 @@ impl ModelConfig {
             attn_scale,
             attn_softcap: None,
             sliding_window,
-            // Unless the architecture says otherwise, a window applies to every layer (Mistral).
-            swa_layers: vec![sliding_window.is_some(); n_layer],
-            final_logit_softcap: f.opt_f32(&key("final_logit_softcapping"))?.filter(|&c| c > 0.0),
+            // Filled below, once `n_layer` is known to be sane.
+            swa_layers: Vec::new(),
+            final_logit_softcap: opt_positive_or_unset(f, &key("final_logit_softcapping"))?,
         };
+        // Every size is checked before anything is allocated from it (a per-layer table below).
+        cfg.validate()?;
+        // Unless the architecture says otherwise, a window applies to every layer (Mistral).
+        cfg.swa_layers = vec![sliding_window.is_some(); n_layer];
         if arch.is_gemma() {
             cfg.activation = Activation::GeluTanh;
             cfg.embed_scale = Some((n_embd as f32).sqrt());
@@ -254,14 +313,14 @@ impl ModelConfig {
             Arch::Phi3 | Arch::Gemma => {}
             Arch::Gemma2 => {
                 cfg.post_norms = true;
-                cfg.attn_softcap = f.opt_f32(&key("attn_logit_softcapping"))?.filter(|&c| c > 0.0);
+                cfg.attn_softcap = opt_positive_or_unset(f, &key("attn_logit_softcapping"))?;
                 cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
             }
             Arch::Gemma3 => {
                 cfg.qk_norm = true;
                 cfg.post_norms = true;
                 // Local layers use their own base (10k unless the file says otherwise) and no scaling.
-                let local_base = f.opt_f32(&key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+                let local_base = opt_positive(f, &key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
                 cfg.rope_local = RopeParams::plain(local_base);
                 cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 6)?;
             }
@@ -273,17 +332,20 @@ impl ModelConfig {
         Ok(cfg)
     }
 
+    /// Checks sizes against each other and against plausible limits (names the offending
+    /// quantity), and that every float the forward pass uses is finite and positive.
     fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Config(m));
         if self.n_embd == 0
+            || self.n_ff == 0
             || self.n_layer == 0
             || self.n_head == 0
             || self.n_head_kv == 0
             || self.head_dim == 0
         {
             return bad(format!(
-                "degenerate shape: n_embd {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}",
-                self.n_embd, self.n_layer, self.n_head, self.n_head_kv, self.head_dim
+                "degenerate shape: n_embd {}, n_ff {}, n_layer {}, n_head {}, n_head_kv {}, head_dim {}",
+                self.n_embd, self.n_ff, self.n_layer, self.n_head, self.n_head_kv, self.head_dim
             ));
         }
         if !self.n_head.is_multiple_of(self.n_head_kv) {
@@ -300,7 +362,31 @@ impl ModelConfig {
             || self.n_head > 4096
             || self.head_dim > 4096
         {
-            return bad("model dimensions are implausibly large".to_string());
+            return bad(format!(
+                "model dimensions are implausibly large: n_embd {}, n_ff {}, n_layer {}, n_head {}, head_dim {}",
+                self.n_embd, self.n_ff, self.n_layer, self.n_head, self.head_dim
+            ));
+        }
+        if self.n_ctx_train == 0 || self.n_ctx_train > MAX_CONTEXT {
+            return bad(format!("context length {} is out of range (1..={MAX_CONTEXT})", self.n_ctx_train));
+        }
+        if self.n_vocab == 0 || self.n_vocab > MAX_VOCAB {
+            return bad(format!("vocabulary size {} is out of range (1..={MAX_VOCAB})", self.n_vocab));
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps > 0.0 && self.norm_eps < 1.0) {
+            return bad(format!("norm epsilon {} is not in (0, 1)", self.norm_eps));
+        }
+        if !(self.attn_scale.is_finite() && self.attn_scale > 0.0) {
+            return bad(format!("attention scale {} is not a finite positive number", self.attn_scale));
+        }
+        for (which, r) in [("global", &self.rope_global), ("local", &self.rope_local)] {
+            let ok = |v: f32| v.is_finite() && v > 0.0;
+            if !(ok(r.base) && ok(r.freq_scale) && ok(r.attn_factor)) || r.n_ctx_orig == 0 {
+                return bad(format!(
+                    "{which} RoPE: base {}, scale {}, attention factor {}, original context {} (finite positive values required)",
+                    r.base, r.freq_scale, r.attn_factor, r.n_ctx_orig
+                ));
+            }
         }
         Ok(())
     }

@@ -3,9 +3,11 @@
 //! Tensor names are the canonical GGUF names (`blk.N.attn_q.weight`, …); other formats map onto
 //! them at load time. Quantization is a property of each [`Weight`], not of the model.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::ops::Range;
 
-use ferrolm_kernels::quant;
+use ferrolm_kernels::{GgmlType, quant};
 
 use super::config::ModelConfig;
 use super::tensors::{TensorMap, TensorRef};
@@ -130,8 +132,10 @@ impl ModelWeights {
     }
 }
 
+/// Binds tensors by name, remembering which ones were bound.
 struct Loader<'a> {
     tensors: &'a TensorMap,
+    used: RefCell<BTreeSet<String>>,
 }
 
 impl Loader<'_> {
@@ -140,7 +144,27 @@ impl Loader<'_> {
         if !quant::supports(t.ty) {
             return Err(Error::UnsupportedTensorType { name: name.to_string(), ty: t.ty.name().to_string() });
         }
+        self.used.borrow_mut().insert(name.to_string());
         Ok(t)
+    }
+
+    /// Fails on the first tensor of the table that nothing bound. llama.cpp refuses such files
+    /// too ("wrong number of tensors; expected N, got M"): a stray tensor means the file's
+    /// metadata and its tensors disagree (a wrong `block_count`, a foreign architecture), and
+    /// running with the metadata's reading would silently ignore weights the model was trained
+    /// with.
+    fn check_all_used(&self) -> Result<()> {
+        let used = self.used.borrow();
+        let mut unused = self.tensors.iter().map(|(n, _)| n).filter(|n| !used.contains(*n));
+        match unused.next() {
+            None => Ok(()),
+            Some(first) => Err(Error::Config(format!(
+                "wrong number of tensors: {} of {} are not used by this configuration (first: '{first}'); \
+                 the metadata (block_count, architecture) does not match the tensors",
+                unused.count() + 1,
+                self.tensors.len()
+            ))),
+        }
     }
 
     fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
@@ -167,8 +191,17 @@ impl Loader<'_> {
         }))
     }
 
+    /// A norm weight or a bias: it must be stored as a float type (F32, F16, BF16), as llama.cpp
+    /// and every converter write them (a quantized one is a corrupt or mislabelled file), and
+    /// every value must be finite.
     fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         let t = self.get(name)?;
+        if !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+            return Err(Error::Config(format!(
+                "tensor '{name}' is {}: a norm weight or bias must be F32, F16 or BF16",
+                t.ty.name()
+            )));
+        }
         if t.dims != [n as u64] {
             return Err(Error::TensorShape {
                 name: name.to_string(),
@@ -176,7 +209,15 @@ impl Loader<'_> {
                 expected: vec![n as u64],
             });
         }
-        t.to_f32(name)
+        let v = t.to_f32(name)?;
+        // A NaN or infinite scale would turn every activation it touches into NaN.
+        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+            return Err(Error::Config(format!(
+                "tensor '{name}' has a non-finite value ({}) at index {i}",
+                v[i]
+            )));
+        }
+        Ok(v)
     }
 
     fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
@@ -190,7 +231,7 @@ impl ModelWeights {
     /// Fused projections (`attn_qkv`, and Phi-3's `ffn_up` holding gate and up) are split into
     /// row blocks without copying.
     pub fn from_tensors(tensors: &TensorMap, cfg: &ModelConfig) -> Result<Self> {
-        let l = Loader { tensors };
+        let l = Loader { tensors, used: RefCell::new(BTreeSet::new()) };
         let (d, q, kv, ff, hd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff, cfg.head_dim);
         let token_embd = l.matrix("token_embd.weight", cfg.n_vocab, d)?;
         let output = if tensors.contains("output.weight") {
@@ -255,6 +296,8 @@ impl ModelWeights {
             long: l.opt_vector("rope_factors_long.weight", half)?,
             short: l.opt_vector("rope_factors_short.weight", half)?,
         };
-        Ok(Self { token_embd, layers, output_norm: l.vector("output_norm.weight", d)?, output, rope_factors })
+        let output_norm = l.vector("output_norm.weight", d)?;
+        l.check_all_used()?;
+        Ok(Self { token_embd, layers, output_norm, output, rope_factors })
     }
 }

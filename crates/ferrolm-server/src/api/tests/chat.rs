@@ -250,10 +250,7 @@ async fn bad_requests_get_400s() {
             r#"{"messages": [{"role": "user", "content": "x"}], "logprobs": true, "top_logprobs": 21}"#,
             Some("top_logprobs"),
         ),
-        (
-            r#"{"messages": [{"role": "user", "content": "x"}], "grammar": "start: bad"}"#,
-            Some("grammar"),
-        ),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "grammar": "start: bad"}"#, Some("grammar")),
         (
             r#"{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}"#,
             Some("tools[0]"),
