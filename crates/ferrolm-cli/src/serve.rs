@@ -256,8 +256,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (model, load_ms, path) = args.model.load_with_path()?;
     let server_cfg = args.server_config(default_model_id(args.model.name().as_deref(), &path))?;
     let pooling = server_cfg.embeddings_pooling.or_else(|| model.default_pooling()).unwrap_or_default();
-    let connections =
-        ConnLimits { max_connections: connection_cap(server_cfg.connections.max_connections), ..server_cfg.connections };
+    let connections = ConnLimits {
+        max_connections: connection_cap(server_cfg.connections.max_connections),
+        ..server_cfg.connections
+    };
     let server_cfg = ServerConfig { embeddings_pooling: Some(pooling), connections, ..server_cfg };
     eprintln!(
         "loaded {} in {load_ms:.0} ms; serving it as '{}' with {} slots of {} tokens",

@@ -231,7 +231,6 @@ impl hyper::body::Body for DeadlineBody {
     }
 }
 
-
 /// Serves `app` on `listener` with `limits` until `shutdown` flips to true; then idle
 /// connections are closed at once and busy ones after their response. Returns a receiver that
 /// turns true once every connection is closed.
@@ -422,7 +421,12 @@ mod tests {
 
     fn tracker(max: usize, per: usize) -> Tracker {
         let limits = ConnLimits { max_connections: max, max_per_client: per, ..ConnLimits::default() };
-        Tracker { start: Instant::now(), limits, conns: Mutex::new(HashMap::new()), next_id: AtomicU64::new(0) }
+        Tracker {
+            start: Instant::now(),
+            limits,
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        }
     }
 
     #[test]

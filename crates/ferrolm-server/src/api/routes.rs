@@ -103,11 +103,7 @@ async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Respon
     if matches!(req.uri().path(), "/health" | "/") || req.method() == Method::OPTIONS {
         return next.run(req).await;
     }
-    let given = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer_token);
+    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
     match given {
         Some(g) if same_secret(g.as_bytes(), key.as_bytes()) => next.run(req).await,
         _ => {
