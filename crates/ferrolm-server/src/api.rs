@@ -221,14 +221,14 @@ pub(crate) async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut done = conn::spawn_server(listener, app, state_limits, stop_rx);
     tokio::select! {
-        _ = done.wait_for(|d| *d) => return Ok(()),
+        _ = conn::flipped(&mut done) => return Ok(()),
         _ = shutdown => {}
     }
     tracing::info!("shutting down: refusing new requests, letting running ones finish");
     backend.shutdown();
     let _ = stop_tx.send(true);
     let idle = tokio::select! {
-        _ = done.wait_for(|d| *d) => return Ok(()),
+        _ = conn::flipped(&mut done) => return Ok(()),
         idle = backend.wait_idle(shutdown_timeout) => idle,
     };
     if !idle {
@@ -238,7 +238,7 @@ pub(crate) async fn run(
         );
         backend.cancel_all();
     }
-    match tokio::time::timeout(FINAL_GRACE, done.wait_for(|d| *d)).await {
+    match tokio::time::timeout(FINAL_GRACE, conn::flipped(&mut done)).await {
         Ok(_) => Ok(()),
         Err(_) => {
             tracing::warn!("closing connections still open");

@@ -251,8 +251,7 @@ pub(crate) fn spawn_server(
         let (conns_tx, _) = watch::channel(());
         loop {
             tokio::select! {
-                // The watch guard is not Send: drop it inside the branch's future.
-                _ = async { drop(shutdown.wait_for(|s| *s).await) } => break,
+                _ = flipped(&mut shutdown) => break,
                 r = listener.accept() => match r {
                     Ok((stream, peer)) => accept(stream, peer, &tracker, &app, &shutdown, &conns_tx),
                     Err(e) => {
@@ -269,6 +268,11 @@ pub(crate) fn spawn_server(
         let _ = done_tx.send(true);
     });
     done_rx
+}
+
+/// Completes once `rx` holds true (or its sender is gone).
+pub(crate) async fn flipped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
 }
 
 /// Admits a connection and spawns its task, or refuses it with a 503.
@@ -354,7 +358,7 @@ async fn serve_conn(
                 break;
             }
             _ = conn.kill.notified() => break,
-            _ = shutdown.wait_for(|s| *s), if !closing => {
+            _ = flipped(&mut shutdown), if !closing => {
                 closing = true;
                 if conn.busy.load(Ordering::Acquire) == 0 {
                     break;
