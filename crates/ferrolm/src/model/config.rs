@@ -381,10 +381,12 @@ impl ModelConfig {
         }
         for (which, r) in [("global", &self.rope_global), ("local", &self.rope_local)] {
             let ok = |v: f32| v.is_finite() && v > 0.0;
-            if !(ok(r.base) && ok(r.freq_scale) && ok(r.attn_factor)) || r.n_ctx_orig == 0 {
+            // The original context only matters to YaRN, and is 0 where a model does not set it
+            // (Gemma 3's local RoPE).
+            if !(ok(r.base) && ok(r.freq_scale) && ok(r.attn_factor)) {
                 return bad(format!(
-                    "{which} RoPE: base {}, scale {}, attention factor {}, original context {} (finite positive values required)",
-                    r.base, r.freq_scale, r.attn_factor, r.n_ctx_orig
+                    "{which} RoPE: base {}, scale {}, attention factor {} (finite positive values required)",
+                    r.base, r.freq_scale, r.attn_factor
                 ));
             }
         }
