@@ -19,6 +19,17 @@ use tower::ServiceExt;
 use super::{AppState, ServerConfig, routes};
 use fake::Fake;
 
+/// Everything the server sends on `s` until it closes, waiting at most `secs` seconds.
+pub(crate) async fn read_answer(s: &mut tokio::net::TcpStream, secs: u64) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = String::new();
+    tokio::time::timeout(std::time::Duration::from_secs(secs), s.read_to_string(&mut out))
+        .await
+        .expect("answered in time")
+        .expect("read");
+    out
+}
+
 /// A router over `fake` with `cfg`.
 pub(crate) fn app_with(fake: Arc<Fake>, cfg: ServerConfig) -> Router {
     let state = AppState { backend: fake, cfg: Arc::new(cfg), created: 1_700_000_000 };

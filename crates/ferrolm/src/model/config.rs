@@ -38,6 +38,15 @@ fn opt_positive_or_unset(f: &GgufFile, key: &str) -> Result<Option<f32>> {
     }
 }
 
+/// The norm epsilon at `key`: finite, positive and below 1 (default 1e-5).
+fn norm_eps_from(f: &GgufFile, key: &str) -> Result<f32> {
+    let eps = opt_positive(f, key)?.unwrap_or(1e-5);
+    if eps >= 1.0 {
+        return Err(Error::Config(format!("{key} = {eps} is not a plausible epsilon (must be < 1)")));
+    }
+    Ok(eps)
+}
+
 /// RoPE of the global layers from `{arch}.rope.*` keys, as llama.cpp reads them. Every float is
 /// checked (finite; bases and factors positive) so a corrupt file fails here, not as NaN logits.
 fn rope_from_gguf(f: &GgufFile, arch: &str, n_ctx_train: usize) -> Result<RopeParams> {
@@ -235,21 +244,13 @@ impl ModelConfig {
                 "value_length {vl} != key_length {head_dim} is not supported"
             )));
         }
-        let eps_key = key("attention.layer_norm_rms_epsilon");
-        let norm_eps = opt_positive(f, &eps_key)?.unwrap_or(1e-5);
-        if norm_eps >= 1.0 {
-            return Err(Error::Config(format!(
-                "{eps_key} = {norm_eps} is not a plausible epsilon (must be < 1)"
-            )));
-        }
+        let norm_eps = norm_eps_from(f, &key("attention.layer_norm_rms_epsilon"))?;
         let n_ctx_train = opt("context_length")?.unwrap_or(2048);
         if let Some(n) = opt("expert_count")?
             && n > 0
         {
-            return Err(Error::Config(format!(
-                "{} = {n}: mixture-of-experts models are not supported",
-                key("expert_count")
-            )));
+            let k = key("expert_count");
+            return Err(Error::Config(format!("{k} = {n}: mixture-of-experts models are not supported")));
         }
         let rope_dims = opt("rope.dimension_count")?.unwrap_or(head_dim);
         let rope_global = rope_from_gguf(f, arch_name, n_ctx_train)?;

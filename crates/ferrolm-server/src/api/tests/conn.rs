@@ -9,8 +9,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::super::ServerConfig;
-use super::config;
 use super::fake::Fake;
+use super::{config, read_answer};
 use crate::conn::ConnLimits;
 
 /// A server over a fake backend with `limits`; its address.
@@ -26,9 +26,7 @@ async fn start(limits: ConnLimits) -> SocketAddr {
 async fn health(addr: SocketAddr) -> String {
     let mut s = TcpStream::connect(addr).await.expect("connect");
     s.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.expect("read");
-    out
+    read_answer(&mut s, 30).await
 }
 
 /// Whether the server closed `s` (EOF or reset) within `within`; what it still sends first
@@ -100,11 +98,7 @@ async fn idle_and_slow_connections_are_closed_after_their_timeouts() {
     )
     .await
     .expect("write");
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(3), slow.read_to_string(&mut out))
-        .await
-        .expect("answered")
-        .expect("read");
+    let out = read_answer(&mut slow, 3).await;
     assert!(out.starts_with("HTTP/1.1 408"), "{out}");
     assert!(out.contains(r#""type":"invalid_request_error""#), "{out}");
     assert!(out.contains("--body-timeout"), "{out}");
@@ -122,8 +116,7 @@ async fn too_many_headers_get_a_json_431_on_the_wire() {
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).await.expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.expect("read");
+    let out = read_answer(&mut s, 30).await;
     assert!(out.starts_with("HTTP/1.1 431"), "{out}");
     assert!(out.contains(r#""type":"invalid_request_error""#), "{out}");
 }

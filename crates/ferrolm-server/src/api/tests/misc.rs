@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tower::ServiceExt;
 
 use super::super::ServerConfig;
@@ -286,8 +286,7 @@ async fn serves_and_shuts_down_gracefully() {
     }));
     let mut health = tokio::net::TcpStream::connect(addr).await.expect("connect");
     health.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.expect("write");
-    let mut out = String::new();
-    health.read_to_string(&mut out).await.expect("read");
+    let out = super::read_answer(&mut health, 30).await;
     assert!(out.starts_with("HTTP/1.1 200") && out.ends_with(r#"{"status":"ok"}"#), "{out}");
 
     // A request that never ends on its own…
@@ -307,11 +306,7 @@ async fn serves_and_shuts_down_gracefully() {
     assert_eq!(fake.held.lock().expect("lock").len(), 1);
     let _ = stop_tx.send(());
     // …is cancelled after the shutdown timeout, and answered.
-    let mut out = String::new();
-    tokio::time::timeout(Duration::from_secs(5), slow.read_to_string(&mut out))
-        .await
-        .expect("answered")
-        .expect("read");
+    let out = super::read_answer(&mut slow, 5).await;
     assert!(out.contains("\"finish_reason\":\"cancelled\""), "{out}");
     let r = tokio::time::timeout(Duration::from_secs(10), server).await.expect("server ends").expect("join");
     assert!(r.is_ok());
