@@ -235,6 +235,10 @@ impl PyRequest {
                 self.handle = None;
                 Err(new_err(Kind::Error, msg))
             }
+            Some(Event::Refused(e)) => {
+                self.handle = None;
+                Err(submit_to_py(e))
+            }
             None => {
                 self.handle = None;
                 if self.finish.is_none() {

@@ -245,7 +245,7 @@ async fn shutdown_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
-    eprintln!("shutting down (running requests get --shutdown-timeout to finish)");
+    eprintln!("shutting down (queued requests are refused; running ones get --shutdown-timeout to finish)");
 }
 
 /// Runs the command.

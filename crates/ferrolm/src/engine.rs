@@ -29,6 +29,7 @@
 //!         Event::Token { text, .. } => print!("{text}"),
 //!         Event::Done { text, finish, .. } => println!("{text} [{}]", finish.as_str()),
 //!         Event::Error(e) => eprintln!("error: {e}"),
+//!         Event::Refused(e) => eprintln!("refused: {e}"),
 //!         Event::PromptLogprobs(_) => {}
 //!     }
 //! }
@@ -234,10 +235,13 @@ pub enum Event {
     /// The request failed inside the engine (e.g. a constraint that cannot be compiled). Nothing
     /// follows.
     Error(String),
+    /// The request was queued but refused before a slot took it: the engine began
+    /// [shutting down](Engine::shutdown) ([`SubmitError::ShuttingDown`]). Nothing follows.
+    Refused(SubmitError),
 }
 
 /// Why a request was not accepted.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SubmitError {
     /// The queue is full; try again after about this many seconds.
     #[error("the server is busy: {queued} requests are waiting; retry after {retry_after_s} s")]
@@ -357,9 +361,7 @@ impl Engine {
         let queued = state.queued.fetch_add(1, Ordering::AcqRel);
         if queued >= max {
             state.queued.fetch_sub(1, Ordering::AcqRel);
-            if let Ok(mut p) = state.published.lock() {
-                p.metrics.requests_rejected += 1;
-            }
+            state.rejected.fetch_add(1, Ordering::AcqRel);
             // About one request's time per slot-full of waiting requests.
             let retry_after_s = (queued / self.inner.config.n_slots.max(1)).clamp(1, 60) as u64;
             return Err(SubmitError::QueueFull { queued, retry_after_s });
@@ -427,6 +429,7 @@ impl Engine {
         let mut m = state.published.lock().map(|p| p.metrics.clone()).unwrap_or_default();
         m.queue_depth = state.queued.load(Ordering::Acquire);
         m.requests_total = state.next_id.load(Ordering::Acquire);
+        m.requests_rejected = state.rejected.load(Ordering::Acquire);
         m
     }
 
@@ -442,7 +445,8 @@ impl Engine {
     }
 
     /// Stops accepting requests: [`Engine::submit`] answers [`SubmitError::ShuttingDown`] from
-    /// now on; queued and running requests go on.
+    /// now on, and requests still waiting for a slot end at once with
+    /// [`Event::Refused`]`(ShuttingDown)`; running requests go on.
     pub fn shutdown(&self) {
         self.inner.state.accepting.store(false, Ordering::Release);
     }

@@ -46,6 +46,7 @@ fn collect(rx: RequestHandle) -> (Vec<u32>, String, FinishReason, Usage) {
             }
             Event::PromptLogprobs(_) => {}
             Event::Error(e) => panic!("engine error: {e}"),
+            Event::Refused(e) => panic!("refused: {e}"),
         }
     }
     panic!("the stream ended without Done");
@@ -187,28 +188,43 @@ fn bad_requests_and_a_full_queue_are_refused() {
     let mut bad = request(&model, "hi", 4);
     bad.prompt.push(u32::MAX);
     assert!(matches!(eng.submit(bad), Err(SubmitError::Invalid(_))));
-    // One slot, queue of 2: the third waiting request is refused.
-    let mut held = Vec::new();
-    let mut refused = None;
-    for _ in 0..6 {
+    // One slot, queue of 2: the first request runs (its first token came), two wait, the next
+    // one is refused.
+    let story = || {
         let mut r = request(&model, "Tell me a long story.", 10_000);
         r.params.ignore_eos = true;
-        match eng.submit(r) {
-            Ok(rx) => held.push(rx),
-            Err(e) => {
-                refused = Some(e);
-                break;
-            }
+        r
+    };
+    let mut running = eng.submit(story()).expect("the first request is taken");
+    assert!(matches!(running.recv(), Some(Event::Token { .. })), "the first request runs");
+    let mut queued = Vec::new();
+    let refused = loop {
+        match eng.submit(story()) {
+            Ok(rx) => queued.push(rx),
+            Err(e) => break e,
         }
-    }
-    assert!(matches!(refused, Some(SubmitError::QueueFull { retry_after_s, .. }) if retry_after_s >= 1));
+        assert!(queued.len() <= 2, "a queue of 2 took a third request");
+    };
+    assert!(matches!(refused, SubmitError::QueueFull { retry_after_s, .. } if retry_after_s >= 1));
+    assert_eq!(queued.len(), 2);
+    assert_eq!(eng.metrics().requests_rejected, 1, "the refusal is counted");
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(eng.metrics().requests_rejected, 1, "and stays counted after the next ticks");
+
+    // Shutdown: new requests are refused, the queued ones end at once with Refused, the running
+    // one goes on until cancelled.
     eng.shutdown();
     assert_eq!(eng.submit(request(&model, "hi", 1)).err(), Some(SubmitError::ShuttingDown));
-    eng.cancel_all();
-    for rx in held {
-        let (_, _, finish, _) = collect(rx);
-        assert_eq!(finish, FinishReason::Cancelled);
+    let t0 = Instant::now();
+    for mut rx in queued {
+        assert_eq!(rx.recv(), Some(Event::Refused(SubmitError::ShuttingDown)));
+        assert_eq!(rx.recv(), None, "nothing follows Refused");
     }
+    assert!(t0.elapsed() < Duration::from_secs(2), "refused after {:?}", t0.elapsed());
+    assert!(matches!(running.recv(), Some(Event::Token { .. })), "the running request goes on");
+    eng.cancel_all();
+    let (_, _, finish, _) = collect(running);
+    assert_eq!(finish, FinishReason::Cancelled);
     assert!(eng.wait_idle(Duration::from_secs(2)));
 }
 

@@ -60,6 +60,7 @@ pub(crate) async fn collect(mut rx: RequestHandle) -> Result<Collected, ApiError
                 return Ok(out);
             }
             Event::Error(m) => return Err(ApiError::internal(m)),
+            Event::Refused(e) => return Err(e.into()),
         }
     }
     Err(ApiError::internal("the engine stopped before the request finished"))

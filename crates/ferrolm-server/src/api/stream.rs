@@ -230,6 +230,7 @@ impl Pump {
                 }
             }
             Event::Error(m) => self.fail(ApiError::internal(m)),
+            Event::Refused(e) => self.fail(e.into()),
         }
     }
 

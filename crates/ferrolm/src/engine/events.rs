@@ -100,7 +100,8 @@ impl Drop for EventSender {
     }
 }
 
-/// A submitted request: its events, in order, ending with [`Event::Done`] or [`Event::Error`].
+/// A submitted request: its events, in order, ending with [`Event::Done`], [`Event::Error`]
+/// or [`Event::Refused`].
 ///
 /// Read it as a blocking iterator (`for event in handle`, [`RequestHandle::recv`]) or as an
 /// async [`Stream`] (`StreamExt::next`, [`RequestHandle::next_event`]) under any runtime.

@@ -43,6 +43,8 @@ pub(crate) struct State {
     pub(crate) cancel_epoch: AtomicU64,
     /// Request ids.
     pub(crate) next_id: AtomicU64,
+    /// Requests refused because the queue was full (counted by the submitting handle).
+    pub(crate) rejected: AtomicU64,
     /// Counters and slot rows as of the last tick.
     pub(crate) published: Mutex<Published>,
 }
@@ -160,6 +162,7 @@ impl Worker {
                 }
             }
             self.check_cancel_all();
+            self.refuse_queued_if_stopping();
             self.reap();
             self.assign();
             self.tick();
@@ -207,6 +210,20 @@ impl Worker {
         }
         for i in 0..self.slots.len() {
             self.finish(i, FinishReason::Cancelled);
+        }
+    }
+
+    /// Once [`super::Engine::shutdown`] was called, ends every request still waiting for a slot
+    /// with [`Event::Refused`] (running requests go on), so that none waits out the shutdown.
+    fn refuse_queued_if_stopping(&mut self) {
+        if self.queue.is_empty() || self.state.accepting.load(Ordering::Acquire) {
+            return;
+        }
+        tracing::info!(n = self.queue.len(), "shutting down: refusing the requests still queued");
+        while let Some(q) = self.queue.pop_front() {
+            self.state.queued.fetch_sub(1, Ordering::AcqRel);
+            self.counters.requests_cancelled += 1;
+            q.tx.send(Event::Refused(super::SubmitError::ShuttingDown));
         }
     }
 
@@ -535,6 +552,7 @@ impl Worker {
         let now = Instant::now();
         let mut m = self.counters.clone();
         m.requests_total = self.state.next_id.load(Ordering::Acquire);
+        m.requests_rejected = self.state.rejected.load(Ordering::Acquire);
         m.generation_tokens_per_second = self.gen_rate.per_second(now, self.started);
         m.prompt_tokens_per_second = self.prompt_rate.per_second(now, self.started);
         m.queue_depth = self.state.queued.load(Ordering::Acquire);

@@ -161,6 +161,10 @@ impl Forward {
                 self.outbox.send(error_msg(e));
                 false
             }
+            Event::Refused(e) => {
+                self.outbox.send(error_msg(e.to_string()));
+                false
+            }
             Event::PromptLogprobs(_) => true,
         }
     }

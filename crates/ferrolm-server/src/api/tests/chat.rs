@@ -312,6 +312,14 @@ async fn model_names_context_and_engine_errors() {
     *fake.mode.lock().expect("lock") = Mode::ShuttingDown;
     let a = post(&app, "/v1/chat/completions", &format!(r#"{{{msg}, "stream": true}}"#)).await;
     a.assert_error(503, "server_error");
+
+    // Refused while queued (SIGTERM): a 503 at once; streamed, an error event with the same code.
+    *fake.mode.lock().expect("lock") = Mode::RefusedInQueue;
+    let a = post(&app, "/v1/chat/completions", &format!("{{{msg}}}")).await;
+    assert_eq!(a.assert_error(503, "server_error")["error"]["code"], "shutting_down");
+    let a = post(&app, "/v1/chat/completions", &format!(r#"{{{msg}, "stream": true}}"#)).await;
+    let chunks = a.chunks();
+    assert!(chunks.last().is_some_and(|c| c["error"]["code"] == "shutting_down"), "{chunks:?}");
 }
 
 #[tokio::test]

@@ -41,6 +41,8 @@ pub(crate) enum Mode {
     QueueFullAfter(usize),
     /// Refuses: shutting down.
     ShuttingDown,
+    /// Accepts, then refuses while queued: the engine began shutting down.
+    RefusedInQueue,
 }
 
 /// The constraints the fake engine refuses to compile, as the real one refuses a schema that
@@ -195,6 +197,9 @@ impl Backend for Fake {
                 tx.send(Event::Error(m.clone()));
             }
             Mode::ShuttingDown => {}
+            Mode::RefusedInQueue => {
+                tx.send(Event::Refused(SubmitError::ShuttingDown));
+            }
             Mode::Reply(_) | Mode::QueueFullAfter(_) => {
                 let reply = match &mode {
                     Mode::Reply(t) => t.clone(),
