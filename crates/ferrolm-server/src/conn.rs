@@ -7,7 +7,10 @@
 //! - a connection with no request in flight is closed after [`ConnLimits::idle_timeout`];
 //! - at most [`ConnLimits::max_connections`] are open (and [`ConnLimits::max_per_client`] per
 //!   client address): a new connection over the cap closes the one idle the longest, and only
-//!   when every one has a request in flight is the new one refused (503, JSON).
+//!   when every one has a request in flight is the new one refused (503, JSON);
+//! - hyper's own answers to requests it cannot parse get JSON bodies (`json_errors`).
+
+mod json_errors;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -342,7 +345,7 @@ async fn serve_conn(
         .header_read_timeout(limits.header_timeout)
         .keep_alive(true)
         .max_headers(2 * crate::api::MAX_HEADERS);
-    let http = builder.serve_connection(TokioIo::new(stream), service);
+    let http = builder.serve_connection(TokioIo::new(json_errors::JsonErrors::new(stream)), service);
     tokio::pin!(http);
     let mut closing = false;
     let idle_left = || {

@@ -120,3 +120,42 @@ async fn too_many_headers_get_a_json_431_on_the_wire() {
     assert!(out.starts_with("HTTP/1.1 431"), "{out}");
     assert!(out.contains(r#""type":"invalid_request_error""#), "{out}");
 }
+
+/// What hyper answers itself (a request it cannot parse, more header lines or bytes than it
+/// reads) also has a JSON body on the wire.
+#[tokio::test]
+async fn requests_hyper_cannot_parse_get_json_errors() {
+    let addr = start(ConnLimits::default()).await;
+    let mut many = String::from("GET /health HTTP/1.1\r\nhost: x\r\n");
+    for i in 0..1000 {
+        many.push_str(&format!("x-h{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    let huge = format!("GET /health HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n", "a".repeat(600 << 10));
+    let cases: [(&str, String); 4] = [
+        ("400", "GET /health HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n".into()),
+        ("400", "G\u{1}T /health HTTP/1.1\r\nhost: x\r\n\r\n".into()),
+        ("431", many),
+        ("431", huge),
+    ];
+    for (status, req) in cases {
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        // The server answers and closes before it reads a huge request to the end (the close
+        // may then reset the connection): keep what arrived.
+        let _ = s.write_all(req.as_bytes()).await;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let read = async {
+            while let Ok(n @ 1..) = s.read(&mut buf).await {
+                got.extend_from_slice(&buf[..n]);
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read).await.expect("answered in time");
+        let out = String::from_utf8_lossy(&got).into_owned();
+        let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+        assert!(head.starts_with(&format!("HTTP/1.1 {status} ")), "{head}");
+        assert!(head.contains("content-type: application/json"), "{head}");
+        let v: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+    }
+}
