@@ -4,7 +4,8 @@
 # `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai client, prefix cache,
 # disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test), the tests of
 # the Python package (scripts/test-python.sh), the Hugging Face Hub tests against a local
-# stand-in of the Hub (scripts/hub_tests/run.sh), and the Elixir package's tests
+# stand-in of the Hub (scripts/hub_tests/run.sh), the cargo-fuzz targets for a bounded time
+# (scripts/fuzz.sh), and the Elixir package's tests
 # (scripts/test-elixir.sh: installs Erlang/Elixir from Debian packages, `mix test` in
 # bindings/elixir). Extra arguments go to `cargo test`. FERROLM_SKIP_SERVER_TESTS=1 skips the
 # server's end-to-end tests, FERROLM_SKIP_PYTHON_TESTS=1 the Python ones,
@@ -38,6 +39,10 @@ fi
 
 cargo build --release -p ferrolm-cli --features opencl
 bash scripts/hub_tests/run.sh "${CARGO_TARGET_DIR:-target}/release/ferrolm"
+
+# The cargo-fuzz targets (fuzz/: the GGUF reader, the HTTP API's request handling), built on the
+# release build above, FERROLM_CARGO_FUZZ_SECONDS (30) each.
+bash scripts/fuzz.sh "${FERROLM_CARGO_FUZZ_SECONDS:-30}"
 
 if [[ "${FERROLM_SKIP_ELIXIR_TESTS:-0}" != 1 ]]; then
     bash scripts/test-elixir.sh

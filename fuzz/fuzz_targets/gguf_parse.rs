@@ -1,11 +1,15 @@
 //! Fuzz target: parse arbitrary bytes as GGUF. The reader must return `Ok` or `Err`, never panic,
 //! read out of bounds or allocate absurd memory; a file it accepts must be fully readable (every
 //! tensor's data slice, every metadata value through the typed accessors) and must survive a
-//! round trip through the writer.
+//! round trip through the writer. Then the model's configuration is read from it and, when that
+//! succeeds, its weights are bound: both must fail with an error, never a panic or an allocation
+//! sized by an unchecked hyperparameter.
 #![no_main]
 
-use ferrolm::format::gguf::{GgufFile, MetaValue};
-use ferrolm::format::gguf_write::GgufWriter;
+use ferrolm::model::weights::ModelWeights;
+use ferrolm::model::{ModelConfig, TensorMap};
+use ferrolm_format::gguf::{GgufFile, MetaValue};
+use ferrolm_format::gguf_write::GgufWriter;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -36,6 +40,11 @@ fuzz_target!(|data: &[u8]| {
         acc = acc.wrapping_add(t.n_elements() ^ t.n_rows() ^ t.ne0());
     }
     std::hint::black_box(acc);
+
+    let tensors = TensorMap::from_gguf(&file);
+    if let Ok(cfg) = ModelConfig::from_gguf(&file, &tensors) {
+        std::hint::black_box(ModelWeights::from_tensors(&tensors, &cfg).is_ok());
+    }
 
     // Whatever the reader accepts, the writer must re-encode, and the re-encoding must read back
     // and re-encode to the same bytes.

@@ -27,6 +27,11 @@ mod routes;
 mod stream;
 mod tools;
 
+/// Entry point of the `http_request` fuzz target (`fuzz/`); not a stable API.
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
+
 #[cfg(test)]
 mod tests;
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The rustc wrapper of scripts/fuzz.sh (RUSTC_WRAPPER): adds libFuzzer's coverage instrumentation
+# (the `-C` flags `cargo fuzz build --sanitizer none` passes) and `--cfg fuzzing` to the crates
+# named in FERROLM_FUZZ_CRATES, and runs every other rustc call unchanged.
+set -euo pipefail
+
+rustc="$1"
+shift
+name=""
+prev=""
+for a in "$@"; do
+    if [[ "$prev" == --crate-name ]]; then
+        name="$a"
+    fi
+    prev="$a"
+done
+if [[ -n "$name" && " ${FERROLM_FUZZ_CRATES:-} " == *" $name "* ]]; then
+    exec "$rustc" "$@" \
+        -Cpasses=sancov-module \
+        -Cllvm-args=-sanitizer-coverage-level=4 \
+        -Cllvm-args=-sanitizer-coverage-inline-8bit-counters \
+        -Cllvm-args=-sanitizer-coverage-pc-table \
+        -Cllvm-args=-sanitizer-coverage-trace-compares \
+        -Cllvm-args=-simplifycfg-branch-fold-threshold=0 \
+        -Cllvm-args=-sanitizer-coverage-stack-depth \
+        --cfg fuzzing
+fi
+exec "$rustc" "$@"
