@@ -3,6 +3,9 @@
 //! Every count and length in the file is checked against the bytes that remain before anything
 //! is allocated, so a hostile file cannot make the reader allocate absurd memory, and every
 //! tensor's data range is checked to lie inside the file and not to overlap another tensor.
+//! As llama.cpp's reader requires, the tensors tile the data section: in offset order each one
+//! starts where the one before ends, padded to the alignment (a gap means the table does not
+//! describe the data, e.g. a tensor re-typed to a smaller type).
 //! Tensor data is exposed as zero-copy byte slices of the mapping.
 
 use std::collections::HashMap;
@@ -165,6 +168,20 @@ pub enum GgufError {
         a: String,
         /// Second tensor.
         b: String,
+    },
+    /// A tensor does not start where the one before it (in offset order) ends, padded to the
+    /// alignment.
+    #[error(
+        "tensor '{name}': data offset {offset}, expected {expected} (where the tensor before it \
+         ends, padded to the alignment): the tensor table does not describe the data section"
+    )]
+    Gap {
+        /// Tensor name.
+        name: String,
+        /// Its offset.
+        offset: u64,
+        /// Where it should start.
+        expected: u64,
     },
     /// A metadata key has a different type than the caller asked for.
     #[error("metadata key '{key}' has type {actual}, expected {expected}")]
@@ -337,6 +354,15 @@ impl GgufFile {
             if a.offset + a.size > b.offset && a.size > 0 && b.size > 0 {
                 return Err(GgufError::Overlap { a: a.name.clone(), b: b.name.clone() });
             }
+        }
+        let mut expected = 0u64;
+        for &i in &order {
+            let t = &tensors[i];
+            if t.offset != expected {
+                return Err(GgufError::Gap { name: t.name.clone(), offset: t.offset, expected });
+            }
+            // Inside the file (checked above), so no overflow.
+            expected = t.offset + t.size.next_multiple_of(alignment);
         }
 
         Ok(Self { storage, version, metadata, index, tensors, tensor_index, alignment, data_offset })

@@ -468,9 +468,9 @@ fn overlapping_tensors() {
         let e = assert_err!(r.bytes(), GgufError::Overlap { .. }, "overlap");
         assert!(e.to_string().contains("'a'") && e.to_string().contains("'b'"));
     }
-    // Adjacent is fine; so is a tensor nested far from its neighbour in table order.
+    // Adjacent is fine, in any table order.
     let mut r = Raw::header(3, 3, 0);
-    r.tensor(b"a", &[32], 0, 128).tensor(b"b", &[8], 0, 0).tensor(b"c", &[8], 0, 32).pad(32).zeros(256);
+    r.tensor(b"a", &[32], 0, 64).tensor(b"b", &[8], 0, 0).tensor(b"c", &[8], 0, 32).pad(32).zeros(256);
     assert!(GgufFile::from_bytes(r.bytes()).is_ok());
     // Non-adjacent in offset order: a big one covering two others.
     let mut r = Raw::header(3, 3, 0);
@@ -491,9 +491,30 @@ fn misaligned_offsets() {
     let mut r = Raw::header(3, 1, 1);
     r.kv_u32("general.alignment", 64).tensor(b"t", &[8], 0, 32).pad(64).zeros(256);
     assert_err!(r.bytes(), GgufError::Misaligned { offset: 32, alignment: 64, .. }, "not aligned to 64");
-    let mut r = Raw::header(3, 1, 1);
-    r.kv_u32("general.alignment", 8).tensor(b"t", &[8], 0, 8).pad(8).zeros(256);
+    let mut r = Raw::header(3, 2, 1);
+    r.kv_u32("general.alignment", 8).tensor(b"s", &[2], 0, 0).tensor(b"t", &[8], 0, 8).pad(8).zeros(256);
     assert_eq!(GgufFile::from_bytes(r.bytes()).unwrap().alignment(), 8);
+}
+
+/// As in llama.cpp, the tensors tile the data section: a gap before the first tensor or between
+/// two (a norm re-typed from F32 to F16 leaves half its bytes unaccounted for) is an error.
+#[test]
+fn gaps_between_tensors() {
+    // 8 f32 = 32 bytes, padded to 32: the next one starts at 32.
+    let mut r = Raw::header(3, 2, 0);
+    r.tensor(b"a", &[8], 0, 0).tensor(b"b", &[8], 0, 32).pad(32).zeros(256);
+    assert!(GgufFile::from_bytes(r.bytes()).is_ok());
+    // 8 f16 = 16 bytes, padded to 32: also 32.
+    let mut r = Raw::header(3, 2, 0);
+    r.tensor(b"a", &[8], 1, 0).tensor(b"b", &[8], 0, 32).pad(32).zeros(256);
+    assert!(GgufFile::from_bytes(r.bytes()).is_ok());
+    // 32 f16 = 64 bytes (as if re-typed from 32 f32 = 128): a gap of 64.
+    let mut r = Raw::header(3, 2, 0);
+    r.tensor(b"a", &[32], 1, 0).tensor(b"b", &[8], 0, 128).pad(32).zeros(512);
+    let e = assert_err!(r.bytes(), GgufError::Gap { offset: 128, expected: 64, .. }, "expected 64");
+    assert!(e.to_string().contains("'b'"), "{e}");
+    // The first tensor not at the start of the data section.
+    assert_err!(one_tensor(&[8], 0, 64, 256), GgufError::Gap { offset: 64, expected: 0, .. }, "expected 0");
 }
 
 #[test]
