@@ -364,6 +364,16 @@ impl GgufFile {
             // Inside the file (checked above), so no overflow.
             expected = t.offset + t.size.next_multiple_of(alignment);
         }
+        // llama.cpp ignores bytes after the last tensor; so do we, loudly: they are what a last
+        // tensor re-typed to a smaller type leaves behind.
+        let data_end = data_offset.saturating_add(expected);
+        if !tensors.is_empty() && file_len > data_end {
+            tracing::warn!(
+                bytes = file_len - data_end,
+                "the file has bytes after its last tensor that no tensor describes (ignored, as \
+                 llama.cpp does); a tensor's type or shape may be wrong"
+            );
+        }
 
         Ok(Self { storage, version, metadata, index, tensors, tensor_index, alignment, data_offset })
     }

@@ -515,6 +515,10 @@ fn gaps_between_tensors() {
     assert!(e.to_string().contains("'b'"), "{e}");
     // The first tensor not at the start of the data section.
     assert_err!(one_tensor(&[8], 0, 64, 256), GgufError::Gap { offset: 64, expected: 0, .. }, "expected 0");
+    // Bytes after the last tensor (a last tensor re-typed smaller leaves them) are ignored with a
+    // warning, as llama.cpp ignores them.
+    let f = GgufFile::from_bytes(one_tensor(&[8], 1, 0, 256)).expect("trailing bytes are accepted");
+    assert_eq!(f.tensors()[0].size, 16);
 }
 
 #[test]
