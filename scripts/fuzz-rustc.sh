@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The rustc wrapper of scripts/fuzz.sh (RUSTC_WRAPPER): adds libFuzzer's coverage instrumentation
-# (the `-C` flags `cargo fuzz build --sanitizer none` passes) and `--cfg fuzzing` to the crates
-# named in FERROLM_FUZZ_CRATES, and runs every other rustc call unchanged.
+# The compiler scripts/fuzz.sh gives cargo (RUSTC): runs FERROLM_FUZZ_RUSTC, adding libFuzzer's
+# coverage instrumentation (the `-C` flags `cargo fuzz build --sanitizer none` passes) and
+# `--cfg fuzzing` to the crates named in FERROLM_FUZZ_CRATES, and every other call unchanged.
+# (Not RUSTC_WRAPPER: the build scripts that use the cc crate rerun when that variable changes,
+# which would rebuild ring, the tokenizers and what depends on them.)
 set -euo pipefail
 
-rustc="$1"
-shift
+rustc="${FERROLM_FUZZ_RUSTC:-rustc}"
 name=""
 prev=""
 for a in "$@"; do

@@ -5,8 +5,8 @@
 #
 # Needs neither cargo-fuzz nor a nightly compiler, and shares the workspace's release build:
 # - libFuzzer's coverage instrumentation goes only on the code under test and the harness
-#   (ferrolm-format, ferrolm, ferrolm-server, ferrolm-fuzz): scripts/fuzz-rustc.sh, the rustc
-#   wrapper, adds it to those crates. Per-package profile overrides turn debug assertions and
+#   (ferrolm-format, ferrolm, ferrolm-server, ferrolm-fuzz): scripts/fuzz-rustc.sh, given to
+#   cargo as the compiler, adds it to those crates. Per-package profile overrides turn debug assertions and
 #   overflow checks on for them, which also gives their instrumented builds artifacts of their
 #   own (the release build's stay as they are).
 # - Every other crate (tokio, hyper, the tokenizers…) is the release build
@@ -40,7 +40,7 @@ done
 cd "$root"
 t0=$(date +%s)
 echo "fuzz.sh: building ${targets[*]} (release; coverage instrumentation on ${instrumented[*]})"
-FERROLM_FUZZ_CRATES="${instrumented[*]//-/_}" RUSTC_WRAPPER="$root/scripts/fuzz-rustc.sh" \
+FERROLM_FUZZ_CRATES="${instrumented[*]//-/_}" FERROLM_FUZZ_RUSTC="${RUSTC:-rustc}" RUSTC="$root/scripts/fuzz-rustc.sh" \
     cargo build --release -p ferrolm-fuzz --features opencl "${config[@]}" \
     $(printf -- '--bin %s ' "${targets[@]}")
 echo "fuzz.sh: build took $(($(date +%s) - t0)) s"
