@@ -13,8 +13,10 @@ Requirements:
                              + the prefix cache's budget
                              + a margin (--margin-mib, default 96 MiB: allocator slack and the
                                per-request buffers: logits, batch activations, HTTP bodies);
-  * RSS is flat over the last half: its least-squares growth over that half is below
-    --max-growth-mib (default 32 MiB);
+  * RSS outside the prefix cache (RSS less the cache's bytes from /metrics, sampled together)
+    is flat over the last half: its least-squares growth over that half is below
+    --max-growth-mib (default 32 MiB). The cache itself may still be filling towards its budget
+    in a short run (checked on its own); memory it frees and the allocator keeps shows here;
   * /metrics reports the prefix cache within its budget, and the process's RSS
     (`ferrolm_process_resident_memory_bytes`) close to what /proc says;
   * no request failed.
@@ -173,9 +175,15 @@ def main():
             if r is None:
                 break
             now = time.monotonic() - t0
-            samples.append((now, r))
+            try:
+                cache = common.metrics(url).get("ferrolm_prefix_cache_bytes", 0)
+            except (OSError, RuntimeError):
+                cache = None
+            if cache is not None:
+                samples.append((now, r, cache))
             if len(samples) % 10 == 1:
-                print(f"  t={now:5.0f} s  RSS {r / mib:6.0f} MiB  done {traffic.done}", flush=True)
+                print(f"  t={now:5.0f} s  RSS {r / mib:6.0f} MiB  prefix cache {(cache or 0) / mib:4.0f} MiB  "
+                      f"done {traffic.done}", flush=True)
             time.sleep(1.0)
         for t in threads:
             t.join(timeout=330)
@@ -183,17 +191,19 @@ def main():
         m = common.metrics(url)
         text = common.get_text(url + "/metrics")[1]
         rss_now = rss_bytes(pid)
-        peak = max(r for _, r in samples) if samples else 0
-        half = [s for s in samples if s[0] >= args.seconds / 2]
+        peak = max(r for _, r, _ in samples) if samples else 0
+        half = [(t, r - c) for t, r, c in samples if t >= args.seconds / 2]
         growth = growth_over(half)
+        raw = growth_over([(t, r) for t, r, _ in samples if t >= args.seconds / 2])
         print(f"peak RSS {peak / mib:.0f} MiB (bound {budget / mib:.0f}); growth over the last half "
-              f"{growth / mib:+.1f} MiB (limit {args.max_growth_mib:.0f}); prefix cache "
+              f"{growth / mib:+.1f} MiB outside the prefix cache, {raw / mib:+.1f} MiB in all "
+              f"(limit {args.max_growth_mib:.0f}); prefix cache "
               f"{m.get('ferrolm_prefix_cache_bytes', 0) / mib:.0f} MiB; requests {traffic.done}", flush=True)
         checks.check("no request failed", not traffic.failures, "; ".join(traffic.failures[:5]))
         checks.check("requests of every kind ran", all(v > 0 for v in traffic.done.values()), str(traffic.done))
         checks.check("peak RSS under the bound", peak <= budget,
                      f"peak {peak / mib:.0f} MiB > bound {budget / mib:.0f} MiB")
-        checks.check("RSS flat over the last half", growth <= args.max_growth_mib * mib,
+        checks.check("RSS outside the prefix cache flat over the last half", growth <= args.max_growth_mib * mib,
                      f"grew {growth / mib:.1f} MiB")
         checks.check("prefix cache within its budget",
                      m.get("ferrolm_prefix_cache_bytes", 0) <= args.cache_ram * mib, json.dumps(m)[:300])
