@@ -203,10 +203,7 @@ impl Worker {
         }
         self.cancel_epoch = epoch;
         while let Some(q) = self.queue.pop_front() {
-            self.state.queued.fetch_sub(1, Ordering::AcqRel);
-            self.counters.requests_cancelled += 1;
-            let usage = Usage { prompt_tokens: q.req.prompt.len(), ..Default::default() };
-            q.tx.send(Event::Done { text: String::new(), finish: FinishReason::Cancelled, usage });
+            self.end_queued(q, Some(FinishReason::Cancelled));
         }
         for i in 0..self.slots.len() {
             self.finish(i, FinishReason::Cancelled);
@@ -221,10 +218,22 @@ impl Worker {
         }
         tracing::info!(n = self.queue.len(), "shutting down: refusing the requests still queued");
         while let Some(q) = self.queue.pop_front() {
-            self.state.queued.fetch_sub(1, Ordering::AcqRel);
-            self.counters.requests_cancelled += 1;
-            q.tx.send(Event::Refused(super::SubmitError::ShuttingDown));
+            self.end_queued(q, None);
         }
+    }
+
+    /// Ends a request taken out of the queue before it ran: `Done` with `finish`, or (`None`)
+    /// refused because the engine is shutting down. It counts as cancelled.
+    fn end_queued(&mut self, q: Queued, finish: Option<FinishReason>) {
+        self.state.queued.fetch_sub(1, Ordering::AcqRel);
+        self.counters.requests_cancelled += 1;
+        q.tx.send(match finish {
+            Some(finish) => {
+                let usage = Usage { prompt_tokens: q.req.prompt.len(), ..Default::default() };
+                Event::Done { text: String::new(), finish, usage }
+            }
+            None => Event::Refused(super::SubmitError::ShuttingDown),
+        });
     }
 
     /// Drops requests whose client went away, and ends those past their deadline.
@@ -252,10 +261,7 @@ impl Worker {
             let expired = self.queue[k].req.timeout.is_some_and(|t| now >= self.queue[k].queued_at + t);
             if expired {
                 if let Some(q) = self.queue.remove(k) {
-                    self.state.queued.fetch_sub(1, Ordering::AcqRel);
-                    self.counters.requests_cancelled += 1;
-                    let usage = Usage { prompt_tokens: q.req.prompt.len(), ..Default::default() };
-                    q.tx.send(Event::Done { text: String::new(), finish: FinishReason::Timeout, usage });
+                    self.end_queued(q, Some(FinishReason::Timeout));
                 }
             } else {
                 k += 1;
