@@ -78,6 +78,14 @@ impl<S: AsyncWrite + Unpin> JsonErrors<S> {
         self.sent = 0;
         Poll::Ready(Ok(()))
     }
+
+    /// Sends `out` in place of the `n` bytes hyper wrote, and reports those as written.
+    fn answer_instead(&mut self, cx: &mut Context<'_>, out: Vec<u8>, n: usize) -> Poll<io::Result<usize>> {
+        tracing::debug!("answering a malformed request with a JSON error");
+        self.pending = out;
+        ready!(self.poll_pending(cx))?;
+        Poll::Ready(Ok(n))
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for JsonErrors<S> {
@@ -94,10 +102,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         ready!(self.poll_pending(cx))?;
         if let Some(out) = rewrite(buf) {
-            tracing::debug!("answering a malformed request with a JSON error");
-            self.pending = out;
-            ready!(self.poll_pending(cx))?;
-            return Poll::Ready(Ok(buf.len()));
+            return self.answer_instead(cx, out, buf.len());
         }
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
@@ -112,10 +117,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for JsonErrors<S> {
         if let [only] = bufs
             && let Some(out) = rewrite(only)
         {
-            tracing::debug!("answering a malformed request with a JSON error");
-            self.pending = out;
-            ready!(self.poll_pending(cx))?;
-            return Poll::Ready(Ok(only.len()));
+            return self.answer_instead(cx, out, only.len());
         }
         Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
     }
