@@ -13,6 +13,7 @@
 //! - [`vec_dot_type`] / [`act_row_bytes`] / [`quantize_activations`] / [`vec_dot_q`]: GGML-style
 //!   integer dot products of quantized weight rows with activations quantized once to 8 bits
 //!   (Q8_0, Q8_1 or Q8_K), see [`vec_dot`];
+//! - [`FloatDot`]: float weights (F32, F16, BF16) against f32 activations, widened in registers;
 //! - [`kv`]: KV-cache rows in Q8_0 / Q4_0 read in place by attention (integer scores against a
 //!   Q8_0 query, rows converted to f32 a few at a time).
 //!
@@ -25,6 +26,7 @@
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+mod float_kernel;
 mod formats;
 mod kernel;
 pub mod kv;
@@ -33,6 +35,7 @@ pub mod vec_dot;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use float_kernel::FloatDot;
 pub use formats::{
     bf16, fp16, fp32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_act,
 };

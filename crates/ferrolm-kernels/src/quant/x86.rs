@@ -7,7 +7,9 @@
 //! - [`avxvnni`] (with its per-format unpacking, `avxvnni_formats`):
 //!   [`Isa::AvxVnni`](crate::Isa::AvxVnni);
 //! - [`avx512`] (with `avx512_formats`): [`Isa::Avx512`](crate::Isa::Avx512);
-//! - [`avx512_packed`]: the AVX-512 kernel of the row-interleaved layout ([`super::packed`]).
+//! - [`avx512_packed`]: the AVX-512 kernel of the row-interleaved layout ([`super::packed`]);
+//! - [`float`]: the AVX2 and AVX-512 kernels of float weights ([`super::FloatDot`]), checked
+//!   against their portable reference by `quant/float_kernel/tests.rs`.
 
 pub(super) mod avx2;
 pub(super) mod avx512;
@@ -15,3 +17,4 @@ mod avx512_formats;
 pub(super) mod avx512_packed;
 pub(super) mod avxvnni;
 mod avxvnni_formats;
+pub(super) mod float;

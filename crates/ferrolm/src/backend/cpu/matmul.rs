@@ -7,8 +7,9 @@
 //! the weights, each thread one contiguous, byte-balanced run of rows, every row meeting all the
 //! batch's tokens while it is in L1; prompt batches use a blocked GEMM — each task owns a block
 //! of weight rows and walks the tokens in tiles small enough for the block's rows and the tile's
-//! activations to stay in L1 while they meet. Float weights (F32, F16, BF16) take the same dot
-//! product per token in every batch.
+//! activations to stay in L1 while they meet. Float weights (F32, F16, BF16) meet the f32
+//! activations in the same tiles through [`FloatDot`], which widens each block of weight rows once
+//! for a block of tokens and gives a token the same product in every batch.
 //!
 //! Several matrices applied to the same input (Q, K and V; gate and up) run as one parallel
 //! region with one quantization of the input ([`matmul_many`]), so a decode step pays for one
@@ -17,7 +18,7 @@
 use std::cell::RefCell;
 
 use ferrolm_kernels::quant::packed::TILE_ROWS;
-use ferrolm_kernels::quant::{self, PackedActs, PackedRows, VecDot};
+use ferrolm_kernels::quant::{self, FloatDot, PackedActs, PackedRows, VecDot};
 
 use crate::ops::{MatmulJob, Weight};
 use crate::threads::{ThreadPool, parallel_for};
@@ -88,6 +89,7 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
     let xq: &[u8] = xq;
 
     let mut kernels: [Option<VecDot>; MAX_JOBS] = [None; MAX_JOBS];
+    let mut floats: [Option<FloatDot>; MAX_JOBS] = [None; MAX_JOBS];
     let mut outs: [OutPtr; MAX_JOBS] = [OutPtr::NULL; MAX_JOBS];
     for (i, job) in jobs.iter_mut().enumerate() {
         outs[i] = OutPtr::new(job.out);
@@ -100,6 +102,14 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
                 job.out.fill(f32::NAN);
             }
             kernels[i] = k;
+        } else {
+            let k = FloatDot::new(job.w.ty)
+                .ok()
+                .filter(|k| job.w.rows == 0 || k.check(job.w.row(0), &x[..cols]).is_ok());
+            if k.is_none() {
+                job.out.fill(f32::NAN);
+            }
+            floats[i] = k;
         }
     }
     let n_jobs = jobs.len();
@@ -141,7 +151,11 @@ pub fn matmul_many(pool: &ThreadPool, x: &[f32], n_tok: usize, jobs: &mut [Matmu
                 }
             }
             (Some(_), None) => {}
-            (None, _) => float_block(w, r0, r1, x, n_tok, out),
+            (None, _) => {
+                if let Some(k) = floats[i] {
+                    float_rows(&k, w, (r0, r1), tiles, x, n_tok, out);
+                }
+            }
         }
     };
 
@@ -209,7 +223,10 @@ impl QuantRows<'_> {
             let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
             self.k.gemm(w_rows, r1 - r0, self.xq, 1, o, r1 - r0);
         } else {
-            gemm_rows(&self.k, w, (r0, r1), self.tiles, self.xq, self.rb, self.n_tok, out);
+            let (k, xq, rb) = (&self.k, self.xq, self.rb);
+            tiled_rows(w, (r0, r1), self.tiles, self.n_tok, out, |w_rows, nr, t0, nt, tile| {
+                k.gemm(w_rows, nr, &xq[t0 * rb..(t0 + nt) * rb], nt, tile, nr)
+            });
         }
     }
 
@@ -326,18 +343,16 @@ thread_local! {
     static PACKED_ACTS: std::cell::Cell<Vec<PackedActs<'static>>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Rows `r0..r1` of a quantized weight against every token: blocks of at most `max_rows` rows,
-/// each against the tokens in tiles of at most `max_tokens`.
-#[allow(clippy::too_many_arguments)]
-fn gemm_rows(
-    k: &VecDot,
+/// Rows `r0..r1` of a weight against every token: blocks of at most `max_rows` rows, each against
+/// the tokens in tiles of at most `max_tokens`. `kernel(w_rows, nr, t0, nt, tile)` writes the
+/// products of the `nr` rows `w_rows` with tokens `t0..t0 + nt` to `tile[t * nr + r]`.
+fn tiled_rows(
     w: &Weight,
     (r0, r1): (usize, usize),
     (max_rows, max_tokens): (usize, usize),
-    xq: &[u8],
-    rb: usize,
     n_tok: usize,
     out: OutPtr,
+    kernel: impl Fn(&[u8], usize, usize, usize, &mut [f32]),
 ) {
     TILE.with_borrow_mut(|tile| {
         let ldo = out.stride(n_tok);
@@ -350,7 +365,7 @@ fn gemm_rows(
             let w_rows = &w.data()[b0 * w.row_bytes()..(b0 + nr) * w.row_bytes()];
             for t0 in (0..n_tok).step_by(max_tokens) {
                 let nt = max_tokens.min(n_tok - t0);
-                k.gemm(w_rows, nr, &xq[t0 * rb..(t0 + nt) * rb], nt, tile, nr);
+                kernel(w_rows, nr, t0, nt, &mut tile[..nt * nr]);
                 for t in 0..nt {
                     // SAFETY: this task owns rows r0..r1 of every token's output row.
                     let o = unsafe { out.slice((t0 + t) * ldo + b0, nr) };
@@ -361,21 +376,31 @@ fn gemm_rows(
     });
 }
 
-/// Rows `r0..r1` of a float weight (F32, F16, BF16) against every token. Each product is the
-/// same dot product a token alone gets (converting the row once for all tokens would sum in
-/// another order, making a token's result depend on its batch).
-fn float_block(w: &Weight, r0: usize, r1: usize, x: &[f32], n_tok: usize, out: OutPtr) {
-    let cols = w.cols;
-    let ldo = out.stride(n_tok);
-    for t in 0..n_tok {
-        // SAFETY: this task owns rows r0..r1 of every token's output row.
-        let o = unsafe { out.slice(t * ldo + r0, r1 - r0) };
-        let xt = &x[t * cols..(t + 1) * cols];
-        for (r, o) in (r0..r1).zip(o) {
-            // Lengths were validated when the weight was loaded.
-            *o = quant::dot_f32(w.ty, w.row(r), xt).unwrap_or(f32::NAN);
-        }
+/// Rows `r0..r1` of a float weight (F32, F16, BF16) against every token of `x [n_tok, cols]`.
+fn float_rows(
+    k: &FloatDot,
+    w: &Weight,
+    (r0, r1): (usize, usize),
+    tiles: (usize, usize),
+    x: &[f32],
+    n_tok: usize,
+    out: OutPtr,
+) {
+    if r0 >= r1 {
+        return;
     }
+    let cols = w.cols;
+    if n_tok == 1 {
+        // SAFETY: rows r0..r1 of this job belong to one task, claimed by exactly one thread;
+        // the output holds `n_tok * rows` floats.
+        let o = unsafe { out.slice(r0, r1 - r0) };
+        let w_rows = &w.data()[r0 * w.row_bytes()..r1 * w.row_bytes()];
+        k.gemm(w_rows, r1 - r0, x, 1, o, r1 - r0);
+        return;
+    }
+    tiled_rows(w, (r0, r1), tiles, n_tok, out, |w_rows, nr, t0, nt, tile| {
+        k.gemm(w_rows, nr, &x[t0 * cols..(t0 + nt) * cols], nt, tile, nr)
+    });
 }
 
 /// A job's output `[n_tok, rows]` shared by the tasks, which write disjoint parts of it.
@@ -469,7 +494,9 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(7);
         // A multiple of the K-quants' 256-value super-blocks.
         let cols = 768;
-        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16] {
+        for ty in
+            [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16, GgmlType::BF16, GgmlType::F32]
+        {
             // Q, K and V shapes of a small model: one region over three matrices.
             let ws: Vec<Weight> =
                 [200, 64, 64].iter().map(|&r| random_weight(&mut rng, ty, r, cols)).collect();
