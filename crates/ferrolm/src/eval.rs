@@ -2,4 +2,4 @@
 
 pub mod perplexity;
 
-pub use perplexity::{PerplexityOptions, PerplexityResult, perplexity};
+pub use perplexity::{PerplexityOptions, PerplexityResult, Scoring, perplexity};

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use common::Reference;
 use ferrolm::batch::Batch;
+use ferrolm::eval::{PerplexityOptions, Scoring, perplexity};
 use ferrolm::model::Model;
 use ferrolm::sampling::argmax;
 
@@ -103,6 +104,50 @@ fn smollm2_matches_llama_cpp() {
 #[test]
 fn gemma3_matches_llama_cpp() {
     check_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m");
+}
+
+/// `Scoring::Chunks` reproduces `llama-perplexity`'s final estimate within 0.5% (and its chunk
+/// count), on the first 12000 bytes of `data/alice29.txt` at a context of 512
+/// (`fixtures/reference/perplexity.json`).
+fn check_perplexity(file: &str) {
+    let Some(path) = common::require_model(file) else { return };
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("perplexity.json")).unwrap()).unwrap();
+    let want = &r["models"][file];
+    let alice = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/alice29.txt");
+    let text = std::fs::read_to_string(alice).unwrap();
+    let text = &text[..r["text_bytes"].as_u64().unwrap() as usize];
+    let model = Model::load(&path).unwrap();
+    // llama-perplexity tokenizes with BOS in front.
+    let tokens = model.tokenizer().encode(text, true, false).unwrap();
+    let n_ctx = r["n_ctx"].as_u64().unwrap() as usize;
+    let opts =
+        PerplexityOptions { n_ctx, n_batch: n_ctx, scoring: Scoring::Chunks, ..PerplexityOptions::default() };
+    let res = perplexity(&model, &tokens, &opts, &mut |_, _| {}).unwrap();
+    let (chunks, final_ppl) = (want["chunks"].as_u64().unwrap() as usize, want["final"].as_f64().unwrap());
+    eprintln!(
+        "{file}: PPL {:.4} vs llama-perplexity {final_ppl:.4} over {} chunks",
+        res.perplexity, res.n_windows
+    );
+    assert_eq!(res.n_windows, chunks, "{file}: chunk count");
+    assert_eq!(res.n_scored, chunks * (n_ctx - n_ctx / 2 - 1), "{file}: scored tokens");
+    let rel = (res.perplexity - final_ppl).abs() / final_ppl;
+    assert!(
+        rel <= 0.005,
+        "{file}: PPL {} is {:.2}% off llama-perplexity's {final_ppl}",
+        res.perplexity,
+        100.0 * rel
+    );
+}
+
+#[test]
+fn smollm2_perplexity_matches_llama_perplexity() {
+    check_perplexity("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+#[test]
+fn gemma3_perplexity_matches_llama_perplexity() {
+    check_perplexity("gemma-3-270m-q4_k_m.gguf");
 }
 
 /// The `Batch` interface: a prompt split into chunks, and two sequences mixed in one batch,

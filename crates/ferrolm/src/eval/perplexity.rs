@@ -1,11 +1,19 @@
 //! Perplexity of a model over a token sequence, with any KV eviction policy and budget active:
 //! the way policies are compared.
 //!
-//! The text is cut into windows of `n_ctx` tokens that start `stride` tokens apart. In each
-//! window the first `n_ctx - stride` tokens are context (a prompt: processed, not scored) and the
-//! last `stride` are scored, each predicted from everything before it in the window that the
-//! cache still holds. Every token after the first window's context is scored exactly once. As in
-//! llama.cpp, the first token of a window is replaced by BOS when the tokenizer adds one.
+//! The text is cut into windows of `n_ctx` tokens. In each window a first part is context (a
+//! prompt: processed, not scored) and the rest is scored, each token predicted from everything
+//! before it in the window that the cache still holds. Two ways to place the windows
+//! ([`Scoring`]):
+//!
+//! - [`Scoring::Sliding`] (the default): windows start `stride` tokens apart and score their last
+//!   `stride` tokens, so every token after the first window's context is scored exactly once;
+//! - [`Scoring::Chunks`]: `llama-perplexity`'s chunking, so that figures compare with llama.cpp's:
+//!   windows do not overlap, and each scores its tokens after the first half (`n_ctx / 2 + 1 ..
+//!   n_ctx`, i.e. `n_ctx - n_ctx / 2 - 1` of them). llama.cpp tokenizes the text with BOS in front
+//!   (`add_special`): pass tokens encoded that way to reproduce its numbers.
+//!
+//! As in llama.cpp, the first token of a window is replaced by BOS when the tokenizer adds one.
 //!
 //! Tokens go through the model in chunks of at most `n_batch`; before each chunk the
 //! [`CacheManager`] makes room, so the cache (chunk included) never exceeds the budget. A
@@ -25,7 +33,8 @@ use crate::{Error, Result};
 pub struct PerplexityOptions {
     /// Window length in tokens.
     pub n_ctx: usize,
-    /// Tokens scored per window, and distance between window starts (`n_ctx / 2` when 0).
+    /// Sliding windows: tokens scored per window, and distance between window starts
+    /// (`n_ctx / 2` when 0). Must be 0 for [`Scoring::Chunks`].
     pub stride: usize,
     /// Largest chunk of tokens per forward pass.
     pub n_batch: usize,
@@ -37,6 +46,70 @@ pub struct PerplexityOptions {
     pub cache: CacheOptions,
     /// Stop after this many windows.
     pub max_windows: Option<usize>,
+    /// Where windows start and which of their tokens are scored.
+    pub scoring: Scoring,
+}
+
+/// Where perplexity windows start and which of their tokens are scored (see the module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scoring {
+    /// Windows `stride` apart, each scoring its last `stride` tokens.
+    #[default]
+    Sliding,
+    /// `llama-perplexity`'s non-overlapping chunks, each scoring the tokens after its first half.
+    Chunks,
+}
+
+impl Scoring {
+    /// `sliding` or `chunks`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scoring::Sliding => "sliding",
+            Scoring::Chunks => "chunks",
+        }
+    }
+}
+
+/// Where windows start and how they split, in tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geometry {
+    /// Distance between window starts.
+    step: usize,
+    /// Leading tokens of a window that are context only.
+    n_context: usize,
+}
+
+impl Geometry {
+    /// The geometry `opts` asks for, or an error naming what is wrong.
+    fn new(opts: &PerplexityOptions) -> Result<Self> {
+        let n_ctx = opts.n_ctx;
+        let g = match opts.scoring {
+            Scoring::Sliding => {
+                let stride = if opts.stride == 0 { n_ctx / 2 } else { opts.stride };
+                if n_ctx < 2 || stride == 0 || stride >= n_ctx {
+                    return Err(Error::InvalidInput(format!(
+                        "perplexity needs a context of at least 2 tokens and a stride below it (got context {n_ctx}, stride {stride})"
+                    )));
+                }
+                Geometry { step: stride, n_context: n_ctx - stride }
+            }
+            Scoring::Chunks => {
+                if opts.stride != 0 {
+                    return Err(Error::InvalidInput(
+                        "llama.cpp-style chunks do not overlap: a stride applies to sliding windows only"
+                            .into(),
+                    ));
+                }
+                if n_ctx < 4 {
+                    return Err(Error::InvalidInput(format!(
+                        "chunked perplexity needs a context of at least 4 tokens (got {n_ctx})"
+                    )));
+                }
+                Geometry { step: n_ctx, n_context: n_ctx / 2 + 1 }
+            }
+        };
+        Ok(g)
+    }
 }
 
 impl Default for PerplexityOptions {
@@ -49,6 +122,7 @@ impl Default for PerplexityOptions {
             type_v: KvType::F16,
             cache: CacheOptions::default(),
             max_windows: None,
+            scoring: Scoring::Sliding,
         }
     }
 }
@@ -86,12 +160,9 @@ pub fn perplexity(
     opts: &PerplexityOptions,
     progress: Progress<'_>,
 ) -> Result<PerplexityResult> {
-    let stride = if opts.stride == 0 { opts.n_ctx / 2 } else { opts.stride };
-    if opts.n_ctx < 2 || stride == 0 || stride >= opts.n_ctx || opts.n_batch == 0 {
-        return Err(Error::InvalidInput(format!(
-            "perplexity needs a context of at least 2 tokens and a stride below it (got context {}, stride {stride})",
-            opts.n_ctx
-        )));
+    let Geometry { step, n_context } = Geometry::new(opts)?;
+    if opts.n_batch == 0 {
+        return Err(Error::InvalidInput("perplexity needs a batch size of at least 1".into()));
     }
     if tokens.len() < opts.n_ctx {
         return Err(Error::InvalidInput(format!(
@@ -100,7 +171,7 @@ pub fn perplexity(
             opts.n_ctx
         )));
     }
-    let mut n_windows = (tokens.len() - opts.n_ctx) / stride + 1;
+    let mut n_windows = (tokens.len() - opts.n_ctx) / step + 1;
     if let Some(m) = opts.max_windows {
         n_windows = n_windows.min(m.max(1));
     }
@@ -115,12 +186,11 @@ pub fn perplexity(
     let mut logits = Logits::default();
     progress(0, n_windows);
     for w in 0..n_windows {
-        let mut win = tokens[w * stride..w * stride + opts.n_ctx].to_vec();
+        let mut win = tokens[w * step..w * step + opts.n_ctx].to_vec();
         if let Some(b) = bos {
             win[0] = b;
         }
         seq.clear(&mut kv);
-        let n_context = opts.n_ctx - stride;
         let mut window_nll = 0.0;
         let mut pos = 0;
         while pos < opts.n_ctx - 1 {
@@ -145,7 +215,7 @@ pub fn perplexity(
                 seq.end_prompt(&mut kv);
             }
         }
-        window_perplexity.push((window_nll / stride as f64).exp());
+        window_perplexity.push((window_nll / (opts.n_ctx - n_context) as f64).exp());
         tracing::debug!(window = w, ppl = window_perplexity[w], "perplexity window done");
         progress(w + 1, n_windows);
     }
@@ -175,7 +245,34 @@ fn nll(logits: &[f32], target: u32) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::nll;
+    use super::*;
+
+    fn geometry(n_ctx: usize, stride: usize, scoring: Scoring) -> Result<Geometry> {
+        Geometry::new(&PerplexityOptions { n_ctx, stride, scoring, ..PerplexityOptions::default() })
+    }
+
+    #[test]
+    fn sliding_windows_score_every_token_after_the_first_context_once() {
+        assert_eq!(geometry(512, 0, Scoring::Sliding).unwrap(), Geometry { step: 256, n_context: 256 });
+        assert_eq!(geometry(512, 128, Scoring::Sliding).unwrap(), Geometry { step: 128, n_context: 384 });
+        assert!(geometry(512, 512, Scoring::Sliding).is_err());
+        assert!(geometry(1, 0, Scoring::Sliding).is_err());
+    }
+
+    /// llama-perplexity: `first = n_ctx / 2`, the logits of positions `first .. n_ctx - 1`
+    /// score tokens `first + 1 .. n_ctx`, i.e. `n_ctx - first - 1` tokens per chunk; chunks start
+    /// `n_ctx` apart.
+    #[test]
+    fn chunks_are_llama_perplexity_s() {
+        for n_ctx in [4, 5, 128, 512, 513] {
+            let g = geometry(n_ctx, 0, Scoring::Chunks).unwrap();
+            let first = n_ctx / 2;
+            assert_eq!(g.step, n_ctx);
+            assert_eq!(n_ctx - g.n_context, n_ctx - first - 1, "n_ctx {n_ctx}");
+        }
+        assert!(geometry(512, 64, Scoring::Chunks).is_err(), "chunks take no stride");
+        assert!(geometry(3, 0, Scoring::Chunks).is_err());
+    }
 
     #[test]
     fn nll_of_a_uniform_and_a_peaked_distribution() {
