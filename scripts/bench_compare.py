@@ -8,7 +8,7 @@ times, and prints a Markdown table of medians (min-max) and the ratio ferrolm / 
 For text generation it also gives the share of the memory-bandwidth bound:
 t/s x weight bytes read per token / measured read bandwidth.
 
-    python3 scripts/bench_compare.py                       # both test models, -p 512 -n 128 -t 2
+    python3 scripts/bench_compare.py                       # test models + 0.5B, -p 512 -n 128 -t 2
     python3 scripts/bench_compare.py -m model.gguf -p 64 -n 16 -r 2 -t 1,2 --json out.json
 
 Standard library only. Needs gcc (for the bandwidth probe) and a C++ toolchain (for llama.cpp);
@@ -92,6 +92,9 @@ BASE_CMAKE_ARGS = [
 ]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST_MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
+# Default models beyond the test models: (catalog name for `ferrolm pull`, file name). The 0.5B
+# model's weights do not fit in the last-level cache, unlike the test models'.
+PULLED_MODELS = [("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct.gguf")]
 
 
 def log(msg):
@@ -246,8 +249,9 @@ def checkout_dirty():
 # Models
 
 
-def default_models():
-    """The two test models, fetched with scripts/fetch-test-models.sh when missing."""
+def default_models(ferrolm):
+    """The two test models (fetched with scripts/fetch-test-models.sh when missing) and the
+    DRAM-sized Qwen2.5-Coder 0.5B (fetched with `ferrolm pull` when missing)."""
     cache = os.environ.get("FERROLM_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ferrolm")
     models_dir = os.environ.get("FERROLM_MODEL_DIR") or os.path.join(cache, "models")
@@ -260,6 +264,15 @@ def default_models():
         missing = [p for p in paths if not os.path.isfile(p)]
         if missing:
             raise Failure(f"fetch-test-models.sh did not provide {missing}")
+    for name, file_name in PULLED_MODELS:
+        path = os.path.join(models_dir, file_name)
+        if not os.path.isfile(path):
+            # `ferrolm pull` downloads into <cache>/models (and only checks a file already there).
+            log(f"{file_name} missing in {models_dir}: ferrolm pull {name}")
+            run_checked([ferrolm, "pull", name], f"ferrolm pull {name}", capture=False,
+                        env=dict(os.environ, FERROLM_CACHE_DIR=cache))
+            path = os.path.join(cache, "models", file_name)
+        paths.append(path)
     return paths
 
 
@@ -542,7 +555,7 @@ def main():
         log(f"ferrolm:     {ferrolm}")
         if args.build_only:
             return 0
-        models = [os.path.abspath(m) for m in args.model] if args.model else default_models()
+        models = [os.path.abspath(m) for m in args.model] if args.model else default_models(ferrolm)
         for m in models:
             if not os.path.isfile(m):
                 raise Failure(f"model {m} not found")
