@@ -24,6 +24,7 @@
 
 mod chat;
 mod generation;
+mod speculative;
 mod stream;
 
 use std::sync::Arc;
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 pub use crate::decoder::{FinishReason, GenerateParams, StopCheck, StopMatcher};
 pub use chat::{ChatSession, ChatStream, encode_rendered};
 pub use generation::{Completion, GenerationStats};
+pub use speculative::{Drafter, MAX_DRAFT, SpeculativeOptions};
 pub use stream::{LogitsProcessor, StreamEvent, TokenStream};
 
 use crate::batch::{Batch, Logits};
@@ -109,6 +111,8 @@ pub struct Session<'m> {
     batch: Batch,
     out: Logits,
     cancel: CancelHandle,
+    /// Speculative decoding's drafter, when enabled.
+    spec: Option<speculative::Speculator<'m>>,
 }
 
 impl std::fmt::Debug for Session<'_> {
@@ -150,6 +154,7 @@ impl<'m> Session<'m> {
             batch: Batch::new(),
             out: Logits::default(),
             cancel: CancelHandle::default(),
+            spec: None,
         })
     }
 
@@ -273,6 +278,59 @@ impl<'m> Session<'m> {
     /// Like [`Session::stream`] from prompt tokens.
     pub fn stream_tokens(&mut self, prompt: &[u32], params: &GenerateParams) -> Result<TokenStream<'_, 'm>> {
         TokenStream::start(self, prompt, params)
+    }
+
+    /// Turns speculative decoding on for the following generations (`None`: off). An error for
+    /// bad settings or a draft model whose vocabulary is not this model's. See
+    /// [`SpeculativeOptions`] and the module `session::speculative`.
+    pub fn set_speculative(&mut self, opts: Option<SpeculativeOptions<'m>>) -> Result<()> {
+        self.spec = opts.map(|o| speculative::Speculator::new(o, self.model, &self.opts)).transpose()?;
+        Ok(())
+    }
+
+    /// Whether speculative decoding is on.
+    pub fn is_speculative(&self) -> bool {
+        self.spec.is_some()
+    }
+
+    /// Drafts tokens to follow the cached ones and `next` (not yet run): none when speculation is
+    /// off, the cache evicts, or the context has no room for a draft. `out` is cleared first.
+    fn draft(&mut self, next: u32, out: &mut Vec<u32>) -> Result<()> {
+        out.clear();
+        let room = self.opts.n_ctx.saturating_sub(self.seq.len() + 1);
+        let Some(spec) = &mut self.spec else { return Ok(()) };
+        if self.seq.manager().evicts() || room == 0 {
+            return Ok(());
+        }
+        let mut context = Vec::with_capacity(self.seq.len() + 1);
+        context.extend_from_slice(self.seq.tokens());
+        context.push(next);
+        spec.draft(&context, room, out)
+    }
+
+    /// Runs `tokens` after the cached ones (a verification pass: no eviction), every token's
+    /// logits into `rows` `[tokens.len(), row]`; returns the row length.
+    fn run_all(&mut self, tokens: &[u32], rows: &mut Vec<f32>) -> Result<usize> {
+        let start = self.seq.len();
+        self.batch.clear();
+        self.seq.feed(&mut self.kv, &mut self.batch, tokens, false, Outputs::All)?;
+        if let Err(e) = self.model.forward_into(&self.batch, &mut self.kv, &mut self.out) {
+            self.truncate(start);
+            return Err(e);
+        }
+        rows.clear();
+        for i in 0..self.out.len() {
+            rows.extend_from_slice(self.out.row(i));
+        }
+        Ok(self.out.n_vocab())
+    }
+
+    /// Drops cached tokens after the first `n`, keeping the logits: the caller has put those
+    /// after token `n - 1` there.
+    fn rewind(&mut self, n: usize) {
+        if n < self.seq.len() {
+            self.seq.truncate(&mut self.kv, n);
+        }
     }
 
     /// Drops cached tokens after the first `n`.

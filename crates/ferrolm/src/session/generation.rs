@@ -17,7 +17,8 @@ pub struct GenerationStats {
     pub prompt_time: Duration,
     /// Tokens generated (an end-of-generation token that ended the generation not counted).
     pub n_generated: usize,
-    /// Forward passes over generated tokens.
+    /// Generated tokens run through the model (one per decode step; a speculative verification
+    /// pass counts the tokens it kept).
     pub n_decode: usize,
     /// Time spent decoding: forward passes and sampling after the prompt.
     pub decode_time: Duration,
@@ -29,6 +30,10 @@ pub struct GenerationStats {
     pub kv_bytes: usize,
     /// Evictions of the session so far.
     pub evictions: crate::kv::EvictionStats,
+    /// Tokens drafted by speculative decoding (0 when it is off).
+    pub n_drafted: usize,
+    /// Drafted tokens kept (the generation's own tokens, verified).
+    pub n_draft_accepted: usize,
 }
 
 impl GenerationStats {
@@ -40,6 +45,11 @@ impl GenerationStats {
     /// Decoded tokens per second.
     pub fn decode_tps(&self) -> f64 {
         rate(self.n_decode, self.decode_time)
+    }
+
+    /// The share of drafted tokens kept (0 when none were drafted).
+    pub fn draft_acceptance(&self) -> f64 {
+        if self.n_drafted == 0 { 0.0 } else { self.n_draft_accepted as f64 / self.n_drafted as f64 }
     }
 }
 

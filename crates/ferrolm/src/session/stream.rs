@@ -53,6 +53,26 @@ pub struct TokenStream<'s, 'm> {
     processor: Option<LogitsProcessor>,
     /// The log-probability of the last token, when asked for ([`TokenStream::set_logprobs`]).
     last_logprob: Option<TokenLogprob>,
+    /// The speculative verification pass being consumed, if any.
+    verify: Verify,
+}
+
+/// A verification pass over `[pending, drafts..]`: its logits rows are consumed one per step
+/// while the sampled tokens equal the drafts (see `session::speculative`).
+#[derive(Default)]
+struct Verify {
+    /// Drafted tokens of the pass (empty: no pass in progress).
+    drafts: Vec<u32>,
+    /// Logits after each token of the pass. `[drafts.len() + 1, row_len]`
+    rows: Vec<f32>,
+    row_len: usize,
+    /// The row the last step sampled from.
+    row: usize,
+    /// Cached tokens before the pass.
+    base: usize,
+    /// Tokens drafted and kept over the generation.
+    n_drafted: usize,
+    n_accepted: usize,
 }
 
 impl std::fmt::Debug for TokenStream<'_, '_> {
@@ -85,6 +105,7 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             decode_time: Duration::ZERO,
             processor: None,
             last_logprob: None,
+            verify: Verify::default(),
         })
     }
 
@@ -126,7 +147,15 @@ impl<'s, 'm> TokenStream<'s, 'm> {
     /// text held back so far. For a caller's own stopping criteria.
     pub fn finish_after_token(&mut self, reason: FinishReason) {
         if !self.done {
-            self.pending = None;
+            let v = &mut self.verify;
+            if self.pending.take().is_none() && !v.drafts.is_empty() && v.row > 0 {
+                // The token was a kept draft, already in the cache: take it out again.
+                v.row -= 1;
+                self.n_decode -= 1;
+                self.session.logits.clear();
+                self.session.logits.extend_from_slice(&v.rows[v.row * v.row_len..(v.row + 1) * v.row_len]);
+            }
+            self.end_verify();
             self.finish = Some(reason);
         }
     }
@@ -153,12 +182,15 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             n_kv: self.session.kv_len(),
             kv_bytes: self.session.kv_memory_bytes(),
             evictions: self.session.eviction_stats(),
+            n_drafted: self.verify.n_drafted,
+            n_draft_accepted: self.verify.n_accepted,
             finish,
         }
     }
 
     fn finished(&mut self, reason: FinishReason) -> StreamEvent {
         self.done = true;
+        self.end_verify();
         let text = self.decoder.finish();
         StreamEvent::Finished { text, reason, stats: self.stats(reason) }
     }
@@ -176,8 +208,7 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             if self.session.is_full() {
                 return Ok(self.finished(FinishReason::ContextFull));
             }
-            self.session.run(&[tok], false)?;
-            self.n_decode += 1;
+            self.run_pending(tok)?;
         }
         let tokenizer = self.session.model.tokenizer();
         let step = match &mut self.processor {
@@ -187,20 +218,91 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             }
             None => self.decoder.step(tokenizer, &self.session.logits)?,
         };
-        self.decode_time += t0.elapsed();
         let sampled = match step {
-            Step::End(reason) => return Ok(self.finished(reason)),
+            Step::End(reason) => {
+                self.end_verify();
+                self.decode_time += t0.elapsed();
+                return Ok(self.finished(reason));
+            }
             Step::Last(sampled, reason) => {
+                self.end_verify();
                 self.finish = Some(reason);
                 sampled
             }
             Step::Continue(sampled) => {
-                self.pending = Some(sampled.id);
+                if !self.keep_draft(sampled.id) {
+                    self.pending = Some(sampled.id);
+                }
                 sampled
             }
         };
+        self.decode_time += t0.elapsed();
         self.last_logprob = sampled.logprob;
         Ok(StreamEvent::Token { id: sampled.id, text: sampled.text })
+    }
+}
+
+impl TokenStream<'_, '_> {
+    /// Runs the pending token through the model: alone, or with a draft in one verification
+    /// pass (then the session's logits are those after `tok`, and the pass's other rows wait).
+    fn run_pending(&mut self, tok: u32) -> Result<()> {
+        let mut drafts = std::mem::take(&mut self.verify.drafts);
+        if self.processor.is_none() {
+            self.session.draft(tok, &mut drafts)?;
+        } else {
+            // A processor sees the context, which a pass would run ahead of the samples.
+            drafts.clear();
+        }
+        self.n_decode += 1;
+        if drafts.is_empty() {
+            self.verify.drafts = drafts;
+            return self.session.run(&[tok], false);
+        }
+        let mut pass = Vec::with_capacity(drafts.len() + 1);
+        pass.push(tok);
+        pass.extend_from_slice(&drafts);
+        let v = &mut self.verify;
+        v.base = self.session.seq.len();
+        v.row_len = self.session.run_all(&pass, &mut v.rows)?;
+        v.row = 0;
+        v.n_drafted += drafts.len();
+        v.drafts = drafts;
+        self.session.logits.clear();
+        self.session.logits.extend_from_slice(&v.rows[..v.row_len]);
+        Ok(())
+    }
+
+    /// After a step sampled `tok` from row `row` of a verification pass: if `tok` is the draft
+    /// that follows, it is already in the cache — move to its row and return true. Otherwise
+    /// end the pass (the cache is cut back after the row's token) and return false.
+    fn keep_draft(&mut self, tok: u32) -> bool {
+        let v = &mut self.verify;
+        if v.drafts.get(v.row) != Some(&tok) {
+            self.end_verify();
+            return false;
+        }
+        v.row += 1;
+        v.n_accepted += 1;
+        self.n_decode += 1;
+        let row = &v.rows[v.row * v.row_len..(v.row + 1) * v.row_len];
+        self.session.logits.clear();
+        self.session.logits.extend_from_slice(row);
+        true
+    }
+
+    /// Ends a verification pass, if one is in progress: the cache keeps the tokens up to the
+    /// one whose logits the last step used (the session's logits are those).
+    fn end_verify(&mut self) {
+        let v = &mut self.verify;
+        if !v.drafts.is_empty() {
+            self.session.rewind(v.base + 1 + v.row);
+            v.drafts.clear();
+        }
+    }
+
+    /// Tokens drafted and kept by speculative decoding so far.
+    pub fn speculative_counts(&self) -> (usize, usize) {
+        (self.verify.n_drafted, self.verify.n_accepted)
     }
 }
 
@@ -220,6 +322,14 @@ pub(super) fn collect(events: &mut dyn Iterator<Item = Result<StreamEvent>>) -> 
         }
     }
     Err(crate::Error::InvalidInput("generation ended without a finish event".into()))
+}
+
+impl Drop for TokenStream<'_, '_> {
+    /// A stream dropped in the middle of a verification pass leaves the session holding the
+    /// generation's tokens only (not the rest of the draft).
+    fn drop(&mut self) {
+        self.end_verify();
+    }
 }
 
 impl Iterator for TokenStream<'_, '_> {

@@ -1,0 +1,212 @@
+//! Speculative decoding for a [`Session`](super::Session): draft a few tokens cheaply, run them
+//! through the model in one forward pass, keep the ones the generation would have produced.
+//!
+//! Verification is exact: the pass over `[pending, d1 .. dk]` gives the logits after each of its
+//! tokens, and the generation's own [`Decoder`](crate::decoder::Decoder) samples from them row
+//! by row exactly as plain decoding would (same sampler chain, same random numbers, same
+//! constraint). A draft token is kept while it equals the token sampled before it; the first
+//! mismatch ends the pass, its sampled token becomes the next pending one and the cache is cut
+//! back after it. For a deterministic draft this is the standard acceptance rule (keep `d` with
+//! probability `p(d)`, else sample from `p` without `d`), so the output is the target model's,
+//! token for token: with greedy sampling, and with a seeded sampler too.
+//!
+//! A verification pass has at most [`MAX_DRAFT`]` + 1` tokens: small batches whose matmuls and
+//! attention compute each token exactly as a decode step does (see `backend/cpu/matmul.rs` and
+//! `attention.rs`), so the logits, not only the tokens, equal plain decoding's.
+//!
+//! Drafters ([`Drafter`]):
+//! - prompt lookup: the tokens that followed the most recent earlier occurrence of the
+//!   context's last n-gram (longest n first) — free, and strong where the output copies the
+//!   prompt (code editing, summaries, extraction);
+//! - a draft model sharing the target's vocabulary, decoding greedily in its own session, kept
+//!   in step with the accepted tokens (its cache reuses the common prefix).
+//!
+//! Speculation is skipped (plain decoding runs) where it cannot be exact or cannot fit: a
+//! session whose cache evicts, a logits processor set on the stream, or no room left in the
+//! context for a draft.
+
+use super::{Session, SessionOptions};
+use crate::model::Model;
+use crate::sampling::argmax;
+use crate::{Error, Result};
+
+/// Most tokens drafted per verification pass: a pass of up to 16 tokens takes the decode-step
+/// paths of the matmuls (`STREAM_MAX_TOKENS`) and of attention.
+pub const MAX_DRAFT: usize = 15;
+
+/// Where draft tokens come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Drafter<'m> {
+    /// Prompt lookup: continue the most recent earlier occurrence of the context's last
+    /// `max_ngram` (down to 1) tokens.
+    PromptLookup {
+        /// Longest n-gram matched.
+        max_ngram: usize,
+    },
+    /// A smaller model with the same vocabulary, decoding greedily.
+    Model(&'m Model),
+}
+
+/// Speculative decoding settings of a session.
+#[derive(Clone, Copy, Debug)]
+pub struct SpeculativeOptions<'m> {
+    /// Where drafts come from.
+    pub drafter: Drafter<'m>,
+    /// Most tokens drafted per pass (1 to [`MAX_DRAFT`]).
+    pub max_draft: usize,
+}
+
+/// A session's drafter, ready to draft.
+pub(super) struct Speculator<'m> {
+    max_draft: usize,
+    kind: Kind<'m>,
+}
+
+enum Kind<'m> {
+    Lookup { max_ngram: usize },
+    Model(Box<Session<'m>>),
+}
+
+impl std::fmt::Debug for Speculator<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.kind {
+            Kind::Lookup { max_ngram } => format!("lookup({max_ngram})"),
+            Kind::Model(s) => format!("model ({} tokens cached)", s.tokens().len()),
+        };
+        f.debug_struct("Speculator").field("max_draft", &self.max_draft).field("kind", &kind).finish()
+    }
+}
+
+impl<'m> Speculator<'m> {
+    /// A drafter for a session on `target` with options `session`; an error for bad settings or
+    /// a draft model whose vocabulary is not the target's.
+    pub(super) fn new(
+        opts: SpeculativeOptions<'m>,
+        target: &Model,
+        session: &SessionOptions,
+    ) -> Result<Self> {
+        if opts.max_draft == 0 || opts.max_draft > MAX_DRAFT {
+            return Err(Error::InvalidInput(format!(
+                "speculative decoding drafts 1 to {MAX_DRAFT} tokens per pass (got {})",
+                opts.max_draft
+            )));
+        }
+        let kind = match opts.drafter {
+            Drafter::PromptLookup { max_ngram } => {
+                if max_ngram == 0 {
+                    return Err(Error::InvalidInput(
+                        "prompt lookup needs an n-gram of at least 1 token".into(),
+                    ));
+                }
+                Kind::Lookup { max_ngram }
+            }
+            Drafter::Model(draft) => {
+                check_vocab(draft, target)?;
+                let opts = SessionOptions {
+                    n_ctx: session.n_ctx,
+                    n_batch: session.n_batch,
+                    ..SessionOptions::default()
+                };
+                Kind::Model(Box::new(Session::new(draft, opts)?))
+            }
+        };
+        Ok(Self { max_draft: opts.max_draft, kind })
+    }
+
+    /// Drafts at most `max` (and at most `max_draft`) tokens to follow `context` into `out`
+    /// (cleared first).
+    pub(super) fn draft(&mut self, context: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+        out.clear();
+        let max = max.min(self.max_draft);
+        if max == 0 || context.is_empty() {
+            return Ok(());
+        }
+        match &mut self.kind {
+            Kind::Lookup { max_ngram } => lookup_draft(context, *max_ngram, max, out),
+            Kind::Model(draft) => {
+                // The draft session's cache keeps the common prefix with the last call's.
+                draft.prefill(context)?;
+                loop {
+                    let t = argmax(&draft.logits) as u32;
+                    out.push(t);
+                    if out.len() == max {
+                        break;
+                    }
+                    draft.run(&[t], false)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A draft model must produce the target's token ids: same vocabulary size and special tokens.
+fn check_vocab(draft: &Model, target: &Model) -> Result<()> {
+    let (d, t) = (draft.tokenizer(), target.tokenizer());
+    let (nd, nt) = (draft.config().n_vocab, target.config().n_vocab);
+    if nd != nt || d.bos() != t.bos() || d.eos() != t.eos() {
+        return Err(Error::InvalidInput(format!(
+            "the draft model's vocabulary ({nd} tokens, BOS {:?}, EOS {:?}) is not the target's ({nt} tokens, BOS {:?}, EOS {:?})",
+            d.bos(),
+            d.eos(),
+            t.bos(),
+            t.eos()
+        )));
+    }
+    Ok(())
+}
+
+/// Prompt lookup: for `n` from `max_ngram` down to 1, the most recent earlier occurrence of the
+/// last `n` tokens of `context`; the (at most `max`) tokens that followed it go to `out`. Nothing
+/// when no n-gram recurs.
+pub(super) fn lookup_draft(context: &[u32], max_ngram: usize, max: usize, out: &mut Vec<u32>) {
+    let len = context.len();
+    for n in (1..=max_ngram.min(len.saturating_sub(1))).rev() {
+        let key = &context[len - n..];
+        // Occurrences ending before the last token, most recent first.
+        if let Some(start) = (0..len - n).rev().find(|&s| &context[s..s + n] == key) {
+            let follow = &context[start + n..];
+            out.extend_from_slice(&follow[..follow.len().min(max)]);
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lookup_draft;
+
+    fn draft(context: &[u32], max_ngram: usize, max: usize) -> Vec<u32> {
+        let mut out = vec![99];
+        lookup_draft(context, max_ngram, max, &mut out);
+        out.remove(0);
+        out
+    }
+
+    #[test]
+    fn the_longest_recurring_ngram_wins() {
+        // "1 2 3" recurs at 0: it was followed by 4 5.
+        assert_eq!(draft(&[1, 2, 3, 4, 5, 9, 1, 2, 3], 3, 8), vec![4, 5, 9, 1, 2, 3]);
+        // Only "3" recurs when the 3-gram and 2-gram do not.
+        assert_eq!(draft(&[3, 7, 8, 1, 2, 3], 3, 2), vec![7, 8]);
+    }
+
+    #[test]
+    fn the_most_recent_occurrence_wins() {
+        assert_eq!(draft(&[5, 1, 6, 5, 2, 5], 1, 1), vec![2]);
+    }
+
+    #[test]
+    fn no_recurrence_no_draft() {
+        assert!(draft(&[1, 2, 3, 4], 3, 8).is_empty());
+        assert!(draft(&[], 3, 8).is_empty());
+        assert!(draft(&[7], 3, 8).is_empty());
+        // The context's own last n-gram is not an earlier occurrence.
+        assert!(draft(&[1, 2], 2, 8).is_empty());
+    }
+
+    #[test]
+    fn a_draft_stops_at_max() {
+        assert_eq!(draft(&[1, 2, 3, 4, 5, 6, 1], 1, 3), vec![2, 3, 4]);
+    }
+}
