@@ -27,6 +27,8 @@ pub struct Args {
     sampling: Box<SamplingArgs>,
     #[command(flatten)]
     constraint: crate::constraint_args::ConstraintArgs,
+    #[command(flatten)]
+    speculative: crate::speculative_args::SpeculativeArgs,
     /// Stop when the text contains this string (repeatable; the stop string is not printed).
     #[arg(long = "stop", short = 'r', alias = "reverse-prompt")]
     stop: Vec<String>,
@@ -83,7 +85,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ignore_eos: args.ignore_eos,
         constraint: args.constraint.to_spec(&model)?,
     };
+    let draft = args.speculative.load_draft()?;
     let mut session = Session::new(&model, args.model.session_options())?;
+    session.set_speculative(args.speculative.options(draft.as_ref())?)?;
 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -137,6 +141,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stats.n_generated,
         ferrolm::threads::current_num_threads()
     );
+    if session.is_speculative() {
+        eprintln!(
+            "speculative      = {} tokens drafted, {} kept ({:.1}%)",
+            stats.n_drafted,
+            stats.n_draft_accepted,
+            100.0 * stats.draft_acceptance()
+        );
+    }
     let ev = stats.evictions;
     eprintln!(
         "kv cache         = {} tokens, {:.2} MiB; {} evictions ({} tokens, {:.2} ms), {} under memory pressure",

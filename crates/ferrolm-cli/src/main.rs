@@ -15,6 +15,7 @@ mod perplexity;
 mod pull;
 mod sampling_args;
 mod serve;
+mod speculative_args;
 mod template;
 mod test_backend;
 mod tokenize;
