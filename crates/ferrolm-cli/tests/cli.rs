@@ -257,3 +257,74 @@ fn inspect_and_generate_refuse_a_fifo_without_blocking() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("directory"), "{stderr}");
 }
+
+/// `generate --lookup` prints plain decoding's text and reports its drafts; two drafters at
+/// once is an error.
+#[test]
+fn generate_with_prompt_lookup_prints_the_plain_text() {
+    let Some(model) = smollm2() else { return };
+    let prompt = "One, two, three, four. One, two, three, four. One, two, three, four. One,";
+    let run = |extra: &[&str]| {
+        let out = bin()
+            .args(["generate", "-m"])
+            .arg(&model)
+            .args(["-p", prompt, "-n", "24", "--temp", "0", "-t", "2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (plain, plain_err) = run(&[]);
+    let (fast, fast_err) = run(&["--lookup", "--draft-max", "6"]);
+    assert_eq!(fast, plain);
+    assert!(!plain_err.contains("speculative"), "{plain_err}");
+    let line =
+        fast_err.lines().find(|l| l.starts_with("speculative")).unwrap_or_else(|| panic!("{fast_err}"));
+    assert!(line.contains("tokens drafted") && !line.contains(" 0 kept"), "{line}");
+    let both = bin()
+        .args(["generate", "-m"])
+        .arg(&model)
+        .args(["-p", "hi", "--lookup", "--model-draft"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("--lookup"));
+}
+
+/// `perplexity --scoring chunks` prints llama-perplexity's lines; a stride with chunks is refused.
+#[test]
+fn perplexity_chunks_print_the_llama_perplexity_lines() {
+    let Some(model) = smollm2() else { return };
+    let text = fixtures().join("ppl_text.txt");
+    let out = bin()
+        .args(["perplexity", "-m"])
+        .arg(&model)
+        .arg("-f")
+        .arg(&text)
+        .args(["-c", "128", "-b", "128", "-t", "2", "--scoring", "chunks", "--chunks", "2"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.starts_with("[1]") && stdout.contains(",[2]"), "{stdout}");
+    assert!(
+        stdout.contains("Final estimate: PPL = ") && stdout.contains("(2 chunks of 128, 126 tokens scored)"),
+        "{stdout}"
+    );
+    let bad = bin()
+        .args(["perplexity", "-m"])
+        .arg(&model)
+        .arg("-f")
+        .arg(&text)
+        .args(["-c", "128", "--scoring", "chunks", "--stride", "32"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--stride"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}

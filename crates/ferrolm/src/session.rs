@@ -311,13 +311,7 @@ impl<'m> Session<'m> {
     /// Runs `tokens` after the cached ones (a verification pass: no eviction), every token's
     /// logits into `rows` `[tokens.len(), row]`; returns the row length.
     fn run_all(&mut self, tokens: &[u32], rows: &mut Vec<f32>) -> Result<usize> {
-        let start = self.seq.len();
-        self.batch.clear();
-        self.seq.feed(&mut self.kv, &mut self.batch, tokens, false, Outputs::All)?;
-        if let Err(e) = self.model.forward_into(&self.batch, &mut self.kv, &mut self.out) {
-            self.truncate(start);
-            return Err(e);
-        }
+        self.forward(tokens, false, Outputs::All)?;
         rows.clear();
         for i in 0..self.out.len() {
             rows.extend_from_slice(self.out.row(i));
@@ -336,21 +330,29 @@ impl<'m> Session<'m> {
     /// Drops cached tokens after the first `n`.
     fn truncate(&mut self, n: usize) {
         if n < self.seq.len() {
-            self.seq.truncate(&mut self.kv, n);
+            self.rewind(n);
             self.logits.clear();
         }
+    }
+
+    /// Runs `tokens` after the cached ones (evicting first if the cache needs room) into
+    /// `self.out`; on an error the cache is as before. `in_prompt`: the tokens are part of a
+    /// prompt.
+    fn forward(&mut self, tokens: &[u32], in_prompt: bool, outputs: Outputs) -> Result<()> {
+        let start = self.seq.len();
+        self.batch.clear();
+        self.seq.feed(&mut self.kv, &mut self.batch, tokens, in_prompt, outputs)?;
+        if let Err(e) = self.model.forward_into(&self.batch, &mut self.kv, &mut self.out) {
+            self.truncate(start);
+            return Err(e);
+        }
+        Ok(())
     }
 
     /// Runs `tokens` after the cached ones (evicting first if the cache needs room) and keeps
     /// the logits after the last. `in_prompt`: the tokens are part of a prompt.
     fn run(&mut self, tokens: &[u32], in_prompt: bool) -> Result<()> {
-        let start = self.seq.len();
-        self.batch.clear();
-        self.seq.feed(&mut self.kv, &mut self.batch, tokens, in_prompt, Outputs::Last)?;
-        if let Err(e) = self.model.forward_into(&self.batch, &mut self.kv, &mut self.out) {
-            self.truncate(start);
-            return Err(e);
-        }
+        self.forward(tokens, in_prompt, Outputs::Last)?;
         self.out.take_last_into(&mut self.logits);
         Ok(())
     }

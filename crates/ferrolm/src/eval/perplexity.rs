@@ -253,8 +253,14 @@ mod tests {
 
     #[test]
     fn sliding_windows_score_every_token_after_the_first_context_once() {
-        assert_eq!(geometry(512, 0, Scoring::Sliding).unwrap(), Geometry { step: 256, n_context: 256 });
-        assert_eq!(geometry(512, 128, Scoring::Sliding).unwrap(), Geometry { step: 128, n_context: 384 });
+        assert_eq!(
+            geometry(512, 0, Scoring::Sliding).expect("valid"),
+            Geometry { step: 256, n_context: 256 }
+        );
+        assert_eq!(
+            geometry(512, 128, Scoring::Sliding).expect("valid"),
+            Geometry { step: 128, n_context: 384 }
+        );
         assert!(geometry(512, 512, Scoring::Sliding).is_err());
         assert!(geometry(1, 0, Scoring::Sliding).is_err());
     }
@@ -265,7 +271,7 @@ mod tests {
     #[test]
     fn chunks_are_llama_perplexity_s() {
         for n_ctx in [4, 5, 128, 512, 513] {
-            let g = geometry(n_ctx, 0, Scoring::Chunks).unwrap();
+            let g = geometry(n_ctx, 0, Scoring::Chunks).expect("valid");
             let first = n_ctx / 2;
             assert_eq!(g.step, n_ctx);
             assert_eq!(n_ctx - g.n_context, n_ctx - first - 1, "n_ctx {n_ctx}");

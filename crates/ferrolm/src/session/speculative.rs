@@ -127,7 +127,7 @@ impl<'m> Speculator<'m> {
                 // The draft session's cache keeps the common prefix with the last call's.
                 draft.prefill(context)?;
                 loop {
-                    let t = argmax(&draft.logits) as u32;
+                    let t = argmax(&draft.logits);
                     out.push(t);
                     if out.len() == max {
                         break;
