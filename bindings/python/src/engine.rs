@@ -105,8 +105,14 @@ impl PyEngine {
             }
             None => None,
         };
-        let req =
-            GenRequest { prompt, params: params.params.clone(), logprobs, prompt_logprobs: false, timeout };
+        let req = GenRequest {
+            prompt,
+            params: params.params.clone(),
+            logprobs,
+            prompt_logprobs: false,
+            timeout,
+            lookup: None,
+        };
         // Submitting compiles the request's constraint, which may take a while.
         let handle = py.allow_threads(|| self.engine.submit(req)).map_err(submit_to_py)?;
         Ok(PyRequest { handle: Some(handle), finish: None, tail: None })

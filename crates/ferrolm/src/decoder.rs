@@ -16,6 +16,7 @@
 //! A request's constraint (JSON schema, grammar) is compiled once, in [`Decoder::new`].
 
 mod logprob;
+pub mod speculative;
 mod stop;
 
 pub use logprob::{TokenLogprob, token_logprob};

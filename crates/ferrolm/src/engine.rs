@@ -188,6 +188,35 @@ pub struct GenRequest {
     pub prompt_logprobs: bool,
     /// Cancel the request when it has not finished after this long (queueing included).
     pub timeout: Option<Duration>,
+    /// Speculative decoding by prompt lookup (exact: the output is the same without it).
+    pub lookup: Option<PromptLookup>,
+}
+
+/// Speculative decoding of one request by prompt lookup (see `decoder::speculative`): with each
+/// of its decode tokens, the request runs up to `max_draft` tokens that followed the latest
+/// earlier occurrence of its context's last n-gram (`n` ≤ `max_ngram`), and keeps those its own
+/// sampling confirms. Drafts ride on top of a tick's token budget. A request on an evicting
+/// cache decodes plainly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptLookup {
+    /// Longest n-gram matched (at least 1).
+    pub max_ngram: usize,
+    /// Most tokens drafted per pass (1 to [`MAX_DRAFT`](crate::decoder::speculative::MAX_DRAFT)).
+    pub max_draft: usize,
+}
+
+impl PromptLookup {
+    /// Checks the settings.
+    pub fn validate(&self) -> crate::Result<()> {
+        use crate::decoder::speculative::MAX_DRAFT;
+        if self.max_ngram == 0 || self.max_draft == 0 || self.max_draft > MAX_DRAFT {
+            return Err(crate::Error::InvalidInput(format!(
+                "prompt lookup needs an n-gram of at least 1 token and 1 to {MAX_DRAFT} drafted tokens per pass (got {} and {})",
+                self.max_ngram, self.max_draft
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Token counts and timings of one request.
@@ -205,6 +234,10 @@ pub struct Usage {
     pub prompt_ms: f64,
     /// Time from the first token to the end, in milliseconds.
     pub decode_ms: f64,
+    /// Tokens drafted by speculative decoding ([`GenRequest::lookup`]).
+    pub draft_tokens: usize,
+    /// Drafted tokens kept (part of `completion_tokens`).
+    pub draft_accepted: usize,
 }
 
 /// What the engine sends back about a request.
@@ -403,6 +436,9 @@ impl Engine {
         let n_vocab = self.inner.model.config().n_vocab;
         crate::sequence::check_prompt(&req.prompt, n_vocab, cfg.cache.evicts(), cfg.n_ctx)
             .map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        if let Some(l) = &req.lookup {
+            l.validate().map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        }
         req.params.sampler.validate().map_err(|e| SubmitError::Invalid(e.to_string()))
     }
 

@@ -420,3 +420,72 @@ fn a_custom_strategy_plans_each_tick_and_an_observer_sees_each_tick() {
     assert!(calls.load(Ordering::Relaxed) >= ticks.load(Ordering::Relaxed));
     assert_eq!(generated.load(Ordering::Relaxed), ids.len() as u64);
 }
+
+/// A prompt whose continuation copies from it: prompt lookup has something to find.
+const COPY_PROMPT: &str = "Shopping list: apples, pears, plums, cherries, grapes, lemons, limes, oranges.\n\
+    Shopping list: apples, pears, plums, cherries, grapes, lemons, limes, oranges.\n\
+    Shopping list: apples, pears, plums, cherries, grapes, lemons, limes, oranges.\n\
+    Shopping list:";
+
+/// Requests speculating by prompt lookup, batched with plain ones, generate exactly what each
+/// generates alone without it (greedy and seeded sampling), and keep drafts on a copy prompt;
+/// bad lookup settings are refused at submit.
+#[test]
+fn prompt_lookup_requests_generate_what_they_generate_alone() {
+    use ferrolm::engine::PromptLookup;
+    use ferrolm::sampling::SamplerParams;
+    let Some(model) = load() else { return };
+    let sampled = GenerateParams {
+        max_tokens: Some(40),
+        sampler: SamplerParams { temperature: 0.8, top_k: 20, seed: Some(7), ..SamplerParams::default() },
+        ..GenerateParams::default()
+    };
+    let cases = [
+        (COPY_PROMPT, GenerateParams::greedy(48)),
+        (COPY_PROMPT, sampled.clone()),
+        (PROMPTS[1], GenerateParams::greedy(24)),
+        (PROMPTS[2], sampled),
+    ];
+    // The reference: the same requests without lookup, in the same batches. (A session alone
+    // is no reference for sampling: the engine's prompt chunks round differently.)
+    let lookup = Some(PromptLookup { max_ngram: 3, max_draft: 6 });
+    let run = |speculate: bool| -> Vec<(Vec<u32>, Usage)> {
+        let eng = engine(&model, 3, BatchStrategy::Balanced);
+        let rxs: Vec<_> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, (p, params))| {
+                let prompt = model.tokenizer().encode(p, true, true).expect("tokenizes");
+                // Requests 0, 1 and 2 speculate, 3 does not: all share ticks.
+                let lookup = if speculate && i < 3 { lookup } else { None };
+                eng.submit(GenRequest { prompt, params: params.clone(), lookup, ..GenRequest::default() })
+                    .expect("accepted")
+            })
+            .collect();
+        rxs.into_iter()
+            .map(|rx| {
+                let (ids, _, _, usage) = collect(rx);
+                (ids, usage)
+            })
+            .collect()
+    };
+    let plain = run(false);
+    let fast = run(true);
+    for (i, ((want, _), (got, usage))) in plain.iter().zip(&fast).enumerate() {
+        assert_eq!(got, want, "request {i}: speculation changed the output");
+        assert!(usage.draft_accepted <= usage.draft_tokens);
+        if i < 2 {
+            assert!(usage.draft_accepted > 5, "request {i}: the copy prompt keeps drafts: {usage:?}");
+        }
+    }
+    // Greedy requests also equal a session alone.
+    let mut s = Session::new(&model, SessionOptions::default()).expect("session");
+    assert_eq!(fast[0].0, s.generate(COPY_PROMPT, &cases[0].1).expect("generates").tokens);
+    let eng = engine(&model, 1, BatchStrategy::Balanced);
+    let bad =
+        GenRequest { lookup: Some(PromptLookup { max_ngram: 3, max_draft: 99 }), ..request(&model, "hi", 4) };
+    assert!(matches!(eng.submit(bad), Err(SubmitError::Invalid(_))));
+    let bad =
+        GenRequest { lookup: Some(PromptLookup { max_ngram: 0, max_draft: 4 }), ..request(&model, "hi", 4) };
+    assert!(matches!(eng.submit(bad), Err(SubmitError::Invalid(_))));
+}

@@ -306,6 +306,7 @@ fn requests(job: &ChatJob) -> Vec<GenRequest> {
             logprobs: job.logprobs,
             prompt_logprobs: false,
             timeout: job.spec.timeout,
+            lookup: job.spec.lookup,
         })
         .collect()
 }

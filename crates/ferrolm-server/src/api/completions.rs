@@ -148,6 +148,7 @@ fn requests(job: &CompletionJob) -> Vec<GenRequest> {
                 logprobs: job.logprobs,
                 prompt_logprobs: job.echo && job.logprobs.is_some(),
                 timeout: job.spec.timeout,
+                lookup: job.spec.lookup,
             })
         })
         .collect()

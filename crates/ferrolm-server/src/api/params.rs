@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use ferrolm::constrain::ConstraintSpec;
+use ferrolm::engine::PromptLookup;
 use ferrolm::sampling::{SamplerParams, SamplerStep};
 use ferrolm::session::GenerateParams;
 use serde::Deserialize;
@@ -74,6 +75,8 @@ pub(crate) struct CommonFields {
     #[allow(dead_code)]
     pub cache_prompt: Option<bool>,
     pub timeout: Option<f64>,
+    /// Speculative decoding by prompt lookup: `true`, or `{"max_ngram": N, "max_draft": M}`.
+    pub prompt_lookup: Option<Value>,
 }
 
 /// What the shared fields ask for.
@@ -92,6 +95,35 @@ pub(crate) struct GenSpec {
     /// The field the constraint came from (`response_format`, `grammar`, `json_schema`): the
     /// `param` of the error when it does not compile.
     pub constraint_param: Option<&'static str>,
+    /// Speculative decoding by prompt lookup (`prompt_lookup`).
+    pub lookup: Option<PromptLookup>,
+}
+
+/// `prompt_lookup`: `true` (3-grams, 8 drafted tokens), `false`, or an object with `max_ngram`
+/// and `max_draft`.
+fn prompt_lookup(v: Option<&Value>) -> Result<Option<PromptLookup>, ApiError> {
+    let bad = |msg: String| ApiError::invalid_param("prompt_lookup", msg);
+    let default = PromptLookup { max_ngram: 3, max_draft: 8 };
+    let lookup = match v {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => return Ok(None),
+        Some(Value::Bool(true)) => default,
+        Some(Value::Object(o)) => {
+            let field = |k: &str, d: usize| match o.get(k) {
+                None => Ok(d),
+                Some(x) => x
+                    .as_u64()
+                    .map(|n| n as usize)
+                    .ok_or_else(|| bad(format!("`prompt_lookup.{k}` must be a positive integer, not {x}"))),
+            };
+            if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "max_ngram" | "max_draft")) {
+                return Err(bad(format!("`prompt_lookup` takes `max_ngram` and `max_draft`, not `{k}`")));
+            }
+            PromptLookup { max_ngram: field("max_ngram", 3)?, max_draft: field("max_draft", 8)? }
+        }
+        Some(x) => return Err(bad(format!("`prompt_lookup` must be a boolean or an object, not {x}"))),
+    };
+    lookup.validate().map_err(|e| bad(format!("`prompt_lookup`: {e}")))?;
+    Ok(Some(lookup))
 }
 
 /// A float field as `f32`, finite.
@@ -381,6 +413,7 @@ impl CommonFields {
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
             timeout,
             constraint_param,
+            lookup: prompt_lookup(self.prompt_lookup.as_ref())?,
         })
     }
 }
@@ -555,5 +588,25 @@ mod tests {
         assert!(max_tokens("max_tokens", Some(-1), 10, true).is_err());
         assert!(top_logprobs("top_logprobs", Some(21)).is_err());
         assert_eq!(top_logprobs("top_logprobs", Some(0)).expect("ok"), Some(0));
+    }
+
+    #[test]
+    fn prompt_lookup_is_a_flag_or_its_settings() {
+        assert_eq!(spec(json!({})).expect("ok").lookup, None);
+        assert_eq!(spec(json!({"prompt_lookup": false})).expect("ok").lookup, None);
+        let on = spec(json!({"prompt_lookup": true})).expect("ok").lookup;
+        assert_eq!(on, Some(PromptLookup { max_ngram: 3, max_draft: 8 }));
+        let set = spec(json!({"prompt_lookup": {"max_draft": 4}})).expect("ok").lookup;
+        assert_eq!(set, Some(PromptLookup { max_ngram: 3, max_draft: 4 }));
+        for bad in [
+            json!({"prompt_lookup": 1}),
+            json!({"prompt_lookup": {"max_draft": 0}}),
+            json!({"prompt_lookup": {"max_draft": 16}}),
+            json!({"prompt_lookup": {"max_ngram": -1}}),
+            json!({"prompt_lookup": {"ngram": 2}}),
+        ] {
+            let err = spec(bad.clone()).expect_err("refused");
+            assert_eq!(err.param.as_deref(), Some("prompt_lookup"), "{bad}");
+        }
     }
 }

@@ -63,6 +63,9 @@ enum Out {
     Prompt { slot: usize, at: usize },
     /// After the slot's last prompt token, or its last generated token: sample.
     Sample { slot: usize, last_prompt: Option<usize> },
+    /// After draft `row` (1-based) of the slot's verification pass: sample, if the pass kept
+    /// every draft before it.
+    Draft { slot: usize, row: usize },
 }
 
 /// A request waiting for a slot.
@@ -87,6 +90,8 @@ pub(crate) struct Worker {
     batch: Batch,
     logits: Logits,
     outs: Vec<Out>,
+    /// A decode step's tokens, its pending one and drafts (scratch).
+    pass_tokens: Vec<u32>,
     cancel_epoch: u64,
     started: Instant,
     gen_rate: Rate,
@@ -123,6 +128,7 @@ impl Worker {
             batch: Batch::new(),
             logits: Logits::default(),
             outs: Vec::new(),
+            pass_tokens: Vec::new(),
             cancel_epoch: 0,
             started: Instant::now(),
             gen_rate: Rate::new(Duration::from_secs(10)),
@@ -414,16 +420,28 @@ impl Worker {
             .collect()
     }
 
-    /// Puts slot `i`'s sampled token into the batch (its context full: the request ends).
+    /// Puts slot `i`'s sampled token into the batch, with its drafted tokens when it
+    /// speculates (its context full: the request ends).
     fn stage_decode(&mut self, i: usize) {
         let Some(a) = self.slots[i].as_mut() else { return };
         let Some(tok) = a.pending else { return };
-        if a.seq.feed(&mut self.kv, &mut self.batch, &[tok], false, Outputs::Last).is_err() {
+        a.draft(tok, &self.kv);
+        let base = a.seq.len();
+        let mut pass = std::mem::take(&mut self.pass_tokens);
+        pass.clear();
+        pass.push(tok);
+        pass.extend_from_slice(&a.drafts);
+        let outputs = if a.drafts.is_empty() { Outputs::Last } else { Outputs::All };
+        let fed = a.seq.feed(&mut self.kv, &mut self.batch, &pass, false, outputs);
+        self.pass_tokens = pass;
+        if fed.is_err() {
             self.finish(i, FinishReason::ContextFull);
             return;
         }
         a.pending = None;
+        a.pass.start(base, &a.drafts);
         self.outs.push(Out::Sample { slot: i, last_prompt: None });
+        self.outs.extend((1..=a.drafts.len()).map(|row| Out::Draft { slot: i, row }));
     }
 
     /// Puts the next `n` prompt tokens of slot `i` into the batch; returns how many went in.
@@ -463,32 +481,39 @@ impl Worker {
         let outs = std::mem::take(&mut self.outs);
         for (r, out) in outs.iter().enumerate() {
             let row = self.logits.row(r);
-            match *out {
+            let (slot, last_prompt) = match *out {
                 Out::Prompt { slot, at } => {
                     if let Some(a) = self.slots[slot].as_mut() {
                         a.prompt_logits(at, row);
                     }
+                    continue;
                 }
-                Out::Sample { slot, last_prompt } => {
-                    let Some(a) = self.slots[slot].as_mut() else { continue };
-                    if let Some(at) = last_prompt {
-                        if a.prompt_logprobs {
-                            a.prompt_logits(at, row);
-                        }
-                        a.seq.end_prompt(&mut self.kv);
-                        a.prompt_done();
+                Out::Sample { slot, last_prompt } => (slot, last_prompt),
+                Out::Draft { slot, row: n } => {
+                    // Void once the pass ended before this draft.
+                    if !self.slots[slot].as_ref().is_some_and(|a| a.pass.is_open() && a.pass.row() == n) {
+                        continue;
                     }
-                    match a.sample(self.model.tokenizer(), row) {
-                        Ok(None) => n_gen += 1,
-                        Ok(Some(finish)) => {
-                            n_gen += 1;
-                            self.finish(slot, finish);
-                        }
-                        Err(e) => {
-                            let msg = format!("sampling failed: {e}");
-                            self.fail_slot(slot, &msg);
-                        }
-                    }
+                    (slot, None)
+                }
+            };
+            let Some(a) = self.slots[slot].as_mut() else { continue };
+            if let Some(at) = last_prompt {
+                if a.prompt_logprobs {
+                    a.prompt_logits(at, row);
+                }
+                a.seq.end_prompt(&mut self.kv);
+                a.prompt_done();
+            }
+            match a.sample(self.model.tokenizer(), row, &mut self.kv) {
+                Ok(None) => n_gen += 1,
+                Ok(Some(finish)) => {
+                    n_gen += 1;
+                    self.finish(slot, finish);
+                }
+                Err(e) => {
+                    let msg = format!("sampling failed: {e}");
+                    self.fail_slot(slot, &msg);
                 }
             }
         }

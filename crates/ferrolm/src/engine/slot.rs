@@ -3,8 +3,10 @@
 
 use std::time::Instant;
 
-use super::{Event, EventSender, GenRequest, SlotInfo, SlotState, Usage};
-use crate::decoder::{Decoder, FinishReason, Sampled, Step, TokenLogprob, token_logprob};
+use super::{Event, EventSender, GenRequest, PromptLookup, SlotInfo, SlotState, Usage};
+use crate::decoder::speculative::{Pass, Verdict, lookup_draft};
+use crate::decoder::{Decoder, FinishReason, Step, TokenLogprob, token_logprob};
+use crate::kv::KvCache;
 use crate::sequence::Sequence;
 use crate::tokenizer::Tokenizer;
 
@@ -26,6 +28,12 @@ pub(crate) struct Active {
     /// A sampled token not yet run through the model.
     pub(crate) pending: Option<u32>,
     pub(crate) deadline: Option<Instant>,
+    /// Speculative decoding by prompt lookup, when asked for.
+    lookup: Option<PromptLookup>,
+    /// The verification pass of the last decode step, if it drafted.
+    pub(crate) pass: Pass,
+    /// The drafts of the next pass (scratch). `[max_draft]`
+    pub(crate) drafts: Vec<u32>,
     queued_at: Instant,
     started_at: Instant,
     first_token_at: Option<Instant>,
@@ -54,6 +62,9 @@ impl Active {
             prompt_lp: Vec::new(),
             pending: None,
             deadline,
+            lookup: req.lookup,
+            pass: Pass::default(),
+            drafts: Vec::new(),
             queued_at,
             started_at: Instant::now(),
             first_token_at: None,
@@ -93,30 +104,51 @@ impl Active {
         }
     }
 
+    /// Drafts the tokens of a verification pass to run after `next` into [`Active::drafts`]:
+    /// none without [`GenRequest::lookup`], on an evicting cache, or without room for one.
+    pub(crate) fn draft(&mut self, next: u32, kv: &KvCache) {
+        self.drafts.clear();
+        let Some(l) = self.lookup else { return };
+        let m = self.seq.manager();
+        let room = m.limit().saturating_sub(self.seq.kv_len(kv) + 1);
+        if m.evicts() || room == 0 {
+            return;
+        }
+        let mut context = Vec::with_capacity(self.seq.len() + 1);
+        context.extend_from_slice(self.seq.tokens());
+        context.push(next);
+        lookup_draft(&context, l.max_ngram, l.max_draft.min(room), &mut self.drafts);
+    }
+
     /// Lets the decoder pick the next token from `logits` and sends it; returns why the
-    /// generation ended, if it did (the caller then calls [`Active::finish`]).
+    /// generation ended, if it did (the caller then calls [`Active::finish`]). Inside a
+    /// verification pass, a sampled token that is the next draft is kept (nothing pending),
+    /// and otherwise the pass ends and the sequence is cut back after the row's token.
     pub(crate) fn sample(
         &mut self,
         tokenizer: &Tokenizer,
         logits: &[f32],
+        kv: &mut KvCache,
     ) -> crate::Result<Option<FinishReason>> {
         let step = self.decoder.step(tokenizer, logits)?;
         self.first_token_at.get_or_insert_with(Instant::now);
-        let send = |tx: &EventSender, s: Sampled| {
-            tx.send(Event::Token { id: s.id, text: s.text, logprob: s.logprob })
+        let (shown, finish) = match step {
+            Step::Continue(s) => (Some(s), None),
+            Step::Last(s, reason) => (Some(s), Some(reason)),
+            Step::End(reason) => (None, Some(reason)),
         };
-        Ok(match step {
-            Step::Continue(s) => {
-                self.pending = Some(s.id);
-                send(&self.tx, s);
-                None
-            }
-            Step::Last(s, reason) => {
-                send(&self.tx, s);
-                Some(reason)
-            }
-            Step::End(reason) => Some(reason),
-        })
+        // The token the generation goes on from (none when it ended here).
+        let next = shown.as_ref().filter(|_| finish.is_none()).map(|s| s.id);
+        if let Some(s) = shown {
+            self.tx.send(Event::Token { id: s.id, text: s.text, logprob: s.logprob });
+        }
+        self.pending = next;
+        match self.pass.verify(next) {
+            Verdict::Kept => self.pending = None,
+            Verdict::End { cached } => self.seq.truncate(kv, cached),
+            Verdict::Plain => {}
+        }
+        Ok(finish)
     }
 
     /// Sends the end of the request: the held-back text (none after a stop string), the reason
@@ -144,6 +176,8 @@ impl Active {
             queue_ms: ms(self.queued_at, self.started_at),
             prompt_ms: ms(self.started_at, first),
             decode_ms: if self.first_token_at.is_some() { ms(first, now) } else { 0.0 },
+            draft_tokens: self.pass.n_drafted(),
+            draft_accepted: self.pass.n_kept(),
         }
     }
 

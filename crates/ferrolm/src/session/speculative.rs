@@ -26,13 +26,11 @@
 //! context for a draft.
 
 use super::{Session, SessionOptions};
+pub use crate::decoder::speculative::MAX_DRAFT;
+use crate::decoder::speculative::lookup_draft;
 use crate::model::Model;
 use crate::sampling::argmax;
 use crate::{Error, Result};
-
-/// Most tokens drafted per verification pass: a pass of up to 16 tokens takes the decode-step
-/// paths of the matmuls (`STREAM_MAX_TOKENS`) and of attention.
-pub const MAX_DRAFT: usize = 15;
 
 /// Where draft tokens come from.
 #[derive(Clone, Copy, Debug)]
@@ -154,59 +152,4 @@ fn check_vocab(draft: &Model, target: &Model) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// Prompt lookup: for `n` from `max_ngram` down to 1, the most recent earlier occurrence of the
-/// last `n` tokens of `context`; the (at most `max`) tokens that followed it go to `out`. Nothing
-/// when no n-gram recurs.
-pub(super) fn lookup_draft(context: &[u32], max_ngram: usize, max: usize, out: &mut Vec<u32>) {
-    let len = context.len();
-    for n in (1..=max_ngram.min(len.saturating_sub(1))).rev() {
-        let key = &context[len - n..];
-        // Occurrences ending before the last token, most recent first.
-        if let Some(start) = (0..len - n).rev().find(|&s| &context[s..s + n] == key) {
-            let follow = &context[start + n..];
-            out.extend_from_slice(&follow[..follow.len().min(max)]);
-            return;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lookup_draft;
-
-    fn draft(context: &[u32], max_ngram: usize, max: usize) -> Vec<u32> {
-        let mut out = vec![99];
-        lookup_draft(context, max_ngram, max, &mut out);
-        out.remove(0);
-        out
-    }
-
-    #[test]
-    fn the_longest_recurring_ngram_wins() {
-        // "1 2 3" recurs at 0: it was followed by 4 5.
-        assert_eq!(draft(&[1, 2, 3, 4, 5, 9, 1, 2, 3], 3, 8), vec![4, 5, 9, 1, 2, 3]);
-        // Only "3" recurs when the 3-gram and 2-gram do not.
-        assert_eq!(draft(&[3, 7, 8, 1, 2, 3], 3, 2), vec![7, 8]);
-    }
-
-    #[test]
-    fn the_most_recent_occurrence_wins() {
-        assert_eq!(draft(&[5, 1, 6, 5, 2, 5], 1, 1), vec![2]);
-    }
-
-    #[test]
-    fn no_recurrence_no_draft() {
-        assert!(draft(&[1, 2, 3, 4], 3, 8).is_empty());
-        assert!(draft(&[], 3, 8).is_empty());
-        assert!(draft(&[7], 3, 8).is_empty());
-        // The context's own last n-gram is not an earlier occurrence.
-        assert!(draft(&[1, 2], 2, 8).is_empty());
-    }
-
-    #[test]
-    fn a_draft_stops_at_max() {
-        assert_eq!(draft(&[1, 2, 3, 4, 5, 6, 1], 1, 3), vec![2, 3, 4]);
-    }
 }

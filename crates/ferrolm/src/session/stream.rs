@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use super::generation::{Completion, GenerationStats};
 use super::{PrefillStats, Session};
 use crate::Result;
+use crate::decoder::speculative::{Pass, Verdict};
 use crate::decoder::{Decoder, FinishReason, GenerateParams, Step, TokenLogprob};
 
 /// One step of a streamed generation.
@@ -57,22 +58,24 @@ pub struct TokenStream<'s, 'm> {
     verify: Verify,
 }
 
-/// A verification pass over `[pending, drafts..]`: its logits rows are consumed one per step
-/// while the sampled tokens equal the drafts (see `session::speculative`).
+/// A verification pass over `[pending, drafts..]` and its logits rows, consumed one per step
+/// while the sampled tokens equal the drafts (see `decoder::speculative`).
 #[derive(Default)]
 struct Verify {
-    /// Drafted tokens of the pass (empty: no pass in progress).
-    drafts: Vec<u32>,
-    /// Logits after each token of the pass. `[drafts.len() + 1, row_len]`
+    pass: Pass,
+    /// Logits after each token of the pass. `[drafts + 1, row_len]`
     rows: Vec<f32>,
     row_len: usize,
-    /// The row the last step sampled from.
-    row: usize,
-    /// Cached tokens before the pass.
-    base: usize,
-    /// Tokens drafted and kept over the generation.
-    n_drafted: usize,
-    n_accepted: usize,
+    /// Scratch for the drafts.
+    drafts: Vec<u32>,
+}
+
+impl Verify {
+    /// The logits after the pass's current row's token.
+    fn row(&self) -> &[f32] {
+        let r = self.pass.row();
+        &self.rows[r * self.row_len..(r + 1) * self.row_len]
+    }
 }
 
 impl std::fmt::Debug for TokenStream<'_, '_> {
@@ -147,13 +150,11 @@ impl<'s, 'm> TokenStream<'s, 'm> {
     /// text held back so far. For a caller's own stopping criteria.
     pub fn finish_after_token(&mut self, reason: FinishReason) {
         if !self.done {
-            let v = &mut self.verify;
-            if self.pending.take().is_none() && !v.drafts.is_empty() && v.row > 0 {
+            if self.pending.take().is_none() && self.verify.pass.unkeep() {
                 // The token was a kept draft, already in the cache: take it out again.
-                v.row -= 1;
                 self.n_decode -= 1;
                 self.session.logits.clear();
-                self.session.logits.extend_from_slice(&v.rows[v.row * v.row_len..(v.row + 1) * v.row_len]);
+                self.session.logits.extend_from_slice(self.verify.row());
             }
             self.end_verify();
             self.finish = Some(reason);
@@ -182,8 +183,8 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             n_kv: self.session.kv_len(),
             kv_bytes: self.session.kv_memory_bytes(),
             evictions: self.session.eviction_stats(),
-            n_drafted: self.verify.n_drafted,
-            n_draft_accepted: self.verify.n_accepted,
+            n_drafted: self.verify.pass.n_drafted(),
+            n_draft_accepted: self.verify.pass.n_kept(),
             finish,
         }
     }
@@ -246,63 +247,58 @@ impl TokenStream<'_, '_> {
     /// Runs the pending token through the model: alone, or with a draft in one verification
     /// pass (then the session's logits are those after `tok`, and the pass's other rows wait).
     fn run_pending(&mut self, tok: u32) -> Result<()> {
-        let mut drafts = std::mem::take(&mut self.verify.drafts);
+        let v = &mut self.verify;
         if self.processor.is_none() {
-            self.session.draft(tok, &mut drafts)?;
+            self.session.draft(tok, &mut v.drafts)?;
         } else {
             // A processor sees the context, which a pass would run ahead of the samples.
-            drafts.clear();
+            v.drafts.clear();
         }
         self.n_decode += 1;
-        if drafts.is_empty() {
-            self.verify.drafts = drafts;
+        if v.drafts.is_empty() {
             return self.session.run(&[tok], false);
         }
-        let mut pass = Vec::with_capacity(drafts.len() + 1);
+        let mut pass = Vec::with_capacity(v.drafts.len() + 1);
         pass.push(tok);
-        pass.extend_from_slice(&drafts);
-        let v = &mut self.verify;
-        v.base = self.session.seq.len();
+        pass.extend_from_slice(&v.drafts);
+        let base = self.session.seq.len();
         v.row_len = self.session.run_all(&pass, &mut v.rows)?;
-        v.row = 0;
-        v.n_drafted += drafts.len();
-        v.drafts = drafts;
+        v.pass.start(base, &v.drafts);
         self.session.logits.clear();
-        self.session.logits.extend_from_slice(&v.rows[..v.row_len]);
+        self.session.logits.extend_from_slice(v.row());
         Ok(())
     }
 
-    /// After a step sampled `tok` from row `row` of a verification pass: if `tok` is the draft
-    /// that follows, it is already in the cache — move to its row and return true. Otherwise
-    /// end the pass (the cache is cut back after the row's token) and return false.
+    /// After a step sampled `tok` and the generation goes on: if `tok` is the pass's next
+    /// draft, it is already in the cache — move to its row and return true. Otherwise end the
+    /// pass (the cache is cut back after the row's token) and return false.
     fn keep_draft(&mut self, tok: u32) -> bool {
-        let v = &mut self.verify;
-        if v.drafts.get(v.row) != Some(&tok) {
-            self.end_verify();
-            return false;
+        match self.verify.pass.verify(Some(tok)) {
+            Verdict::Kept => {
+                self.n_decode += 1;
+                self.session.logits.clear();
+                self.session.logits.extend_from_slice(self.verify.row());
+                true
+            }
+            Verdict::End { cached } => {
+                self.session.rewind(cached);
+                false
+            }
+            Verdict::Plain => false,
         }
-        v.row += 1;
-        v.n_accepted += 1;
-        self.n_decode += 1;
-        let row = &v.rows[v.row * v.row_len..(v.row + 1) * v.row_len];
-        self.session.logits.clear();
-        self.session.logits.extend_from_slice(row);
-        true
     }
 
     /// Ends a verification pass, if one is in progress: the cache keeps the tokens up to the
     /// one whose logits the last step used (the session's logits are those).
     fn end_verify(&mut self) {
-        let v = &mut self.verify;
-        if !v.drafts.is_empty() {
-            self.session.rewind(v.base + 1 + v.row);
-            v.drafts.clear();
+        if let Verdict::End { cached } = self.verify.pass.close() {
+            self.session.rewind(cached);
         }
     }
 
     /// Tokens drafted and kept by speculative decoding so far.
     pub fn speculative_counts(&self) -> (usize, usize) {
-        (self.verify.n_drafted, self.verify.n_accepted)
+        (self.verify.pass.n_drafted(), self.verify.pass.n_kept())
     }
 }
 

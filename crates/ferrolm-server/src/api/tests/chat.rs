@@ -332,7 +332,8 @@ async fn structured_output_and_sampler_extras_reach_the_engine() {
         r#"{"messages": [{"role": "user", "content": "x"}],
             "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": {"type": "object"}, "strict": true}},
             "top_k": 5, "min_p": 0.2, "mirostat": 1, "samplers": "top_k;temp", "ignore_eos": true, "stop": "END",
-            "logit_bias": {"65": -100}, "timeout": 3, "cache_prompt": false}"#,
+            "logit_bias": {"65": -100}, "timeout": 3, "cache_prompt": false,
+            "prompt_lookup": {"max_ngram": 2, "max_draft": 5}}"#,
     )
     .await;
     assert_eq!(a.status, 200, "{}", a.body);
@@ -346,6 +347,7 @@ async fn structured_output_and_sampler_extras_reach_the_engine() {
     assert!(r.params.ignore_eos);
     assert_eq!(r.params.stop, vec!["END"]);
     assert_eq!(r.timeout, Some(std::time::Duration::from_secs(3)));
+    assert_eq!(r.lookup, Some(ferrolm::engine::PromptLookup { max_ngram: 2, max_draft: 5 }));
 }
 
 /// Regression: these were accepted with 200 (the model saw a broken conversation or no

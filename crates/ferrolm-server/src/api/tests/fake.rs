@@ -190,6 +190,7 @@ impl Backend for Fake {
             queue_ms: 1.0,
             prompt_ms: 2.0,
             decode_ms: 4.0,
+            ..Usage::default()
         };
         match &mode {
             Mode::Hang => self.held.lock().expect("lock").push(std::sync::Arc::new(tx)),
