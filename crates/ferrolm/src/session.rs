@@ -302,21 +302,13 @@ impl<'m> Session<'m> {
         if self.seq.manager().evicts() || room == 0 {
             return Ok(());
         }
-        let mut context = Vec::with_capacity(self.seq.len() + 1);
-        context.extend_from_slice(self.seq.tokens());
-        context.push(next);
-        spec.draft(&context, room, out)
+        spec.draft(self.seq.tokens(), next, room, out)
     }
 
-    /// Runs `tokens` after the cached ones (a verification pass: no eviction), every token's
-    /// logits into `rows` `[tokens.len(), row]`; returns the row length.
-    fn run_all(&mut self, tokens: &[u32], rows: &mut Vec<f32>) -> Result<usize> {
-        self.forward(tokens, false, Outputs::All)?;
-        rows.clear();
-        for i in 0..self.out.len() {
-            rows.extend_from_slice(self.out.row(i));
-        }
-        Ok(self.out.n_vocab())
+    /// Runs `tokens` after the cached ones (a verification pass: no eviction); every token's
+    /// logits stay in `self.out`, row by row.
+    fn run_pass(&mut self, tokens: &[u32]) -> Result<()> {
+        self.forward(tokens, false, Outputs::All)
     }
 
     /// Drops cached tokens after the first `n`, keeping the logits: the caller has put those

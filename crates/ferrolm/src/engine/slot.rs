@@ -34,6 +34,8 @@ pub(crate) struct Active {
     pub(crate) pass: Pass,
     /// The drafts of the next pass (scratch). `[max_draft]`
     pub(crate) drafts: Vec<u32>,
+    /// The context drafted from (scratch, reused).
+    context: Vec<u32>,
     queued_at: Instant,
     started_at: Instant,
     first_token_at: Option<Instant>,
@@ -65,6 +67,7 @@ impl Active {
             lookup: req.lookup,
             pass: Pass::default(),
             drafts: Vec::new(),
+            context: Vec::new(),
             queued_at,
             started_at: Instant::now(),
             first_token_at: None,
@@ -114,10 +117,10 @@ impl Active {
         if m.evicts() || room == 0 {
             return;
         }
-        let mut context = Vec::with_capacity(self.seq.len() + 1);
-        context.extend_from_slice(self.seq.tokens());
-        context.push(next);
-        lookup_draft(&context, l.max_ngram, l.max_draft.min(room), &mut self.drafts);
+        self.context.clear();
+        self.context.extend_from_slice(self.seq.tokens());
+        self.context.push(next);
+        lookup_draft(&self.context, l.max_ngram, l.max_draft.min(room), &mut self.drafts);
     }
 
     /// Lets the decoder pick the next token from `logits` and sends it; returns why the

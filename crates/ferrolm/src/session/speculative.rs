@@ -58,6 +58,8 @@ pub struct SpeculativeOptions<'m> {
 pub(super) struct Speculator<'m> {
     max_draft: usize,
     kind: Kind<'m>,
+    /// The context drafted from (scratch, reused).
+    context: Vec<u32>,
 }
 
 enum Kind<'m> {
@@ -108,17 +110,22 @@ impl<'m> Speculator<'m> {
                 Kind::Model(Box::new(Session::new(draft, opts)?))
             }
         };
-        Ok(Self { max_draft: opts.max_draft, kind })
+        Ok(Self { max_draft: opts.max_draft, kind, context: Vec::new() })
     }
 
-    /// Drafts at most `max` (and at most `max_draft`) tokens to follow `context` into `out`
-    /// (cleared first).
-    pub(super) fn draft(&mut self, context: &[u32], max: usize, out: &mut Vec<u32>) -> Result<()> {
+    /// Drafts at most `max` (and at most `max_draft`) tokens to follow `history` and `next`
+    /// into `out` (cleared first).
+    pub(super) fn draft(&mut self, history: &[u32], next: u32, max: usize, out: &mut Vec<u32>) -> Result<()> {
         out.clear();
         let max = max.min(self.max_draft);
-        if max == 0 || context.is_empty() {
+        if max == 0 {
             return Ok(());
         }
+        let context = &mut self.context;
+        context.clear();
+        context.extend_from_slice(history);
+        context.push(next);
+        let context = &self.context[..];
         match &mut self.kind {
             Kind::Lookup { max_ngram } => lookup_draft(context, *max_ngram, max, out),
             Kind::Model(draft) => {

@@ -58,24 +58,15 @@ pub struct TokenStream<'s, 'm> {
     verify: Verify,
 }
 
-/// A verification pass over `[pending, drafts..]` and its logits rows, consumed one per step
-/// while the sampled tokens equal the drafts (see `decoder::speculative`).
+/// A verification pass over `[pending, drafts..]`, consumed one row per step while the sampled
+/// tokens equal the drafts (see `decoder::speculative`). Its logits rows stay in the session's
+/// forward output until the pass ends (nothing else runs on the session meanwhile).
 #[derive(Default)]
 struct Verify {
     pass: Pass,
-    /// Logits after each token of the pass. `[drafts + 1, row_len]`
-    rows: Vec<f32>,
-    row_len: usize,
-    /// Scratch for the drafts.
+    /// The drafts, then the pass's tokens (scratch, reused).
     drafts: Vec<u32>,
-}
-
-impl Verify {
-    /// The logits after the pass's current row's token.
-    fn row(&self) -> &[f32] {
-        let r = self.pass.row();
-        &self.rows[r * self.row_len..(r + 1) * self.row_len]
-    }
+    tokens: Vec<u32>,
 }
 
 impl std::fmt::Debug for TokenStream<'_, '_> {
@@ -153,8 +144,7 @@ impl<'s, 'm> TokenStream<'s, 'm> {
             if self.pending.take().is_none() && self.verify.pass.unkeep() {
                 // The token was a kept draft, already in the cache: take it out again.
                 self.n_decode -= 1;
-                self.session.logits.clear();
-                self.session.logits.extend_from_slice(self.verify.row());
+                self.load_pass_row();
             }
             self.end_verify();
             self.finish = Some(reason);
@@ -258,15 +248,21 @@ impl TokenStream<'_, '_> {
         if v.drafts.is_empty() {
             return self.session.run(&[tok], false);
         }
-        let mut pass = Vec::with_capacity(v.drafts.len() + 1);
-        pass.push(tok);
-        pass.extend_from_slice(&v.drafts);
+        v.tokens.clear();
+        v.tokens.push(tok);
+        v.tokens.extend_from_slice(&v.drafts);
         let base = self.session.seq.len();
-        v.row_len = self.session.run_all(&pass, &mut v.rows)?;
+        self.session.run_pass(&v.tokens)?;
         v.pass.start(base, &v.drafts);
-        self.session.logits.clear();
-        self.session.logits.extend_from_slice(v.row());
+        self.load_pass_row();
         Ok(())
+    }
+
+    /// Makes the logits of the pass's current row the session's (those the next step samples).
+    fn load_pass_row(&mut self) {
+        let s = &mut *self.session;
+        s.logits.clear();
+        s.logits.extend_from_slice(s.out.row(self.verify.pass.row()));
     }
 
     /// After a step sampled `tok` and the generation goes on: if `tok` is the pass's next
@@ -276,8 +272,7 @@ impl TokenStream<'_, '_> {
         match self.verify.pass.verify(Some(tok)) {
             Verdict::Kept => {
                 self.n_decode += 1;
-                self.session.logits.clear();
-                self.session.logits.extend_from_slice(self.verify.row());
+                self.load_pass_row();
                 true
             }
             Verdict::End { cached } => {
@@ -294,11 +289,6 @@ impl TokenStream<'_, '_> {
         if let Verdict::End { cached } = self.verify.pass.close() {
             self.session.rewind(cached);
         }
-    }
-
-    /// Tokens drafted and kept by speculative decoding so far.
-    pub fn speculative_counts(&self) -> (usize, usize) {
-        (self.verify.pass.n_drafted(), self.verify.pass.n_kept())
     }
 }
 
