@@ -37,9 +37,9 @@ RULES = [
      "kv does not import backend, model, session, engine, sequence, decoder"),
     ("backend", "not", {"model", "session", "engine", "sequence", "decoder"},
      "backend does not import model, session, engine, sequence, decoder"),
-    ("model", "not", {"backend::cpu", "backend::opencl", "backend::compare"},
+    ("model", "not", {"backend::cpu", "backend::opencl", "backend::cuda", "backend::gpu", "backend::compare"},
      "model uses backend only through the trait level (crate::backend::{Backend, ...}), "
-     "never backend::cpu, backend::opencl or backend::compare"),
+     "never backend::cpu, backend::opencl, backend::cuda, backend::gpu or backend::compare"),
     ("model", "not", {"session", "engine", "sequence", "decoder"},
      "model does not import session, engine, sequence, decoder"),
     ("sampling", "not", {"model", "kv", "backend", "session", "engine"},

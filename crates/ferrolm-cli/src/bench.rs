@@ -63,7 +63,7 @@ pub struct Args {
     /// Eviction policy, budget and memory threshold (evictions are part of the timed work).
     #[command(flatten)]
     pub cache: crate::cache_args::CacheArgs,
-    /// Backends to measure (comma list): cpu, opencl, hybrid (prompt chunks on OpenCL,
+    /// Backends to measure (comma list): cpu, cuda, opencl, hybrid (prompt chunks on OpenCL,
     /// generation on the CPU), auto.
     #[arg(long = "backend", value_delimiter = ',', default_value = "cpu")]
     pub backends: Vec<BackendChoice>,
@@ -194,7 +194,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// llama-bench's name of the backends a placement uses.
 fn backend_label(p: &Placement) -> String {
-    let name = |b: &dyn ferrolm::backend::Backend| if b.name() == "opencl" { "OpenCL" } else { "CPU" };
+    let name = |b: &dyn ferrolm::backend::Backend| match b.name() {
+        "opencl" => "OpenCL",
+        "cuda" => "CUDA",
+        _ => "CPU",
+    };
     match p {
         Placement::Single(b) => name(b.as_ref()).to_string(),
         Placement::Hybrid { prefill, decode, .. } => {

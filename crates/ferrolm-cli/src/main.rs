@@ -59,7 +59,7 @@ enum Command {
     Perplexity(perplexity::Args),
     /// Serve a model over an OpenAI-compatible HTTP API (Ctrl-C or SIGTERM stops it).
     Serve(Box<serve::Args>),
-    /// Compare every operator of the OpenCL backend with the CPU on random inputs.
+    /// Compare every operator of a GPU backend (OpenCL, CUDA) with the CPU on random inputs.
     TestBackend(test_backend::Args),
 }
 

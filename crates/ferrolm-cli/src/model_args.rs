@@ -46,9 +46,10 @@ pub struct ModelArgs {
 /// `--backend` and the hybrid mode's thresholds.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BackendArgs {
-    /// Compute backend: cpu, opencl (needs a build with `--features opencl` and an OpenCL
-    /// runtime), auto (OpenCL when it finds a GPU, else cpu) or hybrid (prompt chunks on
-    /// OpenCL, generation on the CPU, over one shared KV cache).
+    /// Compute backend: cpu, cuda (needs a build with `--features cuda`, an NVIDIA driver and
+    /// NVRTC), opencl (needs a build with `--features opencl` and an OpenCL runtime), auto
+    /// (CUDA, else OpenCL when it finds a GPU, else cpu) or hybrid (prompt chunks on OpenCL,
+    /// generation on the CPU, over one shared KV cache).
     #[arg(long, default_value = "cpu")]
     pub backend: BackendChoice,
     /// Hybrid mode: batches of at least this many tokens run on OpenCL, smaller ones on the CPU.
@@ -60,7 +61,7 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
-    /// Resolves the choice (opening the OpenCL device when asked for) and puts `model` on it.
+    /// Resolves the choice (opening the GPU device when asked for) and puts `model` on it.
     pub fn apply(&self, model: &mut Model) -> anyhow::Result<()> {
         let placement = self
             .backend

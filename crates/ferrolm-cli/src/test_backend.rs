@@ -1,4 +1,4 @@
-//! `ferrolm test-backend`: runs every operator on the CPU and on another backend (OpenCL) with
+//! `ferrolm test-backend`: runs every operator on the CPU and on a GPU backend (OpenCL, CUDA) with
 //! random inputs over several shapes, and reports each one's largest error relative to the CPU.
 
 use anyhow::Context as _;
@@ -16,12 +16,17 @@ pub struct Args {
     /// Print one JSON object per case instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The backend to compare with the CPU: opencl or cuda.
+    #[arg(long, default_value = "opencl", value_parser = ["opencl", "cuda"])]
+    pub backend: String,
 }
 
 /// Runs the command; an error when any operator is off by more than the tolerance.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let other =
-        ferrolm::backend::opencl().context("test-backend compares the OpenCL backend with the CPU")?;
+    let other = match args.backend.as_str() {
+        "cuda" => ferrolm::backend::cuda().context("test-backend compares the CUDA backend with the CPU")?,
+        _ => ferrolm::backend::opencl().context("test-backend compares the OpenCL backend with the CPU")?,
+    };
     if !args.json {
         println!("backend: {}", other.description());
         println!("| op | case | max rel err | µs | |");

@@ -3,14 +3,19 @@
 //! The CPU backend ([`CpuBackend`], operators in [`cpu`]) is the reference and the fast path.
 //! The types the operators take (weights, shapes, parameters) are [`crate::ops`]'s, shared with
 //! the model and the KV cache.
-//! The OpenCL backend (`opencl`, cargo feature `opencl`) implements the same trait with kernels
-//! compiled at run time for any OpenCL device; `ferrolm test-backend` compares the two op by op
-//! ([`compare`]). Every operator takes and returns host memory (`[f32]` rows), which the OpenCL
+//! The GPU backends implement the same trait with one set of kernels and launch logic
+//! ([`gpu`]): OpenCL (`opencl`, cargo feature `opencl`) for any OpenCL device, and CUDA (`cuda`,
+//! cargo feature `cuda`) for NVIDIA GPUs, both loading their runtime libraries when they start;
+//! `ferrolm test-backend` compares either with the CPU op by op ([`compare`]). Every operator takes and returns host memory (`[f32]` rows), which the OpenCL
 //! backend shares with its device, so a forward pass can run each batch on either backend over
 //! the same KV cache ([`Placement`]).
 
 pub mod compare;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(any(feature = "opencl", feature = "cuda"))]
+mod gpu;
 #[cfg(feature = "opencl")]
 pub mod opencl;
 mod placement;
@@ -39,14 +44,38 @@ pub enum BackendError {
         "no OpenCL runtime found ({0}): install an OpenCL driver or ICD (on Debian/Ubuntu: ocl-icd-libopencl1 plus a driver such as pocl-opencl-icd)"
     )]
     NoRuntime(String),
-    /// The OpenCL runtime has no device.
-    #[error("the OpenCL runtime lists no device")]
+    /// The OpenCL runtime (or the CUDA driver) has no device.
+    #[error("the GPU runtime lists no device")]
     NoDevice,
+    /// The CUDA backend was asked for but this build does not have it.
+    #[error(
+        "this ferrolm was built without CUDA: rebuild with `--features cuda` (no CUDA files needed to build) to use --backend cuda"
+    )]
+    CudaNotBuilt,
+    /// No CUDA driver could be loaded or initialised.
+    #[error("no CUDA driver found ({0}): install the NVIDIA driver (libcuda.so.1)")]
+    NoCudaDriver(String),
+    /// NVRTC, which compiles the CUDA kernels at start, could not be loaded.
+    #[error(
+        "the CUDA backend compiles its kernels with NVRTC and libnvrtc.so was not found: install the CUDA toolkit (or `pip install nvidia-cuda-nvrtc`) and put its lib folder on LD_LIBRARY_PATH"
+    )]
+    NoNvrtc,
+    /// `FERROLM_CUDA_DEVICE` names no device.
+    #[error("no CUDA device matches FERROLM_CUDA_DEVICE={0:?}")]
+    CudaDeviceNotFound(String),
+    /// A CUDA driver call failed.
+    #[error("{what} failed: {message}")]
+    Cuda {
+        /// The driver call.
+        what: &'static str,
+        /// The driver's error.
+        message: String,
+    },
     /// `FERROLM_OPENCL_DEVICE` names no device.
     #[error("no OpenCL device matches FERROLM_OPENCL_DEVICE={0:?}")]
     DeviceNotFound(String),
     /// The kernels did not compile for the device.
-    #[error("compiling the OpenCL kernels failed: {0}")]
+    #[error("compiling the GPU kernels failed: {0}")]
     Compile(String),
     /// An OpenCL call failed.
     #[error("{what} failed (OpenCL error {code})")]
@@ -75,7 +104,7 @@ pub enum BackendError {
         code: i32,
     },
     /// A kernel is missing from the compiled program.
-    #[error("the OpenCL program has no kernel {0}")]
+    #[error("the compiled GPU program has no kernel {0}")]
     MissingKernel(String),
     /// The backend cannot run this model or cache (a weight type, a KV cache type).
     #[error("the {backend} backend does not support {what}")]
@@ -93,7 +122,7 @@ pub type BackendResult<T = ()> = std::result::Result<T, BackendError>;
 /// The operators of a transformer forward pass. Shapes are row-major; `n` is the number of
 /// tokens (rows). Every method leaves its result in host memory.
 pub trait Backend: Send + Sync + fmt::Debug {
-    /// Short name ("cpu", "opencl").
+    /// Short name ("cpu", "opencl", "cuda").
     fn name(&self) -> &'static str;
 
     /// What the backend runs on, for people ("cpu", "OpenCL: <device> (<platform>)").
@@ -398,9 +427,33 @@ pub fn opencl() -> BackendResult<Arc<dyn Backend>> {
     }
 }
 
+/// The CUDA backend on device `FERROLM_CUDA_DEVICE` (default 0), or why there is none (a
+/// build without the feature, no driver, no NVRTC, no device, kernels that do not compile).
+pub fn cuda() -> BackendResult<Arc<dyn Backend>> {
+    #[cfg(feature = "cuda")]
+    {
+        Ok(cuda::CudaBackend::shared()?)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(BackendError::CudaNotBuilt)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_without_cuda_says_how_to_get_it() {
+        let msg = BackendError::CudaNotBuilt.to_string();
+        assert!(msg.contains("built without CUDA") && msg.contains("--features cuda"), "{msg}");
+        #[cfg(not(feature = "cuda"))]
+        {
+            assert!(matches!(cuda(), Err(BackendError::CudaNotBuilt)));
+            assert!(matches!(BackendChoice::Cuda.resolve(32, None), Err(BackendError::CudaNotBuilt)));
+        }
+    }
 
     #[test]
     fn a_build_without_opencl_says_how_to_get_it() {

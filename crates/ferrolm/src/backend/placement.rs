@@ -97,7 +97,9 @@ pub enum BackendChoice {
     Cpu,
     /// OpenCL (an error when the build or the machine has none).
     OpenCl,
-    /// OpenCL when a GPU is there, else the CPU.
+    /// CUDA (an error when the build or the machine has none).
+    Cuda,
+    /// A GPU when there is one (CUDA first, then an OpenCL GPU), else the CPU.
     Auto,
     /// Prompt chunks on OpenCL, decode steps on the CPU.
     Hybrid,
@@ -110,9 +112,10 @@ impl FromStr for BackendChoice {
         match s.to_ascii_lowercase().as_str() {
             "cpu" => Ok(Self::Cpu),
             "opencl" | "gpu" => Ok(Self::OpenCl),
+            "cuda" => Ok(Self::Cuda),
             "auto" => Ok(Self::Auto),
             "hybrid" => Ok(Self::Hybrid),
-            _ => Err(format!("unknown backend '{s}' (use cpu, opencl, auto or hybrid)")),
+            _ => Err(format!("unknown backend '{s}' (use cpu, opencl, cuda, auto or hybrid)")),
         }
     }
 }
@@ -122,6 +125,7 @@ impl fmt::Display for BackendChoice {
         f.write_str(match self {
             Self::Cpu => "cpu",
             Self::OpenCl => "opencl",
+            Self::Cuda => "cuda",
             Self::Auto => "auto",
             Self::Hybrid => "hybrid",
         })
@@ -130,19 +134,24 @@ impl fmt::Display for BackendChoice {
 
 impl BackendChoice {
     /// The placement this choice means. `min_batch` and `switch_ctx` configure the hybrid.
-    /// `Auto` takes OpenCL only for a GPU device (a CPU OpenCL device such as PoCL is slower
-    /// than the CPU backend) and falls back to the CPU with a log line otherwise.
+    /// `Auto` takes CUDA when it starts, else OpenCL only for a GPU device (a CPU OpenCL device
+    /// such as PoCL is slower than the CPU backend), and falls back to the CPU with a log line
+    /// otherwise.
     pub fn resolve(self, min_batch: usize, switch_ctx: Option<usize>) -> BackendResult<Placement> {
         match self {
             Self::Cpu => Ok(Placement::default()),
             Self::OpenCl => Ok(Placement::Single(super::opencl()?)),
+            Self::Cuda => Ok(Placement::Single(super::cuda()?)),
             Self::Hybrid => Ok(Placement::Hybrid {
                 prefill: super::opencl()?,
                 decode: Arc::new(CpuBackend),
                 min_batch: min_batch.max(1),
                 switch_ctx,
             }),
-            Self::Auto => match auto_gpu() {
+            Self::Auto => match super::cuda().or_else(|e| {
+                tracing::debug!(reason = %e, "backend auto: no CUDA");
+                auto_gpu()
+            }) {
                 Ok(b) => Ok(Placement::Single(b)),
                 Err(e) => {
                     tracing::info!(reason = %e, "backend auto: using the CPU");

@@ -3,6 +3,8 @@
 
 use std::path::PathBuf;
 
+pub mod parity;
+
 /// Folder holding the real model files: `$FERROLM_MODEL_DIR`, else the cache folder that
 /// `ferrolm pull` (and `scripts/fetch-test-models.sh`) downloads into.
 pub fn model_dir() -> PathBuf {

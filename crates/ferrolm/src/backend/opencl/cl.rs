@@ -27,16 +27,9 @@ use opencl3::platform::get_platforms;
 use opencl3::program::Program;
 use opencl3::types::{CL_BLOCKING, cl_device_id, cl_mem};
 
-use super::super::BackendError;
+use crate::backend::gpu::{Arg, Device as GpuDevice, DeviceView, SOURCES};
+use crate::backend::{BackendError, BackendResult};
 use crate::ops::Weight;
-
-/// The kernels' sources, compiled together into one program.
-const SOURCES: &[&str] = &[
-    include_str!("kernels/common.cl"),
-    include_str!("kernels/quant.cl"),
-    include_str!("kernels/ops.cl"),
-    include_str!("kernels/attention.cl"),
-];
 
 /// Build options: IEEE division and square root, so quantization scales round like the CPU's.
 const BUILD_OPTIONS: &str = "-cl-std=CL1.2 -cl-fp32-correctly-rounded-divide-sqrt";
@@ -107,21 +100,6 @@ pub fn pick_device() -> Result<(cl_device_id, DeviceInfo), BackendError> {
     Ok(devices[first_gpu].clone())
 }
 
-/// A kernel argument.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Arg {
-    /// A buffer.
-    Mem(cl_mem),
-    /// `int`.
-    I32(i32),
-    /// `uint`.
-    U32(u32),
-    /// `float`.
-    F32(f32),
-    /// `__local` memory of this many bytes.
-    Local(usize),
-}
-
 /// An OpenCL buffer this module owns (released on drop).
 #[derive(Debug)]
 pub(crate) struct DevBuf {
@@ -150,9 +128,8 @@ pub(crate) struct View<'a> {
     _host: PhantomData<&'a mut [u8]>,
 }
 
-impl View<'_> {
-    /// The handle, for [`Arg::Mem`].
-    pub(crate) fn mem(&self) -> cl_mem {
+impl DeviceView<cl_mem> for View<'_> {
+    fn mem(&self) -> cl_mem {
         self.buf.mem
     }
 }
@@ -228,8 +205,27 @@ impl Cl {
         Ok(DevBuf { mem, bytes })
     }
 
+    /// Waits for every queued command.
+    pub(crate) fn finish(&self) -> Result<(), BackendError> {
+        self.queue.finish().map_err(cl_err("clFinish"))
+    }
+}
+
+impl GpuDevice for Cl {
+    type Mem = cl_mem;
+    type View<'a> = View<'a>;
+
+    const NAME: &'static str = "opencl";
+
+    fn describe(&self) -> String {
+        let i = &self.info;
+        let kind = if i.is_gpu { "GPU" } else { "non-GPU device" };
+        let mem = if i.unified_memory { "unified memory" } else { "own memory" };
+        format!("OpenCL: {} ({}, {kind}, {mem}, {})", i.name, i.platform, i.version)
+    }
+
     /// A read-only device view of `data` for one operator.
-    pub(crate) fn view<'a, T: Copy>(&self, data: &'a [T]) -> Result<View<'a>, BackendError> {
+    fn view<'a, T: Copy>(&self, data: &'a [T]) -> BackendResult<View<'a>> {
         let bytes = std::mem::size_of_val(data);
         let (ptr, bytes) =
             if bytes == 0 { (self.empty.as_ptr(), MIN_BYTES) } else { (data.as_ptr() as *const u8, bytes) };
@@ -240,7 +236,7 @@ impl Cl {
 
     /// A read-write device view of `data` for one operator; call [`Cl::sync`] before the host
     /// reads it again.
-    pub(crate) fn view_mut<'a, T: Copy>(&self, data: &'a mut [T]) -> Result<View<'a>, BackendError> {
+    fn view_mut<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<View<'a>> {
         let bytes = std::mem::size_of_val(data);
         if bytes == 0 {
             let buf = self.create(CL_MEM_READ_WRITE, MIN_BYTES, ptr::null_mut())?;
@@ -253,7 +249,7 @@ impl Cl {
 
     /// Waits for the queued kernels and makes the device's writes to `view` visible in the host
     /// memory it wraps (a blocking map and unmap: free on unified memory).
-    pub(crate) fn sync(&self, view: &View<'_>) -> Result<(), BackendError> {
+    fn sync(&self, view: &View<'_>) -> BackendResult {
         let mut mapped: cl_mem = ptr::null_mut();
         // SAFETY: `view` is a live buffer of `bytes` bytes; the blocking map returns once the
         // device's writes are in host memory; the pointer is unmapped right away.
@@ -278,13 +274,8 @@ impl Cl {
         self.finish()
     }
 
-    /// Waits for every queued command.
-    pub(crate) fn finish(&self) -> Result<(), BackendError> {
-        self.queue.finish().map_err(cl_err("clFinish"))
-    }
-
     /// The device buffer of a weight's bytes, wrapped on first use and kept.
-    pub(crate) fn weight(&mut self, w: &Weight) -> Result<cl_mem, BackendError> {
+    fn weight(&mut self, w: &Weight) -> BackendResult<cl_mem> {
         let data = w.data();
         let key = (data.as_ptr() as usize, data.len());
         if let Some((b, _)) = self.weights.get(&key) {
@@ -300,7 +291,7 @@ impl Cl {
     }
 
     /// Device-only scratch buffer number `slot` of at least `bytes` bytes (contents undefined).
-    pub(crate) fn scratch(&mut self, slot: usize, bytes: usize) -> Result<cl_mem, BackendError> {
+    fn scratch(&mut self, slot: usize, bytes: usize) -> BackendResult<cl_mem> {
         if self.scratch.len() <= slot {
             self.scratch.resize_with(slot + 1, || None);
         }
@@ -320,10 +311,10 @@ impl Cl {
 
     /// Enqueues kernel `name` over `global` work items (1 to 3 dimensions) with work groups of
     /// `local` (or the runtime's choice).
-    pub(crate) fn run(
+    fn run(
         &self,
         name: &str,
-        args: &[Arg],
+        args: &[Arg<cl_mem>],
         global: &[usize],
         local: Option<&[usize]>,
     ) -> Result<(), BackendError> {
@@ -342,7 +333,6 @@ impl Cl {
                     Arg::I32(v) => k.set_arg(i, v),
                     Arg::U32(v) => k.set_arg(i, v),
                     Arg::F32(v) => k.set_arg(i, v),
-                    Arg::Local(n) => k.set_arg_local_buffer(i, *n),
                 }
             };
             r.map_err(|e| BackendError::KernelArg { kernel: name.to_string(), index: i, code: e.0 })?;

@@ -7,6 +7,9 @@
 // Output dimensions per work item of attn_partial: head_dim <= ATTN_DPI * local size.
 #define ATTN_DPI 8
 
+// Work items per attn_partial work group (GROUP in attention.rs): slots per tile.
+#define ATTN_GROUP 64
+
 // Element `i` of an f16 (`is_f16`) or f32 array.
 inline float attn_ld(__global const uchar *p, size_t i, int is_f16) {
     return is_f16 ? vload_half(i, (__global const half *)p) : ((__global const float *)p)[i];
@@ -28,11 +31,10 @@ __kernel void attn_partial(__global const float *q,     // [n_tok, n_head * head
                            __global float *part,        // [n_ranges, n_q, n_head, 2 + head_dim]
                            uint head_dim, uint n_head, uint group, uint kv_dim, float scale,
                            float softcap, int has_window, uint window, int k_f16, int v_f16,
-                           int round_q,
-                           __local float *ql,   // [head_dim]
-                           __local float *wt,   // [local size]: scores, then weights
-                           __local float *fac)  // [local size]: rescaling factors
-{
+                           int round_q) {
+    __local float ql[ATTN_DPI * ATTN_GROUP];  // [head_dim]
+    __local float wt[ATTN_GROUP];             // scores, then weights
+    __local float fac[ATTN_GROUP];            // rescaling factors
     uint lid = get_local_id(0), nl = get_local_size(0);
     uint h = get_group_id(0), qi = get_global_id(1), r = get_global_id(2);
     uint n_q = get_global_size(1);

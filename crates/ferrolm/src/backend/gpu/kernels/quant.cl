@@ -1,4 +1,4 @@
-// Matrix products and row gathers on quantized weights (driven by opencl/matmul.rs).
+// Matrix products and row gathers on quantized weights (driven by gpu/matmul.rs).
 //
 // Weights are GGML blocks read as bytes (layouts in ferrolm_kernels::quant). For a quantized
 // weight the activations are first quantized on the device into the weight's "vec_dot type"
@@ -69,9 +69,9 @@ inline int q_nib5(__global const uchar *qs, uint qh, uint i) {
 // 6-bit scale and minimum of sub-block `j` (0..8) from the 12 packed bytes `s` of a Q4_K block.
 inline int2 q_scale_min_k4(__global const uchar *s, uint j) {
     if (j < 4) {
-        return (int2)(s[j] & 63, s[j + 4] & 63);
+        return MAKE_INT2(s[j] & 63, s[j + 4] & 63);
     }
-    return (int2)((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    return MAKE_INT2((s[j + 4] & 15) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4));
 }
 
 // ---- Activation quantizers ---------------------------------------------------------------
@@ -161,7 +161,7 @@ __kernel void q_act_q8_k(__global const float *x, __global uchar *xq, uint block
 
 // Sums `acc` over the work group (local memory `red` [MM_WG]) and stores it in `*out` from
 // work item 0. Every work item of the group must call it.
-inline void mm_store(float acc, __local float *red, __global float *out) {
+inline void mm_store(float acc, LOCAL_PTR float *red, __global float *out) {
     uint lid = get_local_id(0);
     red[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);

@@ -1,10 +1,10 @@
-//! The OpenCL matmul and gather kernels against the CPU backend.
+//! The GPU matmul and gather kernels (on OpenCL) against the CPU backend.
 
 use ferrolm_kernels::quant;
 use half::f16;
 
-use super::cl::Arg;
 use super::test_util::{backend, rand_vec, rel_err};
+use super::{Arg, Device, DeviceView};
 use crate::GgmlType;
 use crate::backend::{Backend, BackendError, CpuBackend};
 use crate::ops::Weight;
@@ -161,7 +161,7 @@ fn activation_quantizers_match_cpu_bit_for_bit() {
         }
         let mut got = vec![0xaau8; n * rb]; // [n, rb]
         {
-            let cl = b.cl();
+            let cl = b.dev();
             let xv = cl.view(&x).expect("view");
             let ov = cl.view_mut(&mut got).expect("view");
             let blocks = n * cols / block;

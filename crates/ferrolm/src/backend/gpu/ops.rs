@@ -7,7 +7,7 @@
 
 use half::f16;
 
-use super::cl::{Arg, Cl};
+use super::{Arg, Device, DeviceView};
 use crate::backend::{BackendError, BackendResult};
 use crate::ops::{Activation, RopeStyle};
 
@@ -15,52 +15,56 @@ use crate::ops::{Activation, RopeStyle};
 const ROW_GROUP: usize = 128;
 
 /// RMSNorm of rows of `w.len()`, times `w`, into `out`.
-pub(super) fn rms_norm(cl: &mut Cl, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> BackendResult {
+pub(super) fn rms_norm<D: Device>(
+    dev: &mut D,
+    x: &[f32],
+    w: &[f32],
+    eps: f32,
+    out: &mut [f32],
+) -> BackendResult {
     let cols = w.len();
     if cols == 0 {
         return Ok(());
     }
     let rows = x.len().min(out.len()) / cols;
     let (x, out) = (&x[..rows * cols], &mut out[..rows * cols]);
-    let (xv, wv, ov) = (cl.view(x)?, cl.view(w)?, cl.view_mut(out)?);
+    let (xv, wv, ov) = (dev.view(x)?, dev.view(w)?, dev.view_mut(out)?);
     let args = [
         Arg::Mem(xv.mem()),
         Arg::Mem(wv.mem()),
         Arg::Mem(ov.mem()),
-        Arg::U32(dim(cols)?),
+        Arg::U32(dim::<D>(cols)?),
         Arg::F32(eps),
         Arg::I32(0),
-        Arg::Local(ROW_GROUP * 4),
     ];
-    cl.run("op_rms_norm", &args, &[rows * ROW_GROUP], Some(&[ROW_GROUP]))?;
-    cl.sync(&ov)
+    dev.run("op_rms_norm", &args, &[rows * ROW_GROUP], Some(&[ROW_GROUP]))?;
+    dev.sync(&ov)
 }
 
 /// RMSNorm in place, rows of `w.len()`.
-pub(super) fn rms_norm_inplace(cl: &mut Cl, x: &mut [f32], w: &[f32], eps: f32) -> BackendResult {
+pub(super) fn rms_norm_inplace<D: Device>(dev: &mut D, x: &mut [f32], w: &[f32], eps: f32) -> BackendResult {
     let cols = w.len();
     if cols == 0 {
         return Ok(());
     }
     let rows = x.len() / cols;
-    let (xv, wv) = (cl.view_mut(&mut x[..rows * cols])?, cl.view(w)?);
+    let (xv, wv) = (dev.view_mut(&mut x[..rows * cols])?, dev.view(w)?);
     let args = [
         Arg::Mem(xv.mem()),
         Arg::Mem(wv.mem()),
         Arg::Mem(xv.mem()),
-        Arg::U32(dim(cols)?),
+        Arg::U32(dim::<D>(cols)?),
         Arg::F32(eps),
         Arg::I32(1),
-        Arg::Local(ROW_GROUP * 4),
     ];
-    cl.run("op_rms_norm", &args, &[rows * ROW_GROUP], Some(&[ROW_GROUP]))?;
-    cl.sync(&xv)
+    dev.run("op_rms_norm", &args, &[rows * ROW_GROUP], Some(&[ROW_GROUP]))?;
+    dev.sync(&xv)
 }
 
 /// RoPE of every head of `n` rows: `x: [n, heads * head_dim]`, `cos_sin: [n, pairs]`; the first
 /// `2 * pairs` dimensions of each head rotate.
-pub(super) fn rope(
-    cl: &mut Cl,
+pub(super) fn rope<D: Device>(
+    dev: &mut D,
     x: &mut [f32],
     n: usize,
     head_dim: usize,
@@ -73,7 +77,7 @@ pub(super) fn rope(
     let (width, pairs) = (x.len() / n, cos_sin.len() / n);
     if 2 * pairs > head_dim {
         return Err(BackendError::Unsupported {
-            backend: "opencl",
+            backend: D::NAME,
             what: format!("RoPE of {} dimensions in heads of {head_dim}", 2 * pairs),
         });
     }
@@ -82,33 +86,33 @@ pub(super) fn rope(
         return Ok(());
     }
     // `(f32, f32)` pairs: the kernel reads them as `[n, pairs, 2]` floats.
-    let (xv, cv) = (cl.view_mut(&mut x[..n * width])?, cl.view(&cos_sin[..n * pairs])?);
+    let (xv, cv) = (dev.view_mut(&mut x[..n * width])?, dev.view(&cos_sin[..n * pairs])?);
     let neox = matches!(style, RopeStyle::Neox);
     let args = [
         Arg::Mem(xv.mem()),
         Arg::Mem(cv.mem()),
-        Arg::U32(dim(width)?),
-        Arg::U32(dim(head_dim)?),
-        Arg::U32(dim(pairs)?),
+        Arg::U32(dim::<D>(width)?),
+        Arg::U32(dim::<D>(head_dim)?),
+        Arg::U32(dim::<D>(pairs)?),
         Arg::I32(neox.into()),
     ];
-    cl.run("op_rope", &args, &[pairs, heads, n], None)?;
-    cl.sync(&xv)
+    dev.run("op_rope", &args, &[pairs, heads, n], None)?;
+    dev.sync(&xv)
 }
 
 /// Row softmax in place, rows of `cols`.
-pub(super) fn softmax(cl: &mut Cl, x: &mut [f32], cols: usize) -> BackendResult {
+pub(super) fn softmax<D: Device>(dev: &mut D, x: &mut [f32], cols: usize) -> BackendResult {
     let cols = cols.max(1);
     let rows = x.len() / cols;
-    let xv = cl.view_mut(&mut x[..rows * cols])?;
-    let args = [Arg::Mem(xv.mem()), Arg::U32(dim(cols)?), Arg::Local(ROW_GROUP * 4)];
-    cl.run("op_softmax", &args, &[rows * ROW_GROUP], Some(&[ROW_GROUP]))?;
-    cl.sync(&xv)
+    let xv = dev.view_mut(&mut x[..rows * cols])?;
+    let args = [Arg::Mem(xv.mem()), Arg::U32(dim::<D>(cols)?)];
+    dev.run("op_softmax", &args, &[rows * ROW_GROUP], Some(&[ROW_GROUP]))?;
+    dev.sync(&xv)
 }
 
 /// `gate = act(gate) * up`; `exact`: GELU in f32 instead of through llama.cpp's f16 table.
-pub(super) fn gated_activation(
-    cl: &mut Cl,
+pub(super) fn gated_activation<D: Device>(
+    dev: &mut D,
     gate: &mut [f32],
     up: &[f32],
     act: Activation,
@@ -120,29 +124,29 @@ pub(super) fn gated_activation(
         (Activation::GeluTanh, true) => 1,
         (Activation::GeluTanh, false) => 2,
     };
-    let (gv, uv) = (cl.view_mut(&mut gate[..n])?, cl.view(&up[..n])?);
-    cl.run("op_gated", &[Arg::Mem(gv.mem()), Arg::Mem(uv.mem()), Arg::I32(mode)], &[n], None)?;
-    cl.sync(&gv)
+    let (gv, uv) = (dev.view_mut(&mut gate[..n])?, dev.view(&up[..n])?);
+    dev.run("op_gated", &[Arg::Mem(gv.mem()), Arg::Mem(uv.mem()), Arg::I32(mode)], &[n], None)?;
+    dev.sync(&gv)
 }
 
 /// `x += y`.
-pub(super) fn add(cl: &mut Cl, x: &mut [f32], y: &[f32]) -> BackendResult {
+pub(super) fn add<D: Device>(dev: &mut D, x: &mut [f32], y: &[f32]) -> BackendResult {
     let n = x.len().min(y.len());
-    let (xv, yv) = (cl.view_mut(&mut x[..n])?, cl.view(&y[..n])?);
-    cl.run("op_add", &[Arg::Mem(xv.mem()), Arg::Mem(yv.mem())], &[n], None)?;
-    cl.sync(&xv)
+    let (xv, yv) = (dev.view_mut(&mut x[..n])?, dev.view(&y[..n])?);
+    dev.run("op_add", &[Arg::Mem(xv.mem()), Arg::Mem(yv.mem())], &[n], None)?;
+    dev.sync(&xv)
 }
 
 /// f32 → f16, rounded to nearest even (as `half::f16::from_f32`).
-pub(super) fn copy_to_f16(cl: &mut Cl, src: &[f32], dst: &mut [f16]) -> BackendResult {
+pub(super) fn copy_to_f16<D: Device>(dev: &mut D, src: &[f32], dst: &mut [f16]) -> BackendResult {
     let n = src.len().min(dst.len());
-    let (sv, dv) = (cl.view(&src[..n])?, cl.view_mut(&mut dst[..n])?);
-    cl.run("op_to_f16", &[Arg::Mem(sv.mem()), Arg::Mem(dv.mem())], &[n], None)?;
-    cl.sync(&dv)
+    let (sv, dv) = (dev.view(&src[..n])?, dev.view_mut(&mut dst[..n])?);
+    dev.run("op_to_f16", &[Arg::Mem(sv.mem()), Arg::Mem(dv.mem())], &[n], None)?;
+    dev.sync(&dv)
 }
 
 /// A size as a kernel's `uint`, or an error when it does not fit.
-pub(super) fn dim(n: usize) -> BackendResult<u32> {
+pub(super) fn dim<D: Device>(n: usize) -> BackendResult<u32> {
     u32::try_from(n)
-        .map_err(|_| BackendError::Unsupported { backend: "opencl", what: format!("a dimension of {n}") })
+        .map_err(|_| BackendError::Unsupported { backend: D::NAME, what: format!("a dimension of {n}") })
 }

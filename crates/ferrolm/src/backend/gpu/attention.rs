@@ -1,10 +1,11 @@
 //! Attention over the KV cache (kernels in `kernels/attention.cl`), with the semantics and,
 //! closely, the numerics of [`crate::backend::cpu::attention`].
 //!
-//! The batch is processed sequence by sequence, over views of that sequence's cached keys,
-//! values and positions (the cache's own memory: nothing is copied on unified memory). For each
-//! of its queries the host finds the first and last visible slot and cuts that span into
-//! ranges; `attn_partial` attends every (query head, query, range) in one work-group, walking
+//! The batch's sequences are planned one by one: for each of its queries the host finds the
+//! first and last visible slot of its sequence's cache and cuts that span into ranges. The
+//! sequences of each numeric path (below) then run as one launch pair over their cached keys,
+//! values and positions side by side (a lone sequence's viewed in place: nothing is copied on
+//! unified memory; see `Launch`); `attn_partial` attends every (query head, query, range) in one work-group, walking
 //! the range's slots in tiles, and `attn_merge` combines each query's ranges into its output
 //! row. Nothing proportional to the context is stored: the partial results are
 //! `[n_ranges, n_q, n_head, 2 + head_dim]`.
@@ -16,8 +17,12 @@
 //! prompts take the f32 path: the same kernel without rounding, one range per query. Values
 //! are accumulated in f32 on both paths, as on the CPU.
 
-use super::cl::{Arg, Cl};
+use std::borrow::Cow;
+
+use half::f16;
+
 use super::ops::dim;
+use super::{Arg, Device, DeviceView};
 use crate::backend::{AttentionShape, BackendError, BackendResult};
 use crate::batch::BatchEntry;
 use crate::kv::{KvCache, KvType, RowsView, SeqId};
@@ -42,8 +47,8 @@ const INFO: usize = 5;
 /// Causal attention of every entry over its sequence's cache in `layer` (see
 /// [`crate::backend::cpu::attention`]). `q`, `out`: `[entries.len(), n_head * head_dim]`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn attention(
-    cl: &mut Cl,
+pub(super) fn attention<D: Device>(
+    dev: &mut D,
     shape: AttentionShape,
     entries: &[BatchEntry],
     prompt_chunks: &[(SeqId, u32)],
@@ -52,8 +57,8 @@ pub(super) fn attention(
     q: &[f32],
     out: &mut [f32],
 ) -> BackendResult {
-    check_kv(kv)?;
-    check_shape(&shape, entries.len(), kv, q, out)?;
+    check_kv::<D>(kv)?;
+    check_shape::<D>(&shape, entries.len(), kv, q, out)?;
     out.fill(0.0);
     let hd = shape.head_dim;
     let group = shape.n_head / shape.n_head_kv;
@@ -90,17 +95,24 @@ pub(super) fn attention(
         }
         plans.push(SeqPlan { id, n_q: rows.len(), n_ranges, per_query, info });
     }
-    let part_floats = plans.iter().map(|p| p.n_ranges * p.n_q).max().unwrap_or(0) * shape.n_head * (2 + hd);
-    let part = cl.scratch(PART_SLOT, part_floats * 4)?;
+    // One launch pair per path: the sequences of a path side by side (see `Launch`).
+    let launches: Vec<Launch<'_>> = [true, false]
+        .into_iter()
+        .filter_map(|pq| {
+            Launch::merge::<D>(kv, layer, plans.iter().filter(|p| p.per_query == pq).collect()).transpose()
+        })
+        .collect::<BackendResult<_>>()?;
+    let part_floats =
+        launches.iter().map(|l| l.n_ranges * l.n_q).max().unwrap_or(0) * shape.n_head * (2 + hd);
+    let part = dev.scratch(PART_SLOT, part_floats * 4)?;
 
-    let qv = cl.view(q)?;
-    let ov = cl.view_mut(out)?;
+    let qv = dev.view(q)?;
+    let ov = dev.view_mut(out)?;
     let mut views = Vec::new();
-    for p in &plans {
-        let Some(cache) = kv.seq(p.id) else { continue };
-        let (kview, k_f16) = rows_view(cl, cache.keys(layer))?;
-        let (vview, v_f16) = rows_view(cl, cache.values(layer))?;
-        let (iview, pview) = (cl.view(&p.info)?, cl.view(cache.positions())?);
+    for l in &launches {
+        let (kview, k_f16) = l.keys.view(&*dev)?;
+        let (vview, v_f16) = l.values.view(&*dev)?;
+        let (iview, pview) = (dev.view(&l.info)?, dev.view(&l.positions)?);
         let args = [
             Arg::Mem(qv.mem()),
             Arg::Mem(iview.mem()),
@@ -108,37 +120,123 @@ pub(super) fn attention(
             Arg::Mem(kview.mem()),
             Arg::Mem(vview.mem()),
             Arg::Mem(part),
-            Arg::U32(dim(hd)?),
-            Arg::U32(dim(shape.n_head)?),
-            Arg::U32(dim(group)?),
-            Arg::U32(dim(shape.n_head_kv * hd)?),
+            Arg::U32(dim::<D>(hd)?),
+            Arg::U32(dim::<D>(shape.n_head)?),
+            Arg::U32(dim::<D>(group)?),
+            Arg::U32(dim::<D>(shape.n_head_kv * hd)?),
             Arg::F32(shape.scale),
             Arg::F32(shape.softcap.unwrap_or(0.0)),
             Arg::I32(window.is_some().into()),
             Arg::U32(window.unwrap_or(0)),
             Arg::I32(k_f16.into()),
             Arg::I32(v_f16.into()),
-            Arg::I32((p.per_query && k_f16).into()),
-            Arg::Local(hd * 4),
-            Arg::Local(GROUP * 4),
-            Arg::Local(GROUP * 4),
+            Arg::I32((l.per_query && k_f16).into()),
         ];
-        cl.run("attn_partial", &args, &[GROUP * shape.n_head, p.n_q, p.n_ranges], Some(&[GROUP, 1, 1]))?;
+        dev.run("attn_partial", &args, &[GROUP * shape.n_head, l.n_q, l.n_ranges], Some(&[GROUP, 1, 1]))?;
         let args = [
             Arg::Mem(part),
             Arg::Mem(iview.mem()),
             Arg::Mem(ov.mem()),
-            Arg::U32(dim(hd)?),
-            Arg::U32(dim(shape.n_head)?),
-            Arg::U32(dim(p.n_ranges)?),
+            Arg::U32(dim::<D>(hd)?),
+            Arg::U32(dim::<D>(shape.n_head)?),
+            Arg::U32(dim::<D>(l.n_ranges)?),
         ];
-        cl.run("attn_merge", &args, &[hd, shape.n_head, p.n_q], None)?;
-        // Kept until the queue has run: the kernels read the views' host memory.
+        dev.run("attn_merge", &args, &[hd, shape.n_head, l.n_q], None)?;
+        // Kept until the queue has run: the kernels read the views' memory.
         views.extend([kview, vview, iview, pview]);
     }
-    cl.sync(&ov)?;
+    dev.sync(&ov)?;
     drop(views);
     Ok(())
+}
+
+/// One layer's cached rows of one or more sequences, as stored (f16 or f32).
+enum Cached<'a> {
+    F16(Cow<'a, [f16]>),
+    F32(Cow<'a, [f32]>),
+}
+
+impl Cached<'_> {
+    /// A device view of the rows and whether they are f16 (else f32).
+    fn view<D: Device>(&self, dev: &D) -> BackendResult<(D::View<'_>, bool)> {
+        Ok(match self {
+            Cached::F16(x) => (dev.view(x)?, true),
+            Cached::F32(x) => (dev.view(x)?, false),
+        })
+    }
+
+    /// Appends `rows` (of the same storage type).
+    fn extend<D: Device>(&mut self, rows: RowsView<'_>) -> BackendResult {
+        match (self, rows.as_f16(), rows.as_f32()) {
+            (Cached::F16(x), Some(r), _) => x.to_mut().extend_from_slice(r),
+            (Cached::F32(x), _, Some(r)) => x.to_mut().extend_from_slice(r),
+            _ => return Err(unsupported::<D>("a KV cache mixing storage types".into())),
+        }
+        Ok(())
+    }
+}
+
+/// The sequences of one path (per-query or f32) attended by one `attn_partial` and one
+/// `attn_merge` launch: their cached rows and positions side by side, each sequence's `info`
+/// slots offset by the slots before it. A lone sequence's rows are viewed where they are (on
+/// unified memory, nothing is copied); several are copied into one buffer, so a batch of many
+/// sequences (a server's decode step) costs two launches and one copy of each input per layer
+/// rather than as many as it has sequences.
+struct Launch<'a> {
+    n_q: usize,
+    n_ranges: usize,
+    per_query: bool,
+    /// `[n_q, INFO]`
+    info: Vec<u32>,
+    /// `[n_slots]`
+    positions: Cow<'a, [u32]>,
+    /// `[n_slots, kv_dim]`
+    keys: Cached<'a>,
+    /// `[n_slots, kv_dim]`
+    values: Cached<'a>,
+}
+
+impl<'a> Launch<'a> {
+    /// The launch of `plans` (all of one path), `None` when there are none.
+    fn merge<D: Device>(kv: &'a KvCache, layer: usize, plans: Vec<&SeqPlan>) -> BackendResult<Option<Self>> {
+        let mut launch: Option<Launch<'a>> = None;
+        for p in plans {
+            let Some(cache) = kv.seq(p.id) else { continue };
+            let Some(l) = launch.as_mut() else {
+                launch = Some(Launch {
+                    n_q: p.n_q,
+                    n_ranges: p.n_ranges,
+                    per_query: p.per_query,
+                    info: p.info.clone(),
+                    positions: Cow::Borrowed(cache.positions()),
+                    keys: cached::<D>(cache.keys(layer))?,
+                    values: cached::<D>(cache.values(layer))?,
+                });
+                continue;
+            };
+            let offset = l.positions.len() as u32;
+            l.info.extend(
+                p.info.chunks_exact(INFO).flat_map(|i| [i[0], i[1], i[2] + offset, i[3] + offset, i[4]]),
+            );
+            l.positions.to_mut().extend_from_slice(cache.positions());
+            l.keys.extend::<D>(cache.keys(layer))?;
+            l.values.extend::<D>(cache.values(layer))?;
+            l.n_q += p.n_q;
+            l.n_ranges = l.n_ranges.max(p.n_ranges);
+        }
+        Ok(launch)
+    }
+}
+
+/// A layer's cached rows as stored, borrowed.
+fn cached<D: Device>(rows: RowsView<'_>) -> BackendResult<Cached<'_>> {
+    if let Some(x) = rows.as_f16() {
+        return Ok(Cached::F16(Cow::Borrowed(x)));
+    }
+    if let Some(x) = rows.as_f32() {
+        return Ok(Cached::F32(Cow::Borrowed(x)));
+    }
+    Err(unsupported::<D>("a quantized KV cache".into()))
 }
 
 /// One sequence of the batch with a cache: its queries' `info` rows (`[n_q, INFO]`).
@@ -198,31 +296,29 @@ fn group_by_seq(entries: &[BatchEntry]) -> Vec<(SeqId, Vec<usize>)> {
     seqs
 }
 
-/// A device view of a layer's cached rows and whether they are f16 (else f32).
-fn rows_view<'a>(cl: &Cl, rows: RowsView<'a>) -> BackendResult<(super::cl::View<'a>, bool)> {
-    if let Some(x) = rows.as_f16() {
-        return Ok((cl.view(x)?, true));
-    }
-    if let Some(x) = rows.as_f32() {
-        return Ok((cl.view(x)?, false));
-    }
-    Err(unsupported("a quantized KV cache".into()))
-}
-
 /// Checks the head geometry and the buffer shapes (the kernels index by them).
-fn check_shape(shape: &AttentionShape, n_tok: usize, kv: &KvCache, q: &[f32], out: &[f32]) -> BackendResult {
+fn check_shape<D: Device>(
+    shape: &AttentionShape,
+    n_tok: usize,
+    kv: &KvCache,
+    q: &[f32],
+    out: &[f32],
+) -> BackendResult {
     let (nh, nkv, hd) = (shape.n_head, shape.n_head_kv, shape.head_dim);
     if nh == 0 || nkv == 0 || nh % nkv != 0 || hd == 0 || hd > MAX_HEAD_DIM {
-        return Err(unsupported(format!(
+        return Err(unsupported::<D>(format!(
             "attention with {nh} query heads, {nkv} KV heads of {hd} (up to {MAX_HEAD_DIM})"
         )));
     }
     if kv.kv_dim() != nkv * hd {
-        return Err(unsupported(format!("a KV cache of rows of {} for {nkv} heads of {hd}", kv.kv_dim())));
+        return Err(unsupported::<D>(format!(
+            "a KV cache of rows of {} for {nkv} heads of {hd}",
+            kv.kv_dim()
+        )));
     }
     let want = n_tok * nh * hd;
     if q.len() != want || out.len() != want {
-        return Err(unsupported(format!(
+        return Err(unsupported::<D>(format!(
             "attention queries of {} and outputs of {} values for {n_tok} tokens of {nh} heads of {hd}",
             q.len(),
             out.len()
@@ -232,16 +328,16 @@ fn check_shape(shape: &AttentionShape, n_tok: usize, kv: &KvCache, q: &[f32], ou
 }
 
 /// Checks that the kernels can read a cache: f32 or f16 keys and values.
-pub(super) fn check_kv(kv: &KvCache) -> BackendResult {
+pub(super) fn check_kv<D: Device>(kv: &KvCache) -> BackendResult {
     let (k, v) = kv.types();
     for t in [k, v] {
         if !matches!(t, KvType::F16 | KvType::F32) {
-            return Err(unsupported(format!("a {t} KV cache (use f16 or f32)")));
+            return Err(unsupported::<D>(format!("a {t} KV cache (use f16 or f32)")));
         }
     }
     Ok(())
 }
 
-fn unsupported(what: String) -> BackendError {
-    BackendError::Unsupported { backend: "opencl", what }
+fn unsupported<D: Device>(what: String) -> BackendError {
+    BackendError::Unsupported { backend: D::NAME, what }
 }

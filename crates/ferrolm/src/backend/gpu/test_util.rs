@@ -1,6 +1,7 @@
-//! Helpers for the OpenCL backend's tests.
+//! Helpers for the GPU operators' unit tests, which run them on the OpenCL backend (PoCL in CI;
+//! the CUDA backend runs `compare`'s checks of the same operators on a GPU: tests/cuda.rs).
 
-use super::OpenClBackend;
+use crate::backend::opencl::OpenClBackend;
 use std::sync::Arc;
 
 /// The shared backend, or `None` (with a note) when no OpenCL runtime is installed. Under

@@ -2,9 +2,12 @@
 // contraction into fused multiply-adds, so that results round like the CPU backend's.
 #pragma OPENCL FP_CONTRACT OFF
 
+// Work items per row of the row reductions (ROW_GROUP in ops.rs; a power of two).
+#define ROW_GROUP 128
+
 // Sum of `v` over the work-group (a power-of-two size), through `tmp` (one float per item).
 // Every item gets the sum.
-inline float op_group_sum(float v, __local float *tmp) {
+inline float op_group_sum(float v, LOCAL_PTR float *tmp) {
     uint lid = get_local_id(0);
     tmp[lid] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -20,7 +23,7 @@ inline float op_group_sum(float v, __local float *tmp) {
 }
 
 // Maximum of `v` over the work-group (a power-of-two size), like `op_group_sum`.
-inline float op_group_max(float v, __local float *tmp) {
+inline float op_group_max(float v, LOCAL_PTR float *tmp) {
     uint lid = get_local_id(0);
     tmp[lid] = v;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -41,7 +44,8 @@ inline float op_group_max(float v, __local float *tmp) {
 __kernel void op_rms_norm(__global const float *x,  // [rows, cols]
                           __global const float *w,  // [cols]
                           __global float *out,      // [rows, cols]
-                          uint cols, float eps, int inplace_order, __local float *tmp) {
+                          uint cols, float eps, int inplace_order) {
+    __local float tmp[ROW_GROUP];
     size_t base = (size_t)get_group_id(0) * cols;
     uint lid = get_local_id(0), n = get_local_size(0);
     float ss = 0.0f;
@@ -75,7 +79,8 @@ __kernel void op_rope(__global float *x,         // [rows, width]
 
 // Softmax of each row of `cols` in place, one work-group per row.
 __kernel void op_softmax(__global float *x,  // [rows, cols]
-                         uint cols, __local float *tmp) {
+                         uint cols) {
+    __local float tmp[ROW_GROUP];
     size_t base = (size_t)get_group_id(0) * cols;
     uint lid = get_local_id(0), n = get_local_size(0);
     float m = -INFINITY;

@@ -9,7 +9,7 @@
 
 use ferrolm_kernels::quant;
 
-use super::cl::{Arg, Cl};
+use super::{Arg, Device, DeviceView};
 use crate::GgmlType;
 use crate::backend::{BackendError, BackendResult};
 use crate::ops::Weight;
@@ -63,36 +63,42 @@ pub(super) fn supports(ty: GgmlType) -> bool {
 }
 
 /// The error for a weight type without kernels.
-fn unsupported_type(ty: GgmlType) -> BackendError {
-    BackendError::Unsupported { backend: "opencl", what: format!("{ty} weights") }
+fn unsupported_type<D: Device>(ty: GgmlType) -> BackendError {
+    BackendError::Unsupported { backend: D::NAME, what: format!("{ty} weights") }
 }
 
 /// The error for arguments that do not fit together (a caller's bug, reported instead of a
 /// panic or an out-of-bounds kernel).
-fn bad_shape(what: String) -> BackendError {
-    BackendError::Unsupported { backend: "opencl", what }
+fn bad_shape<D: Device>(what: String) -> BackendError {
+    BackendError::Unsupported { backend: D::NAME, what }
 }
 
 /// `v` as a kernel's `uint` argument.
-fn to_u32(v: usize, what: &str) -> BackendResult<u32> {
-    u32::try_from(v).map_err(|_| bad_shape(format!("{what} of {v} (over u32::MAX)")))
+fn to_u32<D: Device>(v: usize, what: &str) -> BackendResult<u32> {
+    u32::try_from(v).map_err(|_| bad_shape::<D>(format!("{what} of {v} (over u32::MAX)")))
 }
 
 /// The kernels for `w`, after checking that its rows are whole blocks.
-fn kernels_for(w: &Weight) -> BackendResult<Kernels> {
-    let k = kernels(w.ty).ok_or_else(|| unsupported_type(w.ty))?;
+fn kernels_for<D: Device>(w: &Weight) -> BackendResult<Kernels> {
+    let k = kernels(w.ty).ok_or_else(|| unsupported_type::<D>(w.ty))?;
     if !w.cols.is_multiple_of(w.ty.block_size()) {
-        return Err(bad_shape(format!("{} rows of {} values (not whole blocks)", w.ty, w.cols)));
+        return Err(bad_shape::<D>(format!("{} rows of {} values (not whole blocks)", w.ty, w.cols)));
     }
     Ok(k)
 }
 
 /// `out [n, w.rows] = x [n, w.cols] · Wᵀ`.
-pub(super) fn matmul(cl: &mut Cl, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {
-    let k = kernels_for(w)?;
+pub(super) fn matmul<D: Device>(
+    dev: &mut D,
+    w: &Weight,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> BackendResult {
+    let k = kernels_for::<D>(w)?;
     let (rows, cols) = (w.rows, w.cols);
     if x.len() != n * cols || out.len() != n * rows {
-        return Err(bad_shape(format!(
+        return Err(bad_shape::<D>(format!(
             "a matmul of {} activations and {} outputs for {n} tokens and a {w:?}",
             x.len(),
             out.len()
@@ -105,57 +111,63 @@ pub(super) fn matmul(cl: &mut Cl, w: &Weight, x: &[f32], n: usize, out: &mut [f3
         out.fill(0.0);
         return Ok(());
     }
-    let (rows_u, cols_u) = (to_u32(rows, "rows")?, to_u32(cols, "columns")?);
-    let wmem = cl.weight(w)?; // [rows, row_bytes]
-    let xv = cl.view(x)?; // [n, cols]
-    let ov = cl.view_mut(out)?; // [n, rows]
+    let (rows_u, cols_u) = (to_u32::<D>(rows, "rows")?, to_u32::<D>(cols, "columns")?);
+    let wmem = dev.weight(w)?; // [rows, row_bytes]
+    let xv = dev.view(x)?; // [n, cols]
+    let ov = dev.view_mut(out)?; // [n, rows]
     let global = [rows * MM_WG, n];
     let local = [MM_WG, 1];
     match k.act {
         Some((quantizer, block)) => {
             let rb = quant::act_row_bytes(w.ty, cols)
-                .ok_or_else(|| bad_shape(format!("{} activations of {cols} values", w.ty)))?;
+                .ok_or_else(|| bad_shape::<D>(format!("{} activations of {cols} values", w.ty)))?;
             let blocks = n * cols / block;
-            let xq = cl.scratch(XQ_SLOT, n * rb)?; // [n, rb] quantized activation blocks
-            cl.run(
+            let xq = dev.scratch(XQ_SLOT, n * rb)?; // [n, rb] quantized activation blocks
+            dev.run(
                 quantizer,
-                &[Arg::Mem(xv.mem()), Arg::Mem(xq), Arg::U32(to_u32(blocks, "blocks")?)],
+                &[Arg::Mem(xv.mem()), Arg::Mem(xq), Arg::U32(to_u32::<D>(blocks, "blocks")?)],
                 &[blocks],
                 None,
             )?;
             let args = [Arg::Mem(wmem), Arg::Mem(xq), Arg::Mem(ov.mem()), Arg::U32(rows_u), Arg::U32(cols_u)];
-            cl.run(k.matmul, &args, &global, Some(&local))?;
+            dev.run(k.matmul, &args, &global, Some(&local))?;
         }
         None => {
             let args =
                 [Arg::Mem(wmem), Arg::Mem(xv.mem()), Arg::Mem(ov.mem()), Arg::U32(rows_u), Arg::U32(cols_u)];
-            cl.run(k.matmul, &args, &global, Some(&local))?;
+            dev.run(k.matmul, &args, &global, Some(&local))?;
         }
     }
-    cl.sync(&ov)
+    dev.sync(&ov)
 }
 
 /// Rows `ids` of `table`, dequantized, times `scale`. `out: [ids.len(), table.cols]`
-pub(super) fn gather(cl: &mut Cl, table: &Weight, ids: &[u32], scale: f32, out: &mut [f32]) -> BackendResult {
-    let k = kernels_for(table)?;
+pub(super) fn gather<D: Device>(
+    dev: &mut D,
+    table: &Weight,
+    ids: &[u32],
+    scale: f32,
+    out: &mut [f32],
+) -> BackendResult {
+    let k = kernels_for::<D>(table)?;
     let cols = table.cols;
     if out.len() != ids.len() * cols {
-        return Err(bad_shape(format!(
+        return Err(bad_shape::<D>(format!(
             "a gather of {} rows into {} values from a {table:?}",
             ids.len(),
             out.len()
         )));
     }
     if let Some(&id) = ids.iter().find(|&&id| id as usize >= table.rows) {
-        return Err(bad_shape(format!("row {id} of a {table:?} (out of range)")));
+        return Err(bad_shape::<D>(format!("row {id} of a {table:?} (out of range)")));
     }
     if ids.is_empty() || cols == 0 {
         return Ok(());
     }
-    let (cols_u, row_bytes) = (to_u32(cols, "columns")?, to_u32(table.row_bytes(), "row bytes")?);
-    let wmem = cl.weight(table)?; // [rows, row_bytes]
-    let iv = cl.view(ids)?; // [ids]
-    let ov = cl.view_mut(out)?; // [ids, cols]
+    let (cols_u, row_bytes) = (to_u32::<D>(cols, "columns")?, to_u32::<D>(table.row_bytes(), "row bytes")?);
+    let wmem = dev.weight(table)?; // [rows, row_bytes]
+    let iv = dev.view(ids)?; // [ids]
+    let ov = dev.view_mut(out)?; // [ids, cols]
     let args = [
         Arg::Mem(wmem),
         Arg::Mem(iv.mem()),
@@ -164,6 +176,6 @@ pub(super) fn gather(cl: &mut Cl, table: &Weight, ids: &[u32], scale: f32, out: 
         Arg::U32(row_bytes),
         Arg::F32(scale),
     ];
-    cl.run(k.gather, &args, &[cols, ids.len()], None)?;
-    cl.sync(&ov)
+    dev.run(k.gather, &args, &[cols, ids.len()], None)?;
+    dev.sync(&ov)
 }

@@ -1,0 +1,368 @@
+//! The CUDA plumbing the GPU operators use ([`Device`] on the CUDA driver API): the context, the
+//! NVRTC-compiled module and its functions, device buffers, and launches on the legacy default
+//! stream, which orders every copy and kernel of the process one after the other.
+//!
+//! Views ([`Cuda::view`], [`Cuda::view_mut`]) copy host memory into a device buffer taken from
+//! a pool of power-of-two sizes, and [`Cuda::sync`] copies a read-write view back. Weights are
+//! uploaded once ([`Cuda::weight`]); scratch buffers ([`Cuda::scratch`]) only the device uses.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUfunction, CUmodule};
+use cudarc::driver::{CudaContext, DriverError, result};
+
+use crate::backend::gpu::nvrtc::{check_nvrtc, compile, kernel_names};
+use crate::backend::gpu::{Arg, Device, DeviceView, launch_dims, pick_local};
+use crate::backend::{BackendError, BackendResult};
+use crate::ops::Weight;
+
+/// Threads of a block when the caller leaves the work-group size to the device.
+const AUTO_BLOCK: usize = 256;
+
+/// The smallest buffer made (empty slices get one too).
+const MIN_BYTES: usize = 4;
+
+/// What a CUDA device is.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Ordinal.
+    pub ordinal: usize,
+    /// Device name ("NVIDIA H100 80GB HBM3").
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Global memory in bytes.
+    pub total_mem: usize,
+    /// NVRTC's version (major, minor).
+    pub nvrtc: (i32, i32),
+}
+
+/// The NVRTC version, once it is known to load.
+fn nvrtc_version() -> (i32, i32) {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: nvrtcVersion writes two ints through valid pointers; the library is loaded.
+    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+    if r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS { (major, minor) } else { (0, 0) }
+}
+
+/// A driver call's error.
+fn cu_err(what: &'static str) -> impl Fn(DriverError) -> BackendError {
+    move |e| BackendError::Cuda { what, message: e.to_string() }
+}
+
+/// A device allocation, freed on drop.
+#[derive(Debug)]
+struct DevBuf {
+    ptr: CUdeviceptr,
+    bytes: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl DevBuf {
+    fn new(ctx: &Arc<CudaContext>, bytes: usize) -> BackendResult<Self> {
+        ctx.bind_to_thread().map_err(cu_err("cuCtxSetCurrent"))?;
+        // SAFETY: a plain allocation of `bytes` bytes in the current (bound) context.
+        let ptr = unsafe { result::malloc_sync(bytes.max(MIN_BYTES)) }.map_err(cu_err("cuMemAlloc"))?;
+        Ok(DevBuf { ptr, bytes: bytes.max(MIN_BYTES), ctx: ctx.clone() })
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc in this context and is freed exactly once, here;
+            // cuMemFree waits for the work that may still use it.
+            unsafe {
+                let _ = result::free_sync(self.ptr);
+            }
+        }
+    }
+}
+
+/// Device buffers not in use, by power-of-two size.
+#[derive(Debug, Default)]
+struct Pool {
+    free: HashMap<usize, Vec<DevBuf>>,
+}
+
+impl Pool {
+    /// A buffer of at least `bytes` bytes.
+    fn take(pool: &Mutex<Pool>, ctx: &Arc<CudaContext>, bytes: usize) -> BackendResult<DevBuf> {
+        let size = bytes.max(MIN_BYTES).next_power_of_two();
+        let got = pool.lock().unwrap_or_else(|e| e.into_inner()).free.get_mut(&size).and_then(Vec::pop);
+        match got {
+            Some(b) => Ok(b),
+            None => DevBuf::new(ctx, size),
+        }
+    }
+
+    fn put(pool: &Mutex<Pool>, b: DevBuf) {
+        pool.lock().unwrap_or_else(|e| e.into_inner()).free.entry(b.bytes).or_default().push(b);
+    }
+}
+
+/// Host memory copied to the device for one operator; a read-write view copies back on
+/// [`Cuda::sync`]. The borrow keeps the host memory alive and unaliased meanwhile.
+#[derive(Debug)]
+pub(crate) struct View<'a> {
+    buf: Option<DevBuf>,
+    pool: Arc<Mutex<Pool>>,
+    /// The host bytes to copy back to, for a read-write view.
+    host: Option<(*mut u8, usize)>,
+    _host: PhantomData<&'a mut [u8]>,
+}
+
+impl DeviceView<CUdeviceptr> for View<'_> {
+    fn mem(&self) -> CUdeviceptr {
+        self.buf.as_ref().map_or(0, |b| b.ptr)
+    }
+}
+
+impl Drop for View<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            // Reuse is safe: every later copy or kernel is ordered after the ones using it.
+            Pool::put(&self.pool, b);
+        }
+    }
+}
+
+/// The CUDA device: its context, kernels and buffers.
+#[derive(Debug)]
+pub(crate) struct Cuda {
+    /// What the device is.
+    pub(crate) info: DeviceInfo,
+    ctx: Arc<CudaContext>,
+    module: CUmodule,
+    functions: HashMap<String, CUfunction>,
+    /// Weights uploaded once, keyed by their bytes' address and length; the `Weight` clone keeps
+    /// the key's bytes from being freed and reused by another weight.
+    weights: HashMap<(usize, usize), (DevBuf, Weight)>,
+    /// Device-only scratch buffers, by slot.
+    scratch: Vec<Option<DevBuf>>,
+    pool: Arc<Mutex<Pool>>,
+}
+
+// SAFETY: the module and function handles are plain driver handles valid in the context from
+// any thread that binds it (every method does); the backend uses a `Cuda` through a mutex.
+unsafe impl Send for Cuda {}
+
+// SAFETY: a view's raw host pointer is only written through in `Cuda::sync`, under the view's
+// exclusive borrow of that memory; the device buffer is a driver handle.
+unsafe impl Send for View<'_> {}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        self.weights.clear();
+        self.scratch.clear();
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: the module was loaded by `open` and is unloaded once; its functions are not
+            // used after this.
+            unsafe {
+                let _ = result::module::unload(self.module);
+            }
+        }
+    }
+}
+
+impl Cuda {
+    /// Opens device `FERROLM_CUDA_DEVICE` (default 0) and compiles and loads the kernels.
+    pub(crate) fn open() -> BackendResult<Self> {
+        // SAFETY: only tries to open the library (dlopen); nothing is called.
+        if !unsafe { cudarc::driver::sys::is_culib_present() } {
+            return Err(BackendError::NoCudaDriver("libcuda.so not found".into()));
+        }
+        check_nvrtc()?;
+        let ordinal = match std::env::var("FERROLM_CUDA_DEVICE") {
+            Ok(s) => s.trim().parse::<usize>().map_err(|_| BackendError::CudaDeviceNotFound(s.clone()))?,
+            Err(_) => 0,
+        };
+        let count = CudaContext::device_count().map_err(|e| BackendError::NoCudaDriver(e.to_string()))?;
+        if count <= 0 {
+            return Err(BackendError::NoDevice);
+        }
+        if ordinal >= count as usize {
+            return Err(BackendError::CudaDeviceNotFound(ordinal.to_string()));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(cu_err("cuCtx (primary context)"))?;
+        let info = DeviceInfo {
+            ordinal,
+            name: ctx.name().map_err(cu_err("cuDeviceGetName"))?,
+            compute_capability: ctx.compute_capability().map_err(cu_err("cuDeviceGetAttribute"))?,
+            total_mem: ctx.total_mem().map_err(cu_err("cuDeviceTotalMem"))?,
+            nvrtc: nvrtc_version(),
+        };
+        tracing::info!(device = %info.name, cc = ?info.compute_capability, "compiling CUDA kernels");
+        let t = std::time::Instant::now();
+        let ptx = CString::new(compile(info.compute_capability)?)
+            .map_err(|_| BackendError::Compile("NVRTC returned PTX with a NUL byte".into()))?;
+        // SAFETY: `ptx` is a NUL-terminated PTX image; the context is bound to this thread.
+        let module = unsafe { result::module::load_data(ptx.as_ptr() as *const c_void) }
+            .map_err(cu_err("cuModuleLoadData"))?;
+        let mut functions = HashMap::new();
+        for name in kernel_names() {
+            let cname = CString::new(name.as_str()).map_err(|_| BackendError::MissingKernel(name.clone()))?;
+            // SAFETY: `module` is loaded; `cname` is NUL-terminated.
+            let f = unsafe { result::module::get_function(module, cname) }
+                .map_err(|_| BackendError::MissingKernel(name.clone()))?;
+            functions.insert(name, f);
+        }
+        let max_block = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+            .map_err(cu_err("cuDeviceGetAttribute"))?;
+        tracing::info!(
+            ms = t.elapsed().as_millis() as u64,
+            kernels = functions.len(),
+            max_block,
+            "CUDA kernels ready"
+        );
+        Ok(Cuda {
+            info,
+            ctx,
+            module,
+            functions,
+            weights: HashMap::new(),
+            scratch: Vec::new(),
+            pool: Arc::new(Mutex::new(Pool::default())),
+        })
+    }
+
+    fn bind(&self) -> BackendResult {
+        self.ctx.bind_to_thread().map_err(cu_err("cuCtxSetCurrent"))
+    }
+
+    fn upload<'a>(&self, bytes: &[u8], host: Option<(*mut u8, usize)>) -> BackendResult<View<'a>> {
+        self.bind()?;
+        let buf = Pool::take(&self.pool, &self.ctx, bytes.len())?;
+        if !bytes.is_empty() {
+            // SAFETY: `buf` holds at least `bytes.len()` bytes; the copy is ordered after any
+            // earlier work on the default stream that used the buffer.
+            unsafe { result::memcpy_htod_sync(buf.ptr, bytes) }.map_err(cu_err("cuMemcpyHtoD"))?;
+        }
+        Ok(View { buf: Some(buf), pool: self.pool.clone(), host, _host: PhantomData })
+    }
+}
+
+/// Bytes of `data`.
+fn bytes_of<T: Copy>(data: &[T]) -> &[u8] {
+    // SAFETY: `T: Copy` plain data (f32, f16, u32, u8, (f32, f32)) viewed as its bytes, same
+    // length in bytes, same lifetime.
+    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+}
+
+impl Device for Cuda {
+    type Mem = CUdeviceptr;
+    type View<'a> = View<'a>;
+
+    const NAME: &'static str = "cuda";
+
+    fn describe(&self) -> String {
+        let i = &self.info;
+        format!(
+            "CUDA: {} (device {}, compute {}.{}, {} MiB, NVRTC {}.{})",
+            i.name,
+            i.ordinal,
+            i.compute_capability.0,
+            i.compute_capability.1,
+            i.total_mem >> 20,
+            i.nvrtc.0,
+            i.nvrtc.1
+        )
+    }
+
+    fn view<'a, T: Copy>(&self, data: &'a [T]) -> BackendResult<View<'a>> {
+        self.upload(bytes_of(data), None)
+    }
+
+    fn view_mut<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<View<'a>> {
+        let host = (data.as_mut_ptr() as *mut u8, std::mem::size_of_val(data));
+        self.upload(bytes_of(data), Some(host))
+    }
+
+    fn sync(&self, view: &View<'_>) -> BackendResult {
+        let (Some((ptr, len)), Some(buf)) = (view.host, view.buf.as_ref()) else { return Ok(()) };
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: `ptr` is the start of the `len` host bytes the view borrows mutably (so nothing
+        // else reads or writes them meanwhile); the buffer holds at least `len` bytes; the copy
+        // waits for the kernels queued before it on the default stream.
+        let host = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
+        // SAFETY: as above: a device-to-host copy of `len` bytes from a live buffer.
+        unsafe { result::memcpy_dtoh_sync(host, buf.ptr) }.map_err(cu_err("cuMemcpyDtoH"))
+    }
+
+    fn weight(&mut self, w: &Weight) -> BackendResult<CUdeviceptr> {
+        let data = w.data();
+        let key = (data.as_ptr() as usize, data.len());
+        if let Some((b, _)) = self.weights.get(&key) {
+            return Ok(b.ptr);
+        }
+        let buf = DevBuf::new(&self.ctx, data.len())?;
+        if !data.is_empty() {
+            // SAFETY: `buf` holds `data.len()` bytes.
+            unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(cu_err("cuMemcpyHtoD"))?;
+        }
+        let ptr = buf.ptr;
+        self.weights.insert(key, (buf, w.clone()));
+        Ok(ptr)
+    }
+
+    fn scratch(&mut self, slot: usize, bytes: usize) -> BackendResult<CUdeviceptr> {
+        if self.scratch.len() <= slot {
+            self.scratch.resize_with(slot + 1, || None);
+        }
+        if let Some(b) = &self.scratch[slot]
+            && b.bytes >= bytes
+        {
+            return Ok(b.ptr);
+        }
+        // Free the old one first so that memory is not held twice.
+        self.scratch[slot] = None;
+        let b = DevBuf::new(&self.ctx, bytes.max(MIN_BYTES).next_power_of_two())?;
+        let ptr = b.ptr;
+        self.scratch[slot] = Some(b);
+        Ok(ptr)
+    }
+
+    fn run(
+        &self,
+        name: &str,
+        args: &[Arg<CUdeviceptr>],
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> BackendResult {
+        if global.contains(&0) {
+            return Ok(());
+        }
+        let f = *self.functions.get(name).ok_or_else(|| BackendError::MissingKernel(name.to_string()))?;
+        let local = match local {
+            Some(l) => l.to_vec(),
+            None => pick_local(global, AUTO_BLOCK),
+        };
+        let (grid, block) = launch_dims(name, global, &local)?;
+        // Each argument's value in the low bytes of a u64 (little-endian), pointed to as the
+        // driver wants.
+        let mut vals: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Mem(p) => p,
+                Arg::I32(v) => u64::from(v as u32),
+                Arg::U32(v) => u64::from(v),
+                Arg::F32(v) => u64::from(v.to_bits()),
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = vals.iter_mut().map(|v| v as *mut u64 as *mut c_void).collect();
+        self.bind()?;
+        // SAFETY: `f` is a function of the loaded module whose parameters are, in order, the
+        // kinds of `args` (pointers are 8 bytes, int/uint/float 4, read from the low bytes);
+        // `params` outlives the call, which copies the values; the buffers are live device
+        // allocations that outlive the queued kernel (views are synced or kept until after).
+        unsafe { result::launch_kernel(f, grid, block, 0, result::stream::null(), &mut params) }
+            .map_err(|e| BackendError::Cuda { what: "cuLaunchKernel", message: format!("{name}: {e}") })
+    }
+}

@@ -1,0 +1,324 @@
+//! What the GPU backends share: the [`Backend`] operators written once against a small
+//! [`Device`] interface (buffers, kernel launches), and the kernels they launch
+//! (`gpu/kernels/*.cl`).
+//!
+//! The kernels are OpenCL C 1.2. The OpenCL backend ([`super::opencl`]) compiles them as they
+//! are; the CUDA backend ([`super::cuda`]) compiles the same files with NVRTC behind a short
+//! prelude (`kernels/cuda_prelude.h`) that maps OpenCL's qualifiers, work-item functions and
+//! half-precision loads onto CUDA's. One set of kernels, one set of host-side launch logic
+//! ([`matmul`], [`ops`], [`attention`]): a fix or a new weight type reaches both backends.
+//!
+//! Work-item model: a launch names a `global` size (1 to 3 dimensions) and optionally a `local`
+//! (work-group) size that divides it, as in OpenCL. A device without its own notion of that
+//! (CUDA) launches `global / local` blocks of `local` threads; when the caller leaves `local` to
+//! the device, the device picks a size that divides `global` exactly ([`pick_local`]), so no
+//! kernel ever runs a work item outside `global`.
+
+mod attention;
+#[cfg(all(test, feature = "opencl"))]
+mod attention_tests;
+mod matmul;
+#[cfg(all(test, feature = "opencl"))]
+mod matmul_tests;
+#[cfg(any(test, feature = "cuda"))]
+pub(crate) mod nvrtc;
+mod ops;
+#[cfg(all(test, feature = "opencl"))]
+mod ops_tests;
+#[cfg(all(test, feature = "opencl"))]
+mod test_util;
+
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+use half::f16;
+
+use super::{AttentionShape, Backend, BackendError, BackendResult, cpu};
+use crate::GgmlType;
+use crate::batch::BatchEntry;
+use crate::kv::{KvCache, SeqCache, SeqId};
+use crate::ops::{Activation, RopeParams, RopeStyle, Weight};
+
+/// The kernels' sources, in compilation order (one program).
+pub(crate) const SOURCES: &[&str] = &[
+    include_str!("gpu/kernels/common.cl"),
+    include_str!("gpu/kernels/quant.cl"),
+    include_str!("gpu/kernels/ops.cl"),
+    include_str!("gpu/kernels/attention.cl"),
+];
+
+/// A kernel argument.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Arg<M> {
+    /// A buffer.
+    Mem(M),
+    /// `int`.
+    I32(i32),
+    /// `uint`.
+    U32(u32),
+    /// `float`.
+    F32(f32),
+}
+
+/// Host memory made visible to the device for one operator.
+pub(crate) trait DeviceView<M> {
+    /// The buffer, for [`Arg::Mem`].
+    fn mem(&self) -> M;
+}
+
+/// A compute device the GPU operators run on: its buffers and its kernel launches. One
+/// operator at a time (the backend holds the device behind a mutex); launches are queued in
+/// order, and [`Device::sync`] returns once the queued work that writes a view is done and the
+/// view's host memory holds the result.
+pub(crate) trait Device: Send + fmt::Debug + 'static {
+    /// A device buffer, for [`Arg::Mem`].
+    type Mem: Copy + fmt::Debug;
+    /// Host memory seen by the device for one operator.
+    type View<'a>: DeviceView<Self::Mem>;
+
+    /// The backend's short name ("opencl", "cuda"), for errors and [`Backend::name`].
+    const NAME: &'static str;
+
+    /// What the device is, for people.
+    fn describe(&self) -> String;
+
+    /// A read-only device view of `data` for one operator.
+    fn view<'a, T: Copy>(&self, data: &'a [T]) -> BackendResult<Self::View<'a>>;
+
+    /// A read-write device view of `data` (its current contents included: in-place operators
+    /// read it) for one operator; call [`Device::sync`] before the host reads it again.
+    fn view_mut<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<Self::View<'a>>;
+
+    /// Waits for the queued kernels and puts the device's writes to `view` in the host memory
+    /// it views.
+    fn sync(&self, view: &Self::View<'_>) -> BackendResult;
+
+    /// The device buffer of a weight's bytes, made on first use and kept.
+    fn weight(&mut self, w: &Weight) -> BackendResult<Self::Mem>;
+
+    /// Device-only scratch buffer number `slot` of at least `bytes` bytes (contents undefined).
+    fn scratch(&mut self, slot: usize, bytes: usize) -> BackendResult<Self::Mem>;
+
+    /// Queues kernel `name` over `global` work items (1 to 3 dimensions) in work groups of
+    /// `local` (which divides `global`), or of the device's choice.
+    fn run(
+        &self,
+        name: &str,
+        args: &[Arg<Self::Mem>],
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> BackendResult;
+}
+
+/// A work-group size for `global` when the caller names none: in each dimension the largest
+/// divisor of `global` that keeps the group within `max_items` work items, filled from the
+/// first dimension. Always divides `global` exactly.
+pub(crate) fn pick_local(global: &[usize], max_items: usize) -> Vec<usize> {
+    let mut budget = max_items.max(1);
+    global
+        .iter()
+        .map(|&g| {
+            let l = (1..=budget.min(g.max(1))).rev().find(|l| g % l == 0).unwrap_or(1);
+            budget /= l;
+            l
+        })
+        .collect()
+}
+
+/// Blocks (or threads per block) in x, y, z.
+pub(crate) type Dim3 = (u32, u32, u32);
+
+/// Grid and block of a CUDA-style launch of `global` items in groups of `local`: whole blocks,
+/// at most 1024 threads a block, grid dimensions within CUDA's limits.
+pub(crate) fn launch_dims(name: &str, global: &[usize], local: &[usize]) -> BackendResult<(Dim3, Dim3)> {
+    let bad = |why: &str| BackendError::Unsupported {
+        backend: "gpu",
+        what: format!("a launch of {name} over {global:?} in groups of {local:?} ({why})"),
+    };
+    if global.is_empty() || global.len() > 3 || local.len() != global.len() {
+        return Err(bad("1 to 3 dimensions, local like global"));
+    }
+    let mut g = [1u32; 3];
+    let mut b = [1u32; 3];
+    let limits = [u32::MAX >> 1, 65535, 65535];
+    for d in 0..global.len() {
+        if local[d] == 0 || !global[d].is_multiple_of(local[d]) {
+            return Err(bad("local does not divide global"));
+        }
+        let blocks = global[d] / local[d];
+        if blocks > limits[d] as usize || local[d] > 1024 {
+            return Err(bad("over the device's grid or block limits"));
+        }
+        g[d] = blocks as u32;
+        b[d] = local[d] as u32;
+    }
+    if b.iter().map(|&x| x as usize).product::<usize>() > 1024 {
+        return Err(bad("over 1024 threads per block"));
+    }
+    Ok(((g[0], g[1], g[2]), (b[0], b[1], b[2])))
+}
+
+/// The [`Backend`] operators on a [`Device`].
+#[derive(Debug)]
+pub struct GpuBackend<D> {
+    dev: Mutex<D>,
+}
+
+#[allow(private_bounds)] // `Device` is this crate's own
+impl<D: Device> GpuBackend<D> {
+    /// The backend on `dev`.
+    pub(crate) fn on(dev: D) -> Self {
+        GpuBackend { dev: Mutex::new(dev) }
+    }
+
+    /// The device, for one operator.
+    pub(crate) fn dev(&self) -> MutexGuard<'_, D> {
+        self.dev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<D: Device> Backend for GpuBackend<D> {
+    fn name(&self) -> &'static str {
+        D::NAME
+    }
+
+    fn description(&self) -> String {
+        self.dev().describe()
+    }
+
+    fn supports_weight(&self, ty: GgmlType) -> bool {
+        matmul::supports(ty)
+    }
+
+    fn check_kv(&self, kv: &KvCache) -> BackendResult {
+        attention::check_kv::<D>(kv)
+    }
+
+    fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {
+        matmul::matmul(&mut *self.dev(), w, x, n, out)
+    }
+
+    fn gather(&self, table: &Weight, ids: &[u32], scale: f32, out: &mut [f32]) -> BackendResult {
+        matmul::gather(&mut *self.dev(), table, ids, scale, out)
+    }
+
+    fn rms_norm(&self, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) -> BackendResult {
+        ops::rms_norm(&mut *self.dev(), x, w, eps, out)
+    }
+
+    fn rms_norm_inplace(&self, x: &mut [f32], w: &[f32], eps: f32) -> BackendResult {
+        ops::rms_norm_inplace(&mut *self.dev(), x, w, eps)
+    }
+
+    fn rope_cos_sin(
+        &self,
+        positions: &[u32],
+        rope_dims: usize,
+        params: &RopeParams,
+        factors: Option<&[f32]>,
+        out: &mut [(f32, f32)],
+    ) -> BackendResult {
+        // One row per token: on the host, as the CPU computes it.
+        cpu::rope_table(positions, rope_dims, params, factors, out);
+        Ok(())
+    }
+
+    fn rope(
+        &self,
+        x: &mut [f32],
+        n: usize,
+        head_dim: usize,
+        cos_sin: &[(f32, f32)],
+        style: RopeStyle,
+    ) -> BackendResult {
+        ops::rope(&mut *self.dev(), x, n, head_dim, cos_sin, style)
+    }
+
+    fn softmax(&self, x: &mut [f32], cols: usize) -> BackendResult {
+        ops::softmax(&mut *self.dev(), x, cols)
+    }
+
+    fn gated_activation(&self, gate: &mut [f32], up: &[f32], act: Activation, exact: bool) -> BackendResult {
+        ops::gated_activation(&mut *self.dev(), gate, up, act, exact)
+    }
+
+    fn add(&self, x: &mut [f32], y: &[f32]) -> BackendResult {
+        ops::add(&mut *self.dev(), x, y)
+    }
+
+    fn add_bias(&self, x: &mut [f32], bias: &[f32]) -> BackendResult {
+        // Rare (Qwen 2's QKV biases) and small: on the host, as the CPU computes it.
+        cpu::add_bias_rows(x, bias);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut [f32], cap: f32) -> BackendResult {
+        // Rare (Gemma 2's final logits): on the host, as the CPU computes it.
+        cpu::softcap(x, cap);
+        Ok(())
+    }
+
+    fn copy_to_f16(&self, src: &[f32], dst: &mut [f16]) -> BackendResult {
+        ops::copy_to_f16(&mut *self.dev(), src, dst)
+    }
+
+    fn attention(
+        &self,
+        shape: AttentionShape,
+        entries: &[BatchEntry],
+        prompt_chunks: &[(SeqId, u32)],
+        kv: &KvCache,
+        layer: usize,
+        q: &[f32],
+        out: &mut [f32],
+    ) -> BackendResult {
+        attention::attention(&mut *self.dev(), shape, entries, prompt_chunks, kv, layer, q, out)
+    }
+
+    fn attention_mass(
+        &self,
+        shape: AttentionShape,
+        seq: &SeqCache,
+        layer: usize,
+        q: &[f32],
+        qpos: &[u32],
+        mass: &mut [f32],
+    ) -> BackendResult {
+        // Only for H2O: on the host over the cache, with the CPU's reference.
+        crate::kv::attention_mass(shape, seq, layer, q, qpos, mass);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{launch_dims, pick_local};
+
+    #[test]
+    fn launches_are_whole_blocks_within_the_limits() {
+        assert_eq!(launch_dims("k", &[64 * 10, 3], &[64, 1]).expect("fits"), ((10, 3, 1), (64, 1, 1)));
+        assert_eq!(launch_dims("k", &[32, 9, 5], &[32, 3, 1]).expect("fits"), ((1, 3, 5), (32, 3, 1)));
+        assert!(launch_dims("k", &[100], &[64]).is_err(), "64 does not divide 100");
+        assert!(launch_dims("k", &[64, 70000 * 2], &[64, 1]).is_err(), "grid y over 65535");
+        assert!(launch_dims("k", &[2048], &[2048]).is_err(), "block over 1024");
+        assert!(launch_dims("k", &[64, 64], &[64, 32]).is_err(), "2048 threads in a block");
+    }
+
+    #[test]
+    fn a_picked_work_group_divides_the_launch_and_stays_within_the_limit() {
+        for global in
+            [vec![1], vec![7], vec![576], vec![49152], vec![32, 9, 5], vec![64, 3, 1], vec![97, 256]]
+        {
+            let local = pick_local(&global, 256);
+            assert_eq!(local.len(), global.len());
+            assert!(local.iter().product::<usize>() <= 256, "{global:?} -> {local:?}");
+            for (g, l) in global.iter().zip(&local) {
+                assert_eq!(g % l, 0, "{global:?} -> {local:?}");
+            }
+        }
+        assert_eq!(pick_local(&[576], 256), [192]);
+        assert_eq!(pick_local(&[32, 9, 5], 256), [32, 3, 1]);
+        assert_eq!(pick_local(&[97], 256), [97]);
+        assert_eq!(pick_local(&[0], 256), [1]);
+    }
+}
