@@ -21,6 +21,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bash scripts/fetch-test-models.sh
 bash scripts/install-opencl.sh
+# NVRTC for the test that compiles the kernels as CUDA (no GPU needed; the CUDA backend itself
+# runs on a GPU machine: scripts/gpu/device-check.sh).
+nvrtc_lib="$(bash scripts/install-nvrtc.sh)"
+export LD_LIBRARY_PATH="${nvrtc_lib:+${nvrtc_lib}:}${LD_LIBRARY_PATH:-}"
 cargo test --workspace --features ferrolm/opencl,ferrolm-cli/opencl "$@"
 bash scripts/check-opencl-messages.sh
 

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks on a machine with an NVIDIA GPU, run from the repository root there
+# after scripts/gpu/pack-device.sh filled .gpu/ here. Results go to $OUT (default gpu-out/).
+#
+#   STEPS   which steps, in order (default "info backend tests serve bench"):
+#     info     the GPU, driver and NVRTC;
+#     backend  `ferrolm test-backend --backend cuda` (every operator within 1e-3 of the CPU);
+#     tests    the CUDA integration tests: operators, greedy parity with the CPU on the
+#              reference prompts of each test model found in MODEL_DIR (the tie rule of
+#              tests/common/parity.rs), eviction;
+#     serve    the server's load test (scripts/server_tests/load_test.py) on CUDA with SmolLM2:
+#              32 concurrent greedy clients against 1 and 32 slots, every response equal to the
+#              same request alone, aggregate tokens/s with 32 slots at least 10x one slot's;
+#     bench    `ferrolm bench -p 512 -n 128` on CUDA (and the CPU) next to llama.cpp's
+#              llama-bench built with CUDA (LLAMA_BENCH, from scripts/gpu/build-llama-cuda.sh),
+#              for each model in MODEL_DIR.
+#   MODEL_DIR  folder of the test models (default /root/models).
+#   LLAMA_BENCH  llama-bench built for CUDA (default /root/llama-cuda/bin/llama-bench).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+OUT="${OUT:-gpu-out}"
+MODEL_DIR="${MODEL_DIR:-/root/models}"
+LLAMA_BENCH="${LLAMA_BENCH:-/root/llama-cuda/bin/llama-bench}"
+STEPS="${STEPS:-info backend tests serve bench}"
+mkdir -p "${OUT}" /root/bin
+# NVRTC from the toolkit, else from the nvidia-cuda-nvrtc wheel that PyTorch brings.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+    $(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13", "lib"))' 2>/dev/null); do
+    [[ -d "${d}" ]] && export LD_LIBRARY_PATH="${d}:${LD_LIBRARY_PATH:-}"
+done
+for name in ferrolm cuda-tests; do
+    [[ -x "/root/bin/${name}" ]] || xz -dc ".gpu/${name}.xz" >"/root/bin/${name}" && chmod +x "/root/bin/${name}"
+done
+bin=/root/bin/ferrolm
+rc=0
+
+for step in ${STEPS}; do
+    echo "=== ${step} $(date -u +%T)"
+    case "${step}" in
+    info)
+        nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee "${OUT}/info.txt"
+        ls /usr/local/cuda/lib64/libnvrtc* 2>/dev/null | head -3 | tee -a "${OUT}/info.txt"
+        ;;
+    backend)
+        "${bin}" test-backend --backend cuda >"${OUT}/test-backend.md" 2>&1 || rc=1
+        tail -n 3 "${OUT}/test-backend.md"
+        grep FAIL "${OUT}/test-backend.md" | head -20
+        ;;
+    tests)
+        FERROLM_MODEL_DIR="${MODEL_DIR}" /root/bin/cuda-tests --test-threads 1 --nocapture \
+            >"${OUT}/tests.txt" 2>&1 || rc=1
+        grep -E "agree|perplexity cpu|test result|panicked|FAILED|skipping|CUDA is here" "${OUT}/tests.txt" | head -40
+        ;;
+    serve)
+        python3 scripts/server_tests/load_test.py --binary "${bin}" \
+            --model "${MODEL_DIR}/SmolLM2-135M-Instruct.Q4_1.gguf" --server-arg=--backend=cuda \
+            --slots 1,32 --clients 32 --duration "${LOAD_SECONDS:-30}" --prompts 8 --max-tokens 48 \
+            --threads 8 --min-ratio 10 --check --json "${OUT}/load.json" >"${OUT}/load.txt" 2>&1 || rc=1
+        tail -n 25 "${OUT}/load.txt"
+        ;;
+    bench)
+        for m in "${MODEL_DIR}"/*.gguf; do
+            [[ -f "${m}" ]] || continue
+            echo "--- $(basename "${m}")"
+            "${bin}" bench -m "${m}" -p 512 -n 128 -r 3 --backend cuda,cpu -t 16 2>&1 \
+                | tee -a "${OUT}/bench-ferrolm.md" | grep -E "^\|" || rc=1
+            if [[ -x "${LLAMA_BENCH}" ]]; then
+                "${LLAMA_BENCH}" -m "${m}" -p 512 -n 128 -r 3 -ngl 99 2>&1 \
+                    | tee -a "${OUT}/bench-llama.md" | grep -E "^\|" || rc=1
+            else
+                echo "no ${LLAMA_BENCH}: llama.cpp not measured" | tee -a "${OUT}/bench-llama.md"
+            fi
+        done
+        ;;
+    *) echo "unknown step ${step}"; rc=1 ;;
+    esac
+done
+exit "${rc}"
