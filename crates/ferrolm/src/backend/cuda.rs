@@ -34,14 +34,7 @@ impl GpuBackend<Cuda> {
     /// One backend per process, opened on first use (compiling the kernels once).
     pub fn shared() -> BackendResult<Arc<CudaBackend>> {
         static SHARED: OnceLock<Mutex<Option<Arc<CudaBackend>>>> = OnceLock::new();
-        let slot = SHARED.get_or_init(|| Mutex::new(None));
-        let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = g.as_ref() {
-            return Ok(b.clone());
-        }
-        let b = Arc::new(CudaBackend::new()?);
-        *g = Some(b.clone());
-        Ok(b)
+        GpuBackend::shared_in(&SHARED, CudaBackend::new)
     }
 
     /// The device.

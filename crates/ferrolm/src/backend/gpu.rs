@@ -29,7 +29,7 @@ mod ops_tests;
 mod test_util;
 
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use half::f16;
 
@@ -174,6 +174,21 @@ impl<D: Device> GpuBackend<D> {
     /// The device, for one operator.
     pub(crate) fn dev(&self) -> MutexGuard<'_, D> {
         self.dev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The process's one backend in `slot`, opened by `open` on first use (compiling the
+    /// kernels once); a failed open is retried by the next call.
+    pub(crate) fn shared_in(
+        slot: &'static OnceLock<Mutex<Option<Arc<Self>>>>,
+        open: impl FnOnce() -> BackendResult<Self>,
+    ) -> BackendResult<Arc<Self>> {
+        let mut g = slot.get_or_init(|| Mutex::new(None)).lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = g.as_ref() {
+            return Ok(b.clone());
+        }
+        let b = Arc::new(open()?);
+        *g = Some(b.clone());
+        Ok(b)
     }
 }
 

@@ -36,14 +36,7 @@ impl GpuBackend<Cl> {
     /// One backend per process, opened on first use (compiling the kernels once).
     pub fn shared() -> BackendResult<Arc<OpenClBackend>> {
         static SHARED: OnceLock<Mutex<Option<Arc<OpenClBackend>>>> = OnceLock::new();
-        let slot = SHARED.get_or_init(|| Mutex::new(None));
-        let mut g = slot.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = g.as_ref() {
-            return Ok(b.clone());
-        }
-        let b = Arc::new(OpenClBackend::new()?);
-        *g = Some(b.clone());
-        Ok(b)
+        GpuBackend::shared_in(&SHARED, OpenClBackend::new)
     }
 
     /// The device.
