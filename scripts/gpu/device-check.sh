@@ -2,9 +2,12 @@
 # The CUDA backend's checks on a machine with an NVIDIA GPU, run from the repository root there
 # after scripts/gpu/pack-device.sh filled .gpu/ here. Results go to $OUT (default gpu-out/).
 #
-#   STEPS   which steps, in order (default "info backend tests serve bench"):
+#   STEPS   which steps, in order (default "info backend opencl tests serve bench"):
 #     info     the GPU, driver and NVRTC;
 #     backend  `ferrolm test-backend --backend cuda` (every operator within 1e-3 of the CPU);
+#     opencl   `ferrolm test-backend --backend opencl` on NVIDIA's OpenCL (a binary built with
+#              `--features cuda,opencl`; the ICD loader from the .deb in .gpu/ when the machine
+#              has none, and NVIDIA's ICD through OCL_ICD_VENDORS when its vendors folder lacks it);
 #     tests    the CUDA integration tests: operators, greedy parity with the CPU on the
 #              reference prompts of each test model found in MODEL_DIR (the tie rule of
 #              tests/common/parity.rs), eviction;
@@ -21,7 +24,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 OUT="${OUT:-gpu-out}"
 MODEL_DIR="${MODEL_DIR:-/root/models}"
 LLAMA_BENCH="${LLAMA_BENCH:-/root/llama-cuda/bin/llama-bench}"
-STEPS="${STEPS:-info backend tests serve bench}"
+STEPS="${STEPS:-info backend opencl tests serve bench}"
 mkdir -p "${OUT}" /root/bin
 # NVRTC from the toolkit, else from the nvidia-cuda-nvrtc wheel that PyTorch brings.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
@@ -45,6 +48,19 @@ for step in ${STEPS}; do
         "${bin}" test-backend --backend cuda >"${OUT}/test-backend.md" 2>&1 || rc=1
         tail -n 3 "${OUT}/test-backend.md"
         grep FAIL "${OUT}/test-backend.md" | head -20
+        ;;
+    opencl)
+        if ! ldconfig -p | grep -q 'libOpenCL\.so\.1'; then
+            mkdir -p /tmp/ocl && dpkg -x .gpu/ocl-icd-libopencl1_*.deb /tmp/ocl
+            export LD_LIBRARY_PATH="/tmp/ocl/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+        fi
+        if [[ ! -f /etc/OpenCL/vendors/nvidia.icd ]]; then
+            mkdir -p /tmp/icd && echo libnvidia-opencl.so.1 >/tmp/icd/nvidia.icd
+            export OCL_ICD_VENDORS=/tmp/icd
+        fi
+        "${bin}" test-backend --backend opencl >"${OUT}/opencl-test-backend.md" 2>&1 || rc=1
+        head -n 1 "${OUT}/opencl-test-backend.md"
+        tail -n 1 "${OUT}/opencl-test-backend.md"
         ;;
     tests)
         FERROLM_MODEL_DIR="${MODEL_DIR}" /root/bin/cuda-tests --test-threads 1 --nocapture \
