@@ -12,18 +12,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::parity::{GEMMA, GEMMA_TOL, SMOL, SMOL_TOL, check, check_eviction};
+use common::parity::{GEMMA, GEMMA_TOL, SMOL, SMOL_TOL, check, check_eviction, gpu_or_skip};
 use ferrolm::backend::{Backend, BackendError, Placement};
 
 fn cuda() -> Option<Arc<dyn Backend>> {
-    match ferrolm::backend::cuda() {
-        Ok(b) => Some(b),
-        Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
-            eprintln!("skipping: no CUDA backend: {e}");
-            None
-        }
-        Err(e) => panic!("CI=true with the cuda feature needs an NVIDIA GPU, its driver and NVRTC: {e}"),
-    }
+    gpu_or_skip(ferrolm::backend::cuda(), "an NVIDIA GPU, its driver and NVRTC with the cuda feature")
 }
 
 fn single() -> Placement {

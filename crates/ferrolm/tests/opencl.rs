@@ -13,18 +13,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::parity::{GEMMA, GEMMA_TOL, SMOL, SMOL_TOL, check, check_eviction};
+use common::parity::{GEMMA, GEMMA_TOL, SMOL, SMOL_TOL, check, check_eviction, gpu_or_skip};
 use ferrolm::backend::{Backend, CpuBackend, Placement};
 
 fn opencl() -> Option<Arc<dyn Backend>> {
-    match ferrolm::backend::opencl() {
-        Ok(b) => Some(b),
-        Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
-            eprintln!("skipping: no OpenCL backend: {e}");
-            None
-        }
-        Err(e) => panic!("CI=true needs an OpenCL runtime (scripts/install-opencl.sh installs PoCL): {e}"),
-    }
+    gpu_or_skip(ferrolm::backend::opencl(), "an OpenCL runtime (scripts/install-opencl.sh installs PoCL)")
 }
 
 fn single() -> Placement {

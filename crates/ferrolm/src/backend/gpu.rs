@@ -158,6 +158,55 @@ pub(crate) fn launch_dims(name: &str, global: &[usize], local: &[usize]) -> Back
     Ok(((g[0], g[1], g[2]), (b[0], b[1], b[2])))
 }
 
+/// A device's scratch buffers ([`Device::scratch`]) by slot: each is kept and reused, and
+/// replaced by a larger one (a power of two of at least `min` bytes) when a caller needs more.
+#[derive(Debug)]
+pub(crate) struct ScratchSlots<B> {
+    /// `(buffer, its bytes)` of each slot in use.
+    slots: Vec<Option<(B, usize)>>,
+}
+
+impl<B> Default for ScratchSlots<B> {
+    fn default() -> Self {
+        ScratchSlots { slots: Vec::new() }
+    }
+}
+
+impl<B> ScratchSlots<B> {
+    /// The handle (`mem`) of slot `slot`'s buffer of at least `bytes` bytes, made by `alloc`
+    /// (given the size to make) when the slot has none that large.
+    pub(crate) fn get<M>(
+        &mut self,
+        slot: usize,
+        bytes: usize,
+        min: usize,
+        mem: impl Fn(&B) -> M,
+        alloc: impl FnOnce(usize) -> BackendResult<B>,
+    ) -> BackendResult<M> {
+        if self.slots.len() <= slot {
+            self.slots.resize_with(slot + 1, || None);
+        }
+        let bytes = bytes.max(min);
+        if let Some((b, have)) = &self.slots[slot]
+            && *have >= bytes
+        {
+            return Ok(mem(b));
+        }
+        // Free the old one first so that memory is not held twice.
+        self.slots[slot] = None;
+        let size = bytes.next_power_of_two();
+        let b = alloc(size)?;
+        let m = mem(&b);
+        self.slots[slot] = Some((b, size));
+        Ok(m)
+    }
+
+    /// Frees every buffer.
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+    }
+}
+
 /// The [`Backend`] operators on a [`Device`].
 #[derive(Debug)]
 pub struct GpuBackend<D> {

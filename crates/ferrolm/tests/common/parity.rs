@@ -10,10 +10,23 @@
 use std::sync::Arc;
 
 use super::Reference;
-use ferrolm::backend::{CpuBackend, Placement};
+use ferrolm::backend::{Backend, BackendResult, CpuBackend, Placement};
 use ferrolm::batch::Batch;
 use ferrolm::model::Model;
 use ferrolm::sampling::argmax;
+
+/// The GPU backend `opened` gave, or `None` with a notice when it could not start; under
+/// `CI=true` that is a failure instead, saying what the test `needs`.
+pub fn gpu_or_skip(opened: BackendResult<Arc<dyn Backend>>, needs: &str) -> Option<Arc<dyn Backend>> {
+    match opened {
+        Ok(b) => Some(b),
+        Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("skipping: no GPU backend: {e}");
+            None
+        }
+        Err(e) => panic!("CI=true needs {needs}: {e}"),
+    }
+}
 
 /// How close the backends must be on one model. Not ulp bounds: activations are re-quantized to
 /// 8 bits before every matmul, so an ulp of difference (a different summation order) now and

@@ -15,7 +15,7 @@ use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUfunction, CUmodule}
 use cudarc::driver::{CudaContext, DriverError, result};
 
 use crate::backend::gpu::nvrtc::{check_nvrtc, compile, kernel_names};
-use crate::backend::gpu::{Arg, Device, DeviceView, launch_dims, pick_local};
+use crate::backend::gpu::{Arg, Device, DeviceView, ScratchSlots, launch_dims, pick_local};
 use crate::backend::{BackendError, BackendResult};
 use crate::ops::Weight;
 
@@ -142,7 +142,7 @@ pub(crate) struct Cuda {
     /// the key's bytes from being freed and reused by another weight.
     weights: HashMap<(usize, usize), (DevBuf, Weight)>,
     /// Device-only scratch buffers, by slot.
-    scratch: Vec<Option<DevBuf>>,
+    scratch: ScratchSlots<DevBuf>,
     pool: Arc<Mutex<Pool>>,
 }
 
@@ -225,7 +225,7 @@ impl Cuda {
             module,
             functions,
             weights: HashMap::new(),
-            scratch: Vec::new(),
+            scratch: ScratchSlots::default(),
             pool: Arc::new(Mutex::new(Pool::default())),
         })
     }
@@ -313,20 +313,8 @@ impl Device for Cuda {
     }
 
     fn scratch(&mut self, slot: usize, bytes: usize) -> BackendResult<CUdeviceptr> {
-        if self.scratch.len() <= slot {
-            self.scratch.resize_with(slot + 1, || None);
-        }
-        if let Some(b) = &self.scratch[slot]
-            && b.bytes >= bytes
-        {
-            return Ok(b.ptr);
-        }
-        // Free the old one first so that memory is not held twice.
-        self.scratch[slot] = None;
-        let b = DevBuf::new(&self.ctx, bytes.max(MIN_BYTES).next_power_of_two())?;
-        let ptr = b.ptr;
-        self.scratch[slot] = Some(b);
-        Ok(ptr)
+        let ctx = &self.ctx;
+        self.scratch.get(slot, bytes, MIN_BYTES, |b| b.ptr, |size| DevBuf::new(ctx, size))
     }
 
     fn run(

@@ -27,7 +27,7 @@ use opencl3::platform::get_platforms;
 use opencl3::program::Program;
 use opencl3::types::{CL_BLOCKING, cl_device_id, cl_mem};
 
-use crate::backend::gpu::{Arg, Device as GpuDevice, DeviceView, SOURCES};
+use crate::backend::gpu::{Arg, Device as GpuDevice, DeviceView, SOURCES, ScratchSlots};
 use crate::backend::{BackendError, BackendResult};
 use crate::ops::Weight;
 
@@ -150,7 +150,7 @@ pub(crate) struct Cl {
     /// the bytes alive as long as the buffer.
     weights: HashMap<(usize, usize), (DevBuf, Weight)>,
     /// Device-only scratch buffers, by slot.
-    scratch: Vec<Option<DevBuf>>,
+    scratch: ScratchSlots<DevBuf>,
     /// Zeroed bytes backing views of empty slices.
     empty: [u8; MIN_BYTES],
 }
@@ -163,6 +163,15 @@ impl std::fmt::Debug for Cl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cl").field("info", &self.info).finish_non_exhaustive()
     }
+}
+
+/// A buffer of `context` over `bytes` bytes at `host` (or a device allocation when `host` is null).
+fn create(context: &Context, flags: u64, bytes: usize, host: *mut c_void) -> Result<DevBuf, BackendError> {
+    // SAFETY: `host` is null (device allocation) or points to `bytes` bytes that the caller
+    // keeps alive and unmoved for the buffer's life (see `View`, `Cl::weight`).
+    let mem = unsafe { create_buffer(context.get(), flags, bytes, host) }
+        .map_err(|code| BackendError::Cl { what: "clCreateBuffer", code })?;
+    Ok(DevBuf { mem, bytes })
 }
 
 fn cl_err(what: &'static str) -> impl Fn(opencl3::error_codes::ClError) -> BackendError {
@@ -191,18 +200,14 @@ impl Cl {
             program,
             kernels,
             weights: HashMap::new(),
-            scratch: Vec::new(),
+            scratch: ScratchSlots::default(),
             empty: [0; MIN_BYTES],
         })
     }
 
     /// Creates a buffer over `bytes` bytes at `host` (or a device allocation when `host` is null).
     fn create(&self, flags: u64, bytes: usize, host: *mut c_void) -> Result<DevBuf, BackendError> {
-        // SAFETY: `host` is null (device allocation) or points to `bytes` bytes that the caller
-        // keeps alive and unmoved for the buffer's life (see `View`, `Cl::weight`).
-        let mem = unsafe { create_buffer(self.context.get(), flags, bytes, host) }
-            .map_err(|code| BackendError::Cl { what: "clCreateBuffer", code })?;
-        Ok(DevBuf { mem, bytes })
+        create(&self.context, flags, bytes, host)
     }
 
     /// Waits for every queued command.
@@ -292,21 +297,14 @@ impl GpuDevice for Cl {
 
     /// Device-only scratch buffer number `slot` of at least `bytes` bytes (contents undefined).
     fn scratch(&mut self, slot: usize, bytes: usize) -> BackendResult<cl_mem> {
-        if self.scratch.len() <= slot {
-            self.scratch.resize_with(slot + 1, || None);
-        }
-        let bytes = bytes.max(MIN_BYTES);
-        if let Some(b) = &self.scratch[slot]
-            && b.bytes >= bytes
-        {
-            return Ok(b.mem);
-        }
-        // Drop the old one first so that memory is not held twice.
-        self.scratch[slot] = None;
-        let b = self.create(CL_MEM_READ_WRITE, bytes.next_power_of_two(), ptr::null_mut())?;
-        let mem = b.mem;
-        self.scratch[slot] = Some(b);
-        Ok(mem)
+        let Cl { scratch, context, .. } = self;
+        scratch.get(
+            slot,
+            bytes,
+            MIN_BYTES,
+            |b| b.mem,
+            |size| create(context, CL_MEM_READ_WRITE, size, ptr::null_mut()),
+        )
     }
 
     /// Enqueues kernel `name` over `global` work items (1 to 3 dimensions) with work groups of
