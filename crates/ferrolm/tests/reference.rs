@@ -117,9 +117,10 @@ const PPL_TOLERANCE: f64 = 0.01;
 /// Why not tighter: on 1530 scored tokens, kernels that differ only in the order of their f32
 /// sums move Gemma 3's estimate by up to 0.3% (a last-bit difference that flips one 8-bit
 /// activation rounding is amplified through the layers). Measured on this text: the portable
-/// kernels 17.522, AVX2 17.548, AVX-512 17.527 before the packed Q5_0 kernel and 17.572 with it;
-/// llama.cpp's own two attention paths give 17.460 and 17.425. A real numerics bug moves it by
-/// far more.
+/// kernels 17.522, AVX2 17.548, AVX-512 17.527 without packed Q5_0/Q4_K weights, 17.572 with
+/// packed Q5_0 only, 17.493 with both; llama.cpp's own two attention paths give 17.460 and
+/// 17.425. On three other 12 kB slices of the same book ferrolm and llama.cpp differ by −0.6% to
+/// +0.3%. A real numerics bug moves it by far more.
 fn check_perplexity(file: &str) {
     let Some(path) = common::require_model(file) else { return };
     let r: serde_json::Value =
