@@ -466,9 +466,9 @@ def measured_run(cmd, engine, args):
         return ts, obj, meter, discarded
 
 
-def test_args(n_prompt, n_gen, threads, batch):
-    return ["-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads), "-b", str(batch), "-r", "1",
-            "-o", "json"]
+def test_args(n_prompt, n_gen, n_depth, threads, batch):
+    return ["-p", str(n_prompt), "-n", str(n_gen), "-d", str(n_depth), "-t", str(threads), "-b", str(batch),
+            "-r", "1", "-o", "json"]
 
 
 def summary(samples):
@@ -507,6 +507,9 @@ def main():
     ap.add_argument("-t", "--threads", default="2", help="thread counts, comma list (default 2)")
     ap.add_argument("-p", "--n-prompt", default="512", help="prompt lengths, comma list (0: none; default 512)")
     ap.add_argument("-n", "--n-gen", default="128", help="generation lengths, comma list (0: none; default 128)")
+    ap.add_argument("-d", "--n-depth", default="0",
+                    help="tokens already in the cache when each test starts, comma list (llama-bench's -d; "
+                    "default 0)")
     ap.add_argument("-r", "--reps", type=int, default=5, help="alternating runs per engine and test (default 5)")
     ap.add_argument("-b", "--batch-size", type=int, default=512, help="prompt tokens per forward pass (default 512)")
     ap.add_argument("--ferrolm", help="ferrolm binary to use instead of building this checkout")
@@ -538,8 +541,9 @@ def main():
         return v
 
     threads = int_list(args.threads, "--threads", 1)
-    tests = [(p, 0) for p in int_list(args.n_prompt, "--n-prompt", 0) if p > 0]
-    tests += [(0, n) for n in int_list(args.n_gen, "--n-gen", 0) if n > 0]
+    depths = int_list(args.n_depth, "--n-depth", 0)
+    tests = [(p, 0, d) for p in int_list(args.n_prompt, "--n-prompt", 0) if p > 0 for d in depths]
+    tests += [(0, n, d) for n in int_list(args.n_gen, "--n-gen", 0) if n > 0 for d in depths]
     if not tests:
         ap.error("nothing to run: every --n-prompt and --n-gen value is 0")
     if args.reps < 1 or args.batch_size < 1 or args.jobs < 1:
@@ -583,9 +587,11 @@ def main():
         for model in models:
             bytes_tok = weight_bytes_per_token(ferrolm, model)
             for t in threads:
-                for n_prompt, n_gen in tests:
+                for n_prompt, n_gen, n_depth in tests:
                     name = f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
-                    a = test_args(n_prompt, n_gen, t, args.batch_size)
+                    if n_depth:
+                        name += f" @ d{n_depth}"
+                    a = test_args(n_prompt, n_gen, n_depth, t, args.batch_size)
                     lcmd = [llama, "-m", model, "-ub", str(args.batch_size)] + a
                     fcmd = [ferrolm, "bench", "-m", model] + a
                     samples = {"llama.cpp": [], "ferrolm": []}
@@ -604,14 +610,14 @@ def main():
                                 ferrolm_info = ferrolm_info or obj
                     row = {
                         "model": os.path.basename(model), "path": model, "test": name, "threads": t,
-                        "n_prompt": n_prompt, "n_gen": n_gen, "samples_ts": samples,
+                        "n_prompt": n_prompt, "n_gen": n_gen, "n_depth": n_depth, "samples_ts": samples,
                         "llama.cpp": summary(samples["llama.cpp"]), "ferrolm": summary(samples["ferrolm"]),
                         "commands": {"llama.cpp": lcmd, "ferrolm": fcmd},
                         "other_cpu_share": meter.share(),
                         "discarded_pairs": discarded,
                     }
                     row["ratio"] = row["ferrolm"]["median"] / row["llama.cpp"]["median"]
-                    if n_gen and t in bandwidth:
+                    if n_gen and not n_depth and t in bandwidth:
                         bound = bandwidth[t] / bytes_tok
                         row["bandwidth"] = {
                             "bytes_per_token": bytes_tok, "read_bytes_per_s": bandwidth[t], "bound_ts": bound,

@@ -5,9 +5,12 @@
 //! `--batch-size` tokens, logits only after the last token of each pass) or `tgN` (N random
 //! tokens fed one per forward pass, logits after each). With `--parallel P` (P > 1) a
 //! generation test `tgNxP` runs P sequences together, as a server's slots do: each forward pass
-//! takes one token of every sequence, and tokens/s counts the tokens of all of them. A test runs
-//! once per thread count: one unrecorded warm-up (the whole prompt for pp, one token for tg, as
-//! llama-bench does), then `--repetitions` timed runs, each from an empty KV cache.
+//! takes one token of every sequence, and tokens/s counts the tokens of all of them. With
+//! `--n-depth D` (D > 0) a test `ppN @ dD` or `tgN @ dD` runs after D random tokens already in
+//! the cache of every sequence (fed as a prompt before the clock starts, as llama-bench's `-d`
+//! does): the speed at a long context. A test runs once per thread count: one unrecorded warm-up
+//! (the whole prompt for pp, one token for tg, as llama-bench does), then `--repetitions` timed
+//! runs, each from an empty KV cache (refilled to the depth).
 
 mod info;
 mod output;
@@ -51,6 +54,10 @@ pub struct Args {
     /// takes one token of each, like a server's busy slots.
     #[arg(long = "parallel", value_delimiter = ',', default_value = "1")]
     pub parallel: Vec<usize>,
+    /// Tokens already in the cache when a test starts (comma list, like llama-bench's `-d`):
+    /// every test runs at each depth.
+    #[arg(short = 'd', long = "n-depth", value_delimiter = ',', default_value = "0")]
+    pub n_depth: Vec<usize>,
     /// Largest number of prompt tokens per forward pass.
     #[arg(short = 'b', long = "batch-size", default_value_t = 512)]
     pub batch_size: usize,
@@ -79,12 +86,13 @@ pub struct Args {
 }
 
 /// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0), the
-/// latter in each of `n_parallel` sequences.
+/// latter in each of `n_parallel` sequences, after `n_depth` tokens already cached in each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Test {
     n_prompt: usize,
     n_gen: usize,
     n_parallel: usize,
+    n_depth: usize,
 }
 
 /// The validated plan: thread counts and tests, in llama-bench's order.
@@ -117,13 +125,18 @@ impl Args {
         } else {
             self.threads.clone()
         };
-        let pp =
-            self.n_prompt.iter().filter(|&&n| n > 0).map(|&n| Test { n_prompt: n, n_gen: 0, n_parallel: 1 });
-        let tg =
-            self.n_gen.iter().filter(|&&n| n > 0).flat_map(|&n| {
-                self.parallel.iter().map(move |&p| Test { n_prompt: 0, n_gen: n, n_parallel: p })
-            });
-        let tests: Vec<Test> = pp.chain(tg).collect();
+        let pp = self.n_prompt.iter().filter(|&&n| n > 0).map(|&n| (n, 0, 1));
+        let tg = self
+            .n_gen
+            .iter()
+            .filter(|&&n| n > 0)
+            .flat_map(|&n| self.parallel.iter().map(move |&p| (0, n, p)));
+        let tests: Vec<Test> = pp
+            .chain(tg)
+            .flat_map(|(n_prompt, n_gen, n_parallel)| {
+                self.n_depth.iter().map(move |&n_depth| Test { n_prompt, n_gen, n_parallel, n_depth })
+            })
+            .collect();
         if tests.is_empty() {
             anyhow::bail!("nothing to run: every --n-prompt and --n-gen value is 0");
         }
@@ -166,6 +179,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         n_prompt = test.n_prompt,
                         n_gen = test.n_gen,
                         n_parallel = test.n_parallel,
+                        n_depth = test.n_depth,
                         "bench"
                     );
                     let test_time = info::rfc3339_now();
@@ -182,6 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         n_prompt: test.n_prompt,
                         n_gen: test.n_gen,
                         n_parallel: test.n_parallel,
+                        n_depth: test.n_depth,
                         test_time,
                         samples_ns,
                     })?;
@@ -228,14 +243,29 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
             })
             .collect()
     };
-    let cap = test.n_prompt + test.n_gen;
+    let cap = test.n_depth + test.n_prompt + test.n_gen;
     let mut kv = model.new_kv_cache_typed(cap, args.kv_types.k, args.kv_types.v)?;
     let mut seqs = Vec::with_capacity(test.n_parallel);
     for s in 0..test.n_parallel {
         let mgr = CacheManager::new(args.cache.options(), model.attention_shapes(), cap)?;
         seqs.push(Sequence::new(&mut kv, s as SeqId, mgr));
     }
+    // The depth: the first `n_depth` tokens of `ids[s]`, fed to every sequence as a prompt.
+    let fill = |kv: &mut KvCache, seqs: &mut [Sequence], ids: &[Vec<u32>]| -> anyhow::Result<()> {
+        for (seq, seq_ids) in seqs.iter_mut().zip(ids) {
+            seq.clear(kv);
+            if test.n_depth > 0 {
+                prompt(model, kv, seq, &seq_ids[..test.n_depth], args.batch_size)
+                    .context("filling the depth")?;
+            }
+        }
+        Ok(())
+    };
     if !args.no_warmup {
+        if test.n_depth > 0 {
+            let ids: Vec<Vec<u32>> = (0..test.n_parallel).map(|_| tokens(test.n_depth)).collect();
+            fill(&mut kv, &mut seqs, &ids)?;
+        }
         if test.n_prompt > 0 {
             prompt(model, &mut kv, &mut seqs[0], &tokens(test.n_prompt), args.batch_size)
                 .context("warm-up prompt run")?;
@@ -247,15 +277,15 @@ fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> 
     }
     let mut samples = Vec::with_capacity(args.repetitions);
     for rep in 0..args.repetitions {
-        let ids: Vec<Vec<u32>> = (0..test.n_parallel).map(|_| tokens(test.n_prompt + test.n_gen)).collect();
-        for seq in &mut seqs {
-            seq.clear(&mut kv);
-        }
+        let ids: Vec<Vec<u32>> =
+            (0..test.n_parallel).map(|_| tokens(test.n_depth + test.n_prompt + test.n_gen)).collect();
+        fill(&mut kv, &mut seqs, &ids)?;
+        let timed: Vec<Vec<u32>> = ids.iter().map(|v| v[test.n_depth..].to_vec()).collect();
         let t0 = Instant::now();
         if test.n_prompt > 0 {
-            prompt(model, &mut kv, &mut seqs[0], &ids[0], args.batch_size)
+            prompt(model, &mut kv, &mut seqs[0], &timed[0], args.batch_size)
         } else {
-            generate(model, &mut kv, &mut seqs, &ids)
+            generate(model, &mut kv, &mut seqs, &timed)
         }
         .with_context(|| format!("repetition {}", rep + 1))?;
         let ns = u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
@@ -320,15 +350,32 @@ mod tests {
     fn plan_orders_prompt_tests_before_generation_and_skips_zeros() {
         let p = plan(&["-m", "x", "-p", "0,64,16", "-n", "8,0", "-t", "2,1"]).expect("valid");
         assert_eq!(p.threads, vec![2, 1]);
-        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1 };
+        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1, n_depth: 0 };
         assert_eq!(p.tests, vec![t(64, 0), t(16, 0), t(0, 8)]);
     }
 
     #[test]
     fn parallel_values_multiply_the_generation_tests_only() {
         let p = plan(&["-m", "x", "-p", "32", "-n", "8,16", "--parallel", "1,4"]).expect("valid");
-        let t = |n_prompt, n_gen, n_parallel| Test { n_prompt, n_gen, n_parallel };
+        let t = |n_prompt, n_gen, n_parallel| Test { n_prompt, n_gen, n_parallel, n_depth: 0 };
         assert_eq!(p.tests, vec![t(32, 0, 1), t(0, 8, 1), t(0, 8, 4), t(0, 16, 1), t(0, 16, 4)]);
+    }
+
+    #[test]
+    fn every_test_runs_at_every_depth() {
+        let p = plan(&["-m", "x", "-p", "32", "-n", "8", "--parallel", "1,2", "-d", "0,256"]).expect("valid");
+        let t = |n_prompt, n_gen, n_parallel, n_depth| Test { n_prompt, n_gen, n_parallel, n_depth };
+        assert_eq!(
+            p.tests,
+            vec![
+                t(32, 0, 1, 0),
+                t(32, 0, 1, 256),
+                t(0, 8, 1, 0),
+                t(0, 8, 1, 256),
+                t(0, 8, 2, 0),
+                t(0, 8, 2, 256)
+            ]
+        );
     }
 
     #[test]
@@ -341,6 +388,7 @@ mod tests {
             &["-m", "x", "--delay", "-1"],
             &["-m", "x", "--parallel", "0"],
             &["-m", "x", "-p", "1,a"],
+            &["-m", "x", "-d", "-1"],
             &["-m", "x", "--cache-type-k", "q4_1"],
         ] {
             assert!(plan(argv).is_err(), "{argv:?} was accepted");
@@ -368,7 +416,7 @@ mod tests {
     fn default_threads_are_the_available_cores() {
         let p = plan(&["-m", "x"]).expect("valid");
         assert_eq!(p.threads, vec![std::thread::available_parallelism().map_or(1, |n| n.get())]);
-        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1 };
+        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1, n_depth: 0 };
         assert_eq!(p.tests, vec![t(512, 0), t(0, 128)]);
     }
 }

@@ -149,3 +149,24 @@ fn bad_input_is_reported_without_a_panic() {
     assert_fails(&["-m", m, "-p", "4,-1"], "invalid value");
     assert_fails(&["-m", m, "-o", "yaml"], "invalid value 'yaml'");
 }
+
+#[test]
+fn depth_runs_every_test_after_cached_tokens() {
+    let Some(model) = smollm2() else { return };
+    let out = bench(&model, &["-p", "8", "-n", "2", "-d", "0,24", "-r", "1", "-t", "1", "-o", "json"]);
+    let results: Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let results = results.as_array().unwrap();
+    let got: Vec<(u64, u64, u64)> = results
+        .iter()
+        .map(|r| {
+            (r["n_prompt"].as_u64().unwrap(), r["n_gen"].as_u64().unwrap(), r["n_depth"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(got, vec![(8, 0, 0), (8, 0, 24), (0, 2, 0), (0, 2, 24)]);
+    for r in results {
+        // Tokens/s count the test's tokens, not the depth's.
+        check_result(r, r["n_prompt"].as_u64().unwrap(), r["n_gen"].as_u64().unwrap(), 1);
+    }
+    let md = stdout_of(&bench(&model, &["-p", "8", "-n", "0", "-d", "16", "-r", "1", "-t", "1"]));
+    assert!(md.contains("| CPU | 1 | pp8 @ d16 |"), "{md}");
+}

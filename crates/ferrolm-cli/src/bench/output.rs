@@ -47,6 +47,8 @@ pub struct TestResult<'a> {
     pub n_gen: usize,
     /// Sequences generating together, one token each per forward pass (1 for a prompt test).
     pub n_parallel: usize,
+    /// Tokens already cached in each sequence when the test started.
+    pub n_depth: usize,
     /// When the test started (RFC 3339).
     pub test_time: String,
     /// Nanoseconds of each repetition.
@@ -54,14 +56,21 @@ pub struct TestResult<'a> {
 }
 
 impl TestResult<'_> {
-    /// `ppN`, `tgN`, or `tgNxP` for `P` sequences generating together.
+    /// `ppN`, `tgN`, or `tgNxP` for `P` sequences generating together, followed by ` @ dD` at a
+    /// depth of `D` cached tokens (llama-bench's name).
     pub fn name(&self) -> String {
-        let name = match (self.n_prompt, self.n_gen) {
+        let mut name = match (self.n_prompt, self.n_gen) {
             (p, 0) => format!("pp{p}"),
             (0, g) => format!("tg{g}"),
             (p, g) => format!("pp{p}+tg{g}"),
         };
-        if self.n_parallel > 1 { format!("{name}x{}", self.n_parallel) } else { name }
+        if self.n_parallel > 1 {
+            name += &format!("x{}", self.n_parallel);
+        }
+        if self.n_depth > 0 {
+            name += &format!(" @ d{}", self.n_depth);
+        }
+        name
     }
 
     /// Tokens per second of each repetition (the tokens of every sequence).
@@ -89,6 +98,7 @@ impl TestResult<'_> {
             ("type_v", json!(kv_type_name(self.type_v))),
             ("n_prompt", json!(self.n_prompt)),
             ("n_gen", json!(self.n_gen)),
+            ("n_depth", json!(self.n_depth)),
             ("n_parallel", json!(self.n_parallel)),
             ("test_time", json!(self.test_time)),
             ("avg_ns", json!(mean(&ns).round() as u64)),
@@ -244,7 +254,7 @@ impl<W: Write> Printer<W> {
 }
 
 /// The CSV header: the field names of [`TestResult::fields`].
-const CSV_FIELDS: [&str; 23] = [
+const CSV_FIELDS: [&str; 24] = [
     "build_commit",
     "build_number",
     "cpu_info",
@@ -259,6 +269,7 @@ const CSV_FIELDS: [&str; 23] = [
     "type_v",
     "n_prompt",
     "n_gen",
+    "n_depth",
     "n_parallel",
     "test_time",
     "avg_ns",
@@ -319,6 +330,7 @@ mod tests {
             n_prompt: 0,
             n_gen: 4,
             n_parallel: 1,
+            n_depth: 0,
             test_time: "2025-01-01T00:00:00Z".into(),
             samples_ns: vec![1_000_000_000, 2_000_000_000],
         };
@@ -334,5 +346,9 @@ mod tests {
         let r8 = TestResult { n_parallel: 8, ..r };
         assert_eq!(r8.name(), "tg4x8");
         assert_eq!(r8.samples_ts(), vec![32.0, 16.0]);
+        // The depth is in the name, not in the tokens counted.
+        let deep = TestResult { n_depth: 4096, ..r8 };
+        assert_eq!(deep.name(), "tg4x8 @ d4096");
+        assert_eq!(deep.samples_ts(), vec![32.0, 16.0]);
     }
 }
