@@ -564,7 +564,7 @@ def main():
             if not os.path.isfile(m):
                 raise Failure(f"model {m} not found")
         bandwidth, bandwidth_load = {}, {}
-        if not args.no_bandwidth and any(n for _, n in tests):
+        if not args.no_bandwidth and any(n and not d for _, n, d in tests):
             for t in threads:
                 limit = args.max_other_load / 100
                 for attempt in range(1 + (MAX_RETRIES if args.wait_idle > 0 else 0)):
