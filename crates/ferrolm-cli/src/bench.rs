@@ -11,9 +11,14 @@
 //! does): the speed at a long context. A test runs once per thread count: one unrecorded warm-up
 //! (the whole prompt for pp, one token for tg, as llama-bench does), then `--repetitions` timed
 //! runs, each from an empty KV cache (refilled to the depth).
+//!
+//! With `--prompt-file`, each generation length also runs on that text (`tgN (text) @ dD`, D
+//! being the file's tokens) and, with `--lookup` or `--model-draft`, speculatively
+//! (`tgN (lookup) @ dD`): see [`text`].
 
 mod info;
 mod output;
+mod text;
 
 use std::time::{Duration, Instant};
 
@@ -23,11 +28,13 @@ use ferrolm::batch::Batch;
 use ferrolm::kv::{CacheManager, KvCache, SeqId};
 use ferrolm::model::{LoadOptions, Model};
 use ferrolm::sequence::{Outputs, Sequence};
+use ferrolm::session::SessionOptions;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
 use info::{BuildInfo, ModelInfo};
 use output::{OutputFormat, Printer, TestResult};
+use text::TextMode;
 
 /// Seed of the random token ids: every run of a test feeds the same tokens.
 const SEED: u64 = 1234;
@@ -77,6 +84,13 @@ pub struct Args {
     /// Hybrid mode: batches of at least this many tokens run on OpenCL.
     #[arg(long, default_value_t = 32)]
     pub hybrid_min_batch: usize,
+    /// Text whose greedy continuation the generation tests also measure (`tgN (text)`), and
+    /// with --lookup or --model-draft speculatively (`tgN (lookup)`, `tgN (draft)`).
+    #[arg(long = "prompt-file", value_name = "FILE")]
+    pub prompt_file: Option<std::path::PathBuf>,
+    /// Speculative decoding in the text tests.
+    #[command(flatten)]
+    pub speculative: crate::speculative_args::SpeculativeArgs,
     /// Skip the warm-up run before each test's repetitions.
     #[arg(long)]
     pub no_warmup: bool,
@@ -86,13 +100,15 @@ pub struct Args {
 }
 
 /// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0), the
-/// latter in each of `n_parallel` sequences, after `n_depth` tokens already cached in each.
+/// latter in each of `n_parallel` sequences, after `n_depth` tokens already cached in each;
+/// or, with `text`, `n_gen` tokens continuing the prompt file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Test {
     n_prompt: usize,
     n_gen: usize,
     n_parallel: usize,
     n_depth: usize,
+    text: Option<TextMode>,
 }
 
 /// The validated plan: thread counts and tests, in llama-bench's order.
@@ -131,12 +147,37 @@ impl Args {
             .iter()
             .filter(|&&n| n > 0)
             .flat_map(|&n| self.parallel.iter().map(move |&p| (0, n, p)));
-        let tests: Vec<Test> = pp
+        let mut tests: Vec<Test> = pp
             .chain(tg)
             .flat_map(|(n_prompt, n_gen, n_parallel)| {
-                self.n_depth.iter().map(move |&n_depth| Test { n_prompt, n_gen, n_parallel, n_depth })
+                self.n_depth.iter().map(move |&n_depth| Test {
+                    n_prompt,
+                    n_gen,
+                    n_parallel,
+                    n_depth,
+                    text: None,
+                })
             })
             .collect();
+        let spec = self.speculative.drafter_name().is_some();
+        if spec && self.prompt_file.is_none() {
+            anyhow::bail!(
+                "--lookup and --model-draft need --prompt-file: drafts only match real text, never random tokens"
+            );
+        }
+        if self.prompt_file.is_some() {
+            let modes: &[TextMode] =
+                if spec { &[TextMode::Plain, TextMode::Speculative] } else { &[TextMode::Plain] };
+            for &n_gen in self.n_gen.iter().filter(|&&n| n > 0) {
+                tests.extend(modes.iter().map(|&m| Test {
+                    n_prompt: 0,
+                    n_gen,
+                    n_parallel: 1,
+                    n_depth: 0,
+                    text: Some(m),
+                }));
+            }
+        }
         if tests.is_empty() {
             anyhow::bail!("nothing to run: every --n-prompt and --n-gen value is 0");
         }
@@ -151,12 +192,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let build = BuildInfo::current();
     let cpu = info::cpu_info();
     let mut printer = Printer::new(args.output, std::io::stdout().lock());
+    let prompt_text = match &args.prompt_file {
+        Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
+        None => None,
+    };
+    let draft = args.speculative.load_draft()?;
     let mut first = true;
     for (i, spec) in args.models.iter().enumerate() {
         let path = crate::pull::resolve_model(Some(spec))?;
         let mut model = Model::load_with(&path, &LoadOptions::default())
             .with_context(|| format!("loading {}", path.display()))?;
         let minfo = ModelInfo::new(&path, &model);
+        let prompt = match &prompt_text {
+            Some(t) => model.tokenizer().encode(t, true, false).context("tokenizing the prompt file")?,
+            None => Vec::new(),
+        };
+        if prompt_text.is_some() && prompt.is_empty() {
+            anyhow::bail!("the prompt file tokenized to nothing");
+        }
         if i == 0 {
             // After the first model loaded, so that a bad path prints nothing on stdout.
             printer.begin(&build, &cpu)?;
@@ -183,7 +236,43 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         "bench"
                     );
                     let test_time = info::rfc3339_now();
-                    let samples_ns = with_threads(n_threads, || run_test(&model, &args, test))??;
+                    let (samples_ns, drafts, n_depth) = match test.text {
+                        None => (
+                            with_threads(n_threads, || run_test(&model, &args, test))??,
+                            (0, 0),
+                            test.n_depth,
+                        ),
+                        Some(mode) => {
+                            let spec = match mode {
+                                TextMode::Plain => None,
+                                TextMode::Speculative => args.speculative.options(draft.as_ref())?,
+                            };
+                            let opts = SessionOptions {
+                                n_ctx: prompt.len() + test.n_gen + 1,
+                                n_batch: args.batch_size,
+                                type_k: args.kv_types.k,
+                                type_v: args.kv_types.v,
+                                cache: args.cache.options(),
+                            };
+                            let r = with_threads(n_threads, || {
+                                text::run(
+                                    &model,
+                                    opts,
+                                    &prompt,
+                                    test.n_gen,
+                                    spec,
+                                    args.repetitions,
+                                    !args.no_warmup,
+                                )
+                            })??;
+                            (r.samples_ns, (r.n_drafted, r.n_accepted), prompt.len())
+                        }
+                    };
+                    let mode = match test.text {
+                        None => "",
+                        Some(TextMode::Plain) => "text",
+                        Some(TextMode::Speculative) => args.speculative.drafter_name().unwrap_or("text"),
+                    };
                     printer.result(&TestResult {
                         backend: &backend,
                         build: &build,
@@ -196,7 +285,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         n_prompt: test.n_prompt,
                         n_gen: test.n_gen,
                         n_parallel: test.n_parallel,
-                        n_depth: test.n_depth,
+                        n_depth,
+                        mode,
+                        n_drafted: drafts.0,
+                        n_accepted: drafts.1,
                         test_time,
                         samples_ns,
                     })?;
@@ -350,21 +442,22 @@ mod tests {
     fn plan_orders_prompt_tests_before_generation_and_skips_zeros() {
         let p = plan(&["-m", "x", "-p", "0,64,16", "-n", "8,0", "-t", "2,1"]).expect("valid");
         assert_eq!(p.threads, vec![2, 1]);
-        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1, n_depth: 0 };
+        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1, n_depth: 0, text: None };
         assert_eq!(p.tests, vec![t(64, 0), t(16, 0), t(0, 8)]);
     }
 
     #[test]
     fn parallel_values_multiply_the_generation_tests_only() {
         let p = plan(&["-m", "x", "-p", "32", "-n", "8,16", "--parallel", "1,4"]).expect("valid");
-        let t = |n_prompt, n_gen, n_parallel| Test { n_prompt, n_gen, n_parallel, n_depth: 0 };
+        let t = |n_prompt, n_gen, n_parallel| Test { n_prompt, n_gen, n_parallel, n_depth: 0, text: None };
         assert_eq!(p.tests, vec![t(32, 0, 1), t(0, 8, 1), t(0, 8, 4), t(0, 16, 1), t(0, 16, 4)]);
     }
 
     #[test]
     fn every_test_runs_at_every_depth() {
         let p = plan(&["-m", "x", "-p", "32", "-n", "8", "--parallel", "1,2", "-d", "0,256"]).expect("valid");
-        let t = |n_prompt, n_gen, n_parallel, n_depth| Test { n_prompt, n_gen, n_parallel, n_depth };
+        let t =
+            |n_prompt, n_gen, n_parallel, n_depth| Test { n_prompt, n_gen, n_parallel, n_depth, text: None };
         assert_eq!(
             p.tests,
             vec![
@@ -389,10 +482,23 @@ mod tests {
             &["-m", "x", "--parallel", "0"],
             &["-m", "x", "-p", "1,a"],
             &["-m", "x", "-d", "-1"],
+            &["-m", "x", "--lookup"],
+            &["-m", "x", "--model-draft", "y"],
+            &["-m", "x", "--prompt-file", "f", "--lookup", "--model-draft", "y"],
             &["-m", "x", "--cache-type-k", "q4_1"],
         ] {
             assert!(plan(argv).is_err(), "{argv:?} was accepted");
         }
+    }
+
+    #[test]
+    fn a_prompt_file_adds_text_tests_and_a_drafter_speculative_ones() {
+        let text = |n_gen, m| Test { n_prompt: 0, n_gen, n_parallel: 1, n_depth: 0, text: Some(m) };
+        let p = plan(&["-m", "x", "-p", "0", "-n", "8,16", "--prompt-file", "f"]).expect("valid");
+        let random = |n_gen| Test { n_prompt: 0, n_gen, n_parallel: 1, n_depth: 0, text: None };
+        assert_eq!(p.tests, vec![random(8), random(16), text(8, TextMode::Plain), text(16, TextMode::Plain)]);
+        let p = plan(&["-m", "x", "-p", "0", "-n", "8", "--prompt-file", "f", "--lookup"]).expect("valid");
+        assert_eq!(p.tests, vec![random(8), text(8, TextMode::Plain), text(8, TextMode::Speculative)]);
     }
 
     #[test]
@@ -416,7 +522,7 @@ mod tests {
     fn default_threads_are_the_available_cores() {
         let p = plan(&["-m", "x"]).expect("valid");
         assert_eq!(p.threads, vec![std::thread::available_parallelism().map_or(1, |n| n.get())]);
-        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1, n_depth: 0 };
+        let t = |n_prompt, n_gen| Test { n_prompt, n_gen, n_parallel: 1, n_depth: 0, text: None };
         assert_eq!(p.tests, vec![t(512, 0), t(0, 128)]);
     }
 }

@@ -1,4 +1,5 @@
-//! Command-line flags of speculative decoding (`generate`): a draft model or prompt lookup.
+//! Command-line flags of speculative decoding (`generate`, `bench`): a draft model or prompt
+//! lookup.
 
 use anyhow::{Context, bail};
 use ferrolm::model::Model;
@@ -26,6 +27,11 @@ pub struct SpeculativeArgs {
 }
 
 impl SpeculativeArgs {
+    /// The drafter's short name (`lookup`, `draft`), `None` when speculative decoding is off.
+    pub fn drafter_name(&self) -> Option<&'static str> {
+        if self.lookup { Some("lookup") } else { self.model_draft.as_ref().map(|_| "draft") }
+    }
+
     /// Loads the draft model, if one was named.
     pub fn load_draft(&self) -> anyhow::Result<Option<Model>> {
         let Some(name) = &self.model_draft else { return Ok(None) };

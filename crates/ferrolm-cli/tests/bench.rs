@@ -170,3 +170,29 @@ fn depth_runs_every_test_after_cached_tokens() {
     let md = stdout_of(&bench(&model, &["-p", "8", "-n", "0", "-d", "16", "-r", "1", "-t", "1"]));
     assert!(md.contains("| CPU | 1 | pp8 @ d16 |"), "{md}");
 }
+
+#[test]
+fn prompt_file_runs_text_tests_plain_and_speculative() {
+    let Some(model) = smollm2() else { return };
+    let file = std::env::temp_dir().join(format!("ferrolm-bench-text-{}.txt", std::process::id()));
+    std::fs::write(&file, "one two three four five six seven eight nine ten. ".repeat(6)).unwrap();
+    let args = ["-p", "0", "-n", "16", "-r", "2", "-t", "1", "--lookup", "-o", "json", "--prompt-file"];
+    let out = bin().args(["bench", "-m"]).arg(&model).args(args).arg(&file).output().unwrap();
+    std::fs::remove_file(&file).ok();
+    let results: Value = serde_json::from_str(&stdout_of(&out)).unwrap();
+    let results = results.as_array().unwrap();
+    let modes: Vec<&str> = results.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["", "text", "lookup"], "{results:?}");
+    for r in results {
+        check_result(r, 0, 16, 2);
+    }
+    let (plain, spec) = (&results[1], &results[2]);
+    // The text's tokens are the cached context of both text tests.
+    let depth = plain["n_depth"].as_u64().unwrap();
+    assert!(depth > 50 && spec["n_depth"] == depth, "{plain} {spec}");
+    assert_eq!(plain["n_drafted"], 0);
+    // A text that repeats itself: prompt lookup drafts, and the model keeps drafts.
+    let (drafted, kept) = (spec["n_drafted"].as_u64().unwrap(), spec["n_accepted"].as_u64().unwrap());
+    assert!(drafted > 0 && kept > 0 && kept <= drafted, "{spec}");
+    assert_fails(&["-m", "x.gguf", "--lookup"], "--prompt-file");
+}

@@ -49,6 +49,13 @@ pub struct TestResult<'a> {
     pub n_parallel: usize,
     /// Tokens already cached in each sequence when the test started.
     pub n_depth: usize,
+    /// `""` for random tokens; for a test on the prompt file `text` (plain decoding) or the
+    /// speculative drafter (`lookup`, `draft`).
+    pub mode: &'a str,
+    /// Tokens drafted over all repetitions (speculative tests).
+    pub n_drafted: usize,
+    /// Drafted tokens kept over all repetitions.
+    pub n_accepted: usize,
     /// When the test started (RFC 3339).
     pub test_time: String,
     /// Nanoseconds of each repetition.
@@ -56,8 +63,9 @@ pub struct TestResult<'a> {
 }
 
 impl TestResult<'_> {
-    /// `ppN`, `tgN`, or `tgNxP` for `P` sequences generating together, followed by ` @ dD` at a
-    /// depth of `D` cached tokens (llama-bench's name).
+    /// `ppN`, `tgN`, or `tgNxP` for `P` sequences generating together, then ` (text)` for a
+    /// test on the prompt file or ` (lookup, K/N kept)`, ` (draft, K/N kept)` for a speculative
+    /// one, then ` @ dD` at a depth of `D` cached tokens (llama-bench's name).
     pub fn name(&self) -> String {
         let mut name = match (self.n_prompt, self.n_gen) {
             (p, 0) => format!("pp{p}"),
@@ -66,6 +74,11 @@ impl TestResult<'_> {
         };
         if self.n_parallel > 1 {
             name += &format!("x{}", self.n_parallel);
+        }
+        match self.mode {
+            "" => {}
+            "text" => name += " (text)",
+            drafter => name += &format!(" ({drafter}, {}/{} kept)", self.n_accepted, self.n_drafted),
         }
         if self.n_depth > 0 {
             name += &format!(" @ d{}", self.n_depth);
@@ -100,6 +113,9 @@ impl TestResult<'_> {
             ("n_gen", json!(self.n_gen)),
             ("n_depth", json!(self.n_depth)),
             ("n_parallel", json!(self.n_parallel)),
+            ("mode", json!(self.mode)),
+            ("n_drafted", json!(self.n_drafted)),
+            ("n_accepted", json!(self.n_accepted)),
             ("test_time", json!(self.test_time)),
             ("avg_ns", json!(mean(&ns).round() as u64)),
             ("stddev_ns", json!(stddev(&ns).round() as u64)),
@@ -254,7 +270,7 @@ impl<W: Write> Printer<W> {
 }
 
 /// The CSV header: the field names of [`TestResult::fields`].
-const CSV_FIELDS: [&str; 24] = [
+const CSV_FIELDS: [&str; 27] = [
     "build_commit",
     "build_number",
     "cpu_info",
@@ -271,6 +287,9 @@ const CSV_FIELDS: [&str; 24] = [
     "n_gen",
     "n_depth",
     "n_parallel",
+    "mode",
+    "n_drafted",
+    "n_accepted",
     "test_time",
     "avg_ns",
     "stddev_ns",
@@ -331,6 +350,9 @@ mod tests {
             n_gen: 4,
             n_parallel: 1,
             n_depth: 0,
+            mode: "",
+            n_drafted: 0,
+            n_accepted: 0,
             test_time: "2025-01-01T00:00:00Z".into(),
             samples_ns: vec![1_000_000_000, 2_000_000_000],
         };
@@ -350,5 +372,10 @@ mod tests {
         let deep = TestResult { n_depth: 4096, ..r8 };
         assert_eq!(deep.name(), "tg4x8 @ d4096");
         assert_eq!(deep.samples_ts(), vec![32.0, 16.0]);
+        let spec =
+            TestResult { mode: "lookup", n_parallel: 1, n_depth: 300, n_drafted: 9, n_accepted: 7, ..deep };
+        assert_eq!(spec.name(), "tg4 (lookup, 7/9 kept) @ d300");
+        let text = TestResult { mode: "text", n_drafted: 0, n_accepted: 0, ..spec };
+        assert_eq!(text.name(), "tg4 (text) @ d300");
     }
 }
