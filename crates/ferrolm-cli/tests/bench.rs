@@ -176,7 +176,7 @@ fn prompt_file_runs_text_tests_plain_and_speculative() {
     let Some(model) = smollm2() else { return };
     let file = std::env::temp_dir().join(format!("ferrolm-bench-text-{}.txt", std::process::id()));
     std::fs::write(&file, "one two three four five six seven eight nine ten. ".repeat(6)).unwrap();
-    let args = ["-p", "0", "-n", "16", "-r", "2", "-t", "1", "--lookup", "-o", "json", "--prompt-file"];
+    let args = ["-p", "0", "-n", "16", "-r", "1", "-t", "1", "--lookup", "-o", "json", "--prompt-file"];
     let out = bin().args(["bench", "-m"]).arg(&model).args(args).arg(&file).output().unwrap();
     std::fs::remove_file(&file).ok();
     let results: Value = serde_json::from_str(&stdout_of(&out)).unwrap();
@@ -184,7 +184,7 @@ fn prompt_file_runs_text_tests_plain_and_speculative() {
     let modes: Vec<&str> = results.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert_eq!(modes, ["", "text", "lookup"], "{results:?}");
     for r in results {
-        check_result(r, 0, 16, 2);
+        check_result(r, 0, 16, 1);
     }
     let (plain, spec) = (&results[1], &results[2]);
     // The text's tokens are the cached context of both text tests.
