@@ -6,7 +6,11 @@ from llama_cpp import Llama
 
 SCHEMA = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer"}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        # Bounded, so the reply fits max_tokens whatever is sampled.
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
