@@ -113,6 +113,7 @@ pub(crate) trait Device: Send + fmt::Debug + 'static {
 /// A work-group size for `global` when the caller names none: in each dimension the largest
 /// divisor of `global` that keeps the group within `max_items` work items, filled from the
 /// first dimension. Always divides `global` exactly.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the CUDA device only
 pub(crate) fn pick_local(global: &[usize], max_items: usize) -> Vec<usize> {
     let mut budget = max_items.max(1);
     global
@@ -126,10 +127,12 @@ pub(crate) fn pick_local(global: &[usize], max_items: usize) -> Vec<usize> {
 }
 
 /// Blocks (or threads per block) in x, y, z.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the CUDA device only
 pub(crate) type Dim3 = (u32, u32, u32);
 
 /// Grid and block of a CUDA-style launch of `global` items in groups of `local`: whole blocks,
 /// at most 1024 threads a block, grid dimensions within CUDA's limits.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the CUDA device only
 pub(crate) fn launch_dims(name: &str, global: &[usize], local: &[usize]) -> BackendResult<(Dim3, Dim3)> {
     let bad = |why: &str| BackendError::Unsupported {
         backend: "gpu",
@@ -202,6 +205,7 @@ impl<B> ScratchSlots<B> {
     }
 
     /// Frees every buffer.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // used by the CUDA device only
     pub(crate) fn clear(&mut self) {
         self.slots.clear();
     }
