@@ -13,8 +13,10 @@
 //! multiplied by the row's 6-bit scale in integers (`vpmulld`) and added up over the super-block
 //! (at most 8·63·32·15·127 < 2³¹); the minimums' term `Σ m·Σx` is four `vpdpwssd` of the rows'
 //! minimums against the token's sub-block sums, both as i16 pairs; then
-//! `acc += f32(Σ sc·sum) · d_w · d_x − f32(Σ m·Σx) · dmin_w · d_x`, the order of GGML's Q4_K dot. The tokens' chains are
-//! interleaved so that eight dependent `vpdpbusd` never wait on each other's latency.
+//! `acc += f32(Σ sc·sum) · d_w · d_x − f32(Σ m·Σx) · dmin_w · d_x`, the order of GGML's Q4_K dot.
+//!
+//! In both, the tokens' chains are interleaved so that dependent `vpdpbusd` never wait on each
+//! other's latency.
 
 use std::arch::x86_64::*;
 
@@ -140,6 +142,20 @@ unsafe fn gemm<const K: u8>(
 /// Tiles beyond the next one that are requested into L2 (see [`tile_dot`]).
 const L2_AHEAD_TILES: usize = 3;
 
+/// Prefetches block `b` (of `block` bytes in tiles of `nb` blocks) of the tile at `next` into L1,
+/// and the same block [`L2_AHEAD_TILES`] tiles further into L2 (see [`tile_dot`]).
+#[inline(always)]
+fn prefetch_block(next: *const u8, nb: usize, b: usize, block: usize) {
+    for l in (0..block).step_by(64) {
+        let ahead = next.wrapping_add(b * block + l);
+        // SAFETY: prefetches never fault, whatever the address.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            _mm_prefetch::<_MM_HINT_T2>(ahead.wrapping_add(L2_AHEAD_TILES * nb * block).cast());
+        }
+    }
+}
+
 /// One tile against `T` tokens: token `j`'s block `b` values at `x + j·x_rb + b·ab`, its
 /// scalars at `a[j·nb + b]`, its 16 results to `dst + j·ldo`. `next` (the next tile, possibly
 /// past the end: only prefetched) is prefetched a block's share at a time, so a decode stream
@@ -171,11 +187,7 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
     unsafe {
         let mut acc = [_mm512_setzero_ps(); T];
         for b in 0..nb {
-            for l in (0..qb + sb).step_by(64) {
-                let ahead = next.wrapping_add(b * (qb + sb) + l);
-                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-                _mm_prefetch::<_MM_HINT_T2>(ahead.wrapping_add(L2_AHEAD_TILES * nb * (qb + sb)).cast());
-            }
+            prefetch_block(next, nb, b, qb + sb);
             let qp = q0.add(b * qb);
             let q: [__m512i; 8] = match kind {
                 Kind::Q8_0 => std::array::from_fn(|j| _mm512_loadu_si512(qp.add(64 * j).cast())),
@@ -252,29 +264,29 @@ struct KCall<'a> {
 }
 
 /// A `vpshufb` control that gives every 32-bit lane the bytes `sel` of the same lane (`-1`: zero).
-fn lane_bytes(sel: [i8; 4]) -> [i8; 64] {
-    std::array::from_fn(|i| {
+const fn lane_bytes(sel: [i8; 4]) -> [i8; 64] {
+    let mut c = [0i8; 64];
+    let mut i = 0;
+    while i < 64 {
         let (word, byte) = ((i % 16) / 4, i % 4);
-        if sel[byte] < 0 { -1 } else { (4 * word) as i8 + sel[byte] }
-    })
+        c[i] = if sel[byte] < 0 { -1 } else { (4 * word) as i8 + sel[byte] };
+        i += 1;
+    }
+    c
 }
+
+/// [`lane_bytes`] controls of Q4_K's scales: byte `i` alone (zero-extended to the lane), and
+/// bytes 0, 1 and 2, 3 as two zero-extended 16-bit words.
+const PICK_ONE: [[i8; 64]; 4] = [
+    lane_bytes([0, -1, -1, -1]),
+    lane_bytes([1, -1, -1, -1]),
+    lane_bytes([2, -1, -1, -1]),
+    lane_bytes([3, -1, -1, -1]),
+];
+const PICK_TWO: [[i8; 64]; 2] = [lane_bytes([0, -1, 1, -1]), lane_bytes([2, -1, 3, -1])];
 
 /// Bytes of a Q8_K activation block.
 const Q8K_BYTES: usize = 292;
-
-/// Prefetches super-block `b` of the next tile into L1 and the one [`L2_AHEAD_TILES`] further
-/// into L2 (see [`tile_dot`]).
-#[inline(always)]
-fn prefetch_block(c: &KCall<'_>, b: usize, block: usize) {
-    for l in (0..block).step_by(64) {
-        let ahead = c.next.wrapping_add(b * block + l);
-        // SAFETY: prefetches never fault, whatever the address.
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-            _mm_prefetch::<_MM_HINT_T2>(ahead.wrapping_add(L2_AHEAD_TILES * c.nb * block).cast());
-        }
-    }
-}
 
 /// One Q4_K tile against `T` tokens (see the module documentation).
 ///
@@ -291,12 +303,11 @@ unsafe fn tile_dot_q4k<const T: usize>(c: &KCall<'_>) {
     unsafe {
         let m4 = _mm512_set1_epi8(0x0f);
         let (low6, top2) = (_mm512_set1_epi8(0x3f), _mm512_set1_epi8(0x30));
-        let pick = |sel: [i8; 4]| _mm512_loadu_si512(lane_bytes(sel).as_ptr().cast());
-        let one: [__m512i; 4] = std::array::from_fn(|i| pick([i as i8, -1, -1, -1]));
-        let two: [__m512i; 2] = [pick([0, -1, 1, -1]), pick([2, -1, 3, -1])];
+        let one: [__m512i; 4] = std::array::from_fn(|i| _mm512_loadu_si512(PICK_ONE[i].as_ptr().cast()));
+        let two: [__m512i; 2] = std::array::from_fn(|i| _mm512_loadu_si512(PICK_TWO[i].as_ptr().cast()));
         let mut acc = [_mm512_setzero_ps(); T];
         for b in 0..c.nb {
-            prefetch_block(c, b, QB + SB);
+            prefetch_block(c.next, c.nb, b, QB + SB);
             let sp = s0.add(b * SB);
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32).cast()));
