@@ -236,43 +236,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         "bench"
                     );
                     let test_time = info::rfc3339_now();
-                    let (samples_ns, drafts, n_depth) = match test.text {
-                        None => (
-                            with_threads(n_threads, || run_test(&model, &args, test))??,
-                            (0, 0),
-                            test.n_depth,
-                        ),
-                        Some(mode) => {
-                            let spec = match mode {
-                                TextMode::Plain => None,
-                                TextMode::Speculative => args.speculative.options(draft.as_ref())?,
-                            };
-                            let opts = SessionOptions {
-                                n_ctx: prompt.len() + test.n_gen + 1,
-                                n_batch: args.batch_size,
-                                type_k: args.kv_types.k,
-                                type_v: args.kv_types.v,
-                                cache: args.cache.options(),
-                            };
-                            let r = with_threads(n_threads, || {
-                                text::run(
-                                    &model,
-                                    opts,
-                                    &prompt,
-                                    test.n_gen,
-                                    spec,
-                                    args.repetitions,
-                                    !args.no_warmup,
-                                )
-                            })??;
-                            (r.samples_ns, (r.n_drafted, r.n_accepted), prompt.len())
-                        }
-                    };
-                    let mode = match test.text {
-                        None => "",
-                        Some(TextMode::Plain) => "text",
-                        Some(TextMode::Speculative) => args.speculative.drafter_name().unwrap_or("text"),
-                    };
+                    let m =
+                        with_threads(n_threads, || measure(&model, &args, test, &prompt, draft.as_ref()))??;
                     printer.result(&TestResult {
                         backend: &backend,
                         build: &build,
@@ -285,18 +250,64 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         n_prompt: test.n_prompt,
                         n_gen: test.n_gen,
                         n_parallel: test.n_parallel,
-                        n_depth,
-                        mode,
-                        n_drafted: drafts.0,
-                        n_accepted: drafts.1,
+                        n_depth: m.n_depth,
+                        mode: m.mode,
+                        n_drafted: m.n_drafted,
+                        n_accepted: m.n_accepted,
                         test_time,
-                        samples_ns,
+                        samples_ns: m.samples_ns,
                     })?;
                 }
             }
         }
     }
     printer.finish()
+}
+
+/// What one test measured: each repetition's nanoseconds, the cached tokens it ran after, and
+/// for a test on the prompt file its mode name and draft counts.
+struct Measured {
+    samples_ns: Vec<u64>,
+    n_depth: usize,
+    mode: &'static str,
+    n_drafted: usize,
+    n_accepted: usize,
+}
+
+/// Runs one test: on random tokens ([`run_test`]) or on the prompt file's tokens `prompt`
+/// ([`text::run`], speculatively with the command line's drafter and `draft` model).
+fn measure(
+    model: &Model,
+    args: &Args,
+    test: Test,
+    prompt: &[u32],
+    draft: Option<&Model>,
+) -> anyhow::Result<Measured> {
+    let Some(mode) = test.text else {
+        let samples_ns = run_test(model, args, test)?;
+        return Ok(Measured { samples_ns, n_depth: test.n_depth, mode: "", n_drafted: 0, n_accepted: 0 });
+    };
+    let (spec, name) = match mode {
+        TextMode::Plain => (None, "text"),
+        TextMode::Speculative => {
+            (args.speculative.options(draft)?, args.speculative.drafter_name().unwrap_or("text"))
+        }
+    };
+    let opts = SessionOptions {
+        n_ctx: prompt.len() + test.n_gen + 1,
+        n_batch: args.batch_size,
+        type_k: args.kv_types.k,
+        type_v: args.kv_types.v,
+        cache: args.cache.options(),
+    };
+    let r = text::run(model, opts, prompt, test.n_gen, spec, args.repetitions, !args.no_warmup)?;
+    Ok(Measured {
+        samples_ns: r.samples_ns,
+        n_depth: prompt.len(),
+        mode: name,
+        n_drafted: r.n_drafted,
+        n_accepted: r.n_accepted,
+    })
 }
 
 /// llama-bench's name of the backends a placement uses.
