@@ -76,6 +76,7 @@ impl PyEngine {
             cache: CacheOptions { policy, window, kv_budget, ..Default::default() },
             prefix_cache_bytes: prefix_cache_mb << 20,
             embed_pooling: None,
+            draft_model: None,
         };
         let model = model.inner().clone();
         let engine = py.allow_threads(|| Engine::start(model, config)).map_err(engine_to_py)?;
@@ -112,6 +113,7 @@ impl PyEngine {
             prompt_logprobs: false,
             timeout,
             lookup: None,
+            draft: None,
         };
         // Submitting compiles the request's constraint, which may take a while.
         let handle = py.allow_threads(|| self.engine.submit(req)).map_err(submit_to_py)?;

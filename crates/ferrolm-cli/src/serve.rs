@@ -13,6 +13,7 @@ use ferrolm_server::{ConnLimits, ServerConfig, derive_max_connections, raise_fd_
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
+use crate::speculative_args::ServeDraftArgs;
 
 /// Arguments of `ferrolm serve`.
 #[derive(clap::Args)]
@@ -90,6 +91,9 @@ pub struct Args {
     /// Pooling of /v1/embeddings: mean, cls or last (default: the model's, else mean).
     #[arg(long = "embeddings-pooling", value_parser = parse_pooling, help_heading = "Server")]
     embeddings_pooling: Option<Pooling>,
+    /// A draft model for speculative decoding, and the requests' default settings.
+    #[command(flatten)]
+    draft: ServeDraftArgs,
 }
 
 fn parse_strategy(s: &str) -> Result<BatchStrategy, String> {
@@ -176,6 +180,8 @@ impl Args {
             cache: self.model.cache.options(),
             prefix_cache_bytes: self.cache_ram.saturating_mul(1 << 20),
             embed_pooling: self.embeddings_pooling,
+            // Set once loaded (`run`).
+            draft_model: None,
         })
     }
 
@@ -212,6 +218,7 @@ impl Args {
             shutdown_timeout: seconds("--shutdown-timeout", self.shutdown_timeout)?,
             sampler: self.sampling.to_params()?,
             embeddings_pooling: self.embeddings_pooling,
+            draft: self.draft.settings()?,
             connections: ConnLimits {
                 header_timeout: positive_seconds("--header-timeout", self.header_timeout)?,
                 body_timeout: positive_seconds("--body-timeout", self.body_timeout)?,
@@ -254,6 +261,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Check the server options before the (slower) model load.
     args.server_config(String::new())?;
     let (model, load_ms, path) = args.model.load_with_path()?;
+    let mut engine_cfg = engine_cfg;
+    if let Some(draft) = args.draft.load_draft()? {
+        tracing::info!(n_vocab = draft.config().n_vocab, "draft model loaded");
+        engine_cfg.draft_model = Some(Arc::new(draft));
+    }
     let server_cfg = args.server_config(default_model_id(args.model.name().as_deref(), &path))?;
     let pooling = server_cfg.embeddings_pooling.or_else(|| model.default_pooling()).unwrap_or_default();
     let connections = ConnLimits {
@@ -385,6 +397,24 @@ mod tests {
     }
 
     #[test]
+    fn a_draft_model_sets_the_requests_default_draft() {
+        use ferrolm::engine::DraftSettings;
+        assert_eq!(parse(&[]).expect("parses").server_config("x".into()).expect("ok").draft, None);
+        let a = parse(&[
+            "--model-draft",
+            "d.gguf",
+            "--draft-max",
+            "5",
+            "--draft-min",
+            "2",
+            "--draft-p-min",
+            "0.5",
+        ]);
+        let s = a.expect("parses").server_config("x".into()).expect("ok");
+        assert_eq!(s.draft, Some(DraftSettings { max_draft: 5, min_draft: 2, p_min: 0.5 }));
+    }
+
+    #[test]
     fn bad_values() {
         assert!(parse(&["--batch-strategy", "fastest"]).is_err());
         assert!(parse(&["--embeddings-pooling", "max"]).is_err());
@@ -392,6 +422,11 @@ mod tests {
         assert!(parse(&["--parallel", "0"]).expect("parses").engine_config().is_err());
         assert!(parse(&["--timeout", "nan"]).expect("parses").server_config("x".into()).is_err());
         assert!(parse(&["--alias", " "]).expect("parses").server_config("x".into()).is_err());
+        assert!(parse(&["--draft-max", "16"]).is_err());
+        for bad in [["--draft-min", "9"], ["--draft-p-min", "1.5"]] {
+            let a = parse(&["--model-draft", "d.gguf", bad[0], bad[1]]).expect("parses");
+            assert!(a.server_config("x".into()).is_err(), "{bad:?}");
+        }
         let dir = tempfile::tempdir().expect("tmp");
         let f = dir.path().join("key");
         std::fs::write(&f, "s3cret\nignored\n").expect("write");

@@ -41,6 +41,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use ferrolm::engine::DraftSettings;
 use ferrolm::model::Pooling;
 use ferrolm::sampling::SamplerParams;
 use tokio::net::TcpListener;
@@ -84,6 +85,10 @@ pub struct ServerConfig {
     pub sampler: SamplerParams,
     /// Pooling of `/v1/embeddings` (`None`: the model's, else mean).
     pub embeddings_pooling: Option<Pooling>,
+    /// With a draft model in the engine (`--model-draft`): the draft settings of requests that
+    /// do not ask for prompt lookup, which their `speculative.n_max`, `speculative.n_min` and
+    /// `speculative.p_min` override (as llama-server's). `None`: no draft model.
+    pub draft: Option<DraftSettings>,
     /// Connection limits: header, body and idle timeouts, connection caps.
     pub connections: ConnLimits,
 }
@@ -102,6 +107,7 @@ impl Default for ServerConfig {
             shutdown_timeout: Duration::from_secs(30),
             sampler: SamplerParams::default(),
             embeddings_pooling: None,
+            draft: None,
             connections: ConnLimits::default(),
         }
     }

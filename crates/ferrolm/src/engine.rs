@@ -7,7 +7,9 @@
 //! [`BatchStrategy`] picks), runs one forward pass, then lets each slot's
 //! [`Decoder`](crate::decoder::Decoder) pick its next token. A finished slot's KV cache goes to
 //! the [shared prefix cache](prefix), where any later request that starts with the same tokens
-//! reuses it.
+//! reuses it. A request may speculate ([`GenRequest::lookup`], or [`GenRequest::draft`] with the
+//! engine's [draft model](EngineConfig::draft_model)): its drafts join its decode token in the
+//! tick's pass, and its decoder keeps those it samples itself.
 //!
 //! [`Engine::submit`] checks a request, compiles its constraint and queues it; its events come
 //! back on the returned [`RequestHandle`] (a blocking iterator and an async stream, no runtime
@@ -37,6 +39,7 @@
 //! # }
 //! ```
 
+mod draft;
 mod events;
 mod metrics;
 mod plan;
@@ -114,6 +117,10 @@ pub struct EngineConfig {
     pub prefix_cache_bytes: usize,
     /// Pooling of `/v1/embeddings` (`None`: the model's own, else mean).
     pub embed_pooling: Option<Pooling>,
+    /// A smaller model with the same vocabulary, for requests that speculate with it
+    /// ([`GenRequest::draft`]). It keeps one sequence per slot in its own cache (`n_ctx` tokens
+    /// each, of `type_k`/`type_v`).
+    pub draft_model: Option<Arc<Model>>,
 }
 
 impl Default for EngineConfig {
@@ -129,6 +136,7 @@ impl Default for EngineConfig {
             cache: CacheOptions::default(),
             prefix_cache_bytes: 1 << 30,
             embed_pooling: None,
+            draft_model: None,
         }
     }
 }
@@ -148,7 +156,7 @@ pub struct TickReport {
     pub queue_depth: usize,
     /// Time spent planning the batch (a custom strategy included).
     pub plan_time: Duration,
-    /// Time of the forward pass and the sampling.
+    /// Time of the forward pass and the sampling (and of the draft model's drafting, if any).
     pub run_time: Duration,
 }
 
@@ -190,6 +198,9 @@ pub struct GenRequest {
     pub timeout: Option<Duration>,
     /// Speculative decoding by prompt lookup (exact: the output is the same without it).
     pub lookup: Option<PromptLookup>,
+    /// Speculative decoding with the engine's draft model ([`EngineConfig::draft_model`]; exact
+    /// too). Not with [`GenRequest::lookup`].
+    pub draft: Option<DraftSettings>,
 }
 
 /// Speculative decoding of one request by prompt lookup (see `decoder::speculative`): with each
@@ -219,6 +230,52 @@ impl PromptLookup {
     }
 }
 
+/// Speculative decoding of one request with the engine's draft model: before each of its
+/// decode steps the draft model, in step with the request's tokens in its own cache, drafts
+/// greedily while it is confident; the drafts of all such slots run batched through the draft
+/// model, then through the target in the tick's pass with the other slots' tokens, and the
+/// request keeps those its own sampling confirms (as with [`PromptLookup`]). A request on an
+/// evicting cache decodes plainly. The fields are llama-server's `speculative.n_max`, `n_min`
+/// and `p_min`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DraftSettings {
+    /// Most tokens drafted per pass (1 to [`MAX_DRAFT`](crate::decoder::speculative::MAX_DRAFT)).
+    pub max_draft: usize,
+    /// Fewest drafted tokens worth a verification pass (0 to `max_draft`): a shorter draft is
+    /// dropped and the step decodes plainly.
+    pub min_draft: usize,
+    /// Drafting stops at the first token the draft model gives a probability below this (0 to
+    /// 1; 0 always drafts `max_draft` tokens).
+    pub p_min: f32,
+}
+
+impl Default for DraftSettings {
+    /// llama-server's defaults (`n_max` 16 lowered to [`MAX_DRAFT`](crate::decoder::speculative::MAX_DRAFT), `n_min` 0, `p_min` 0.75).
+    fn default() -> Self {
+        Self { max_draft: crate::decoder::speculative::MAX_DRAFT, min_draft: 0, p_min: 0.75 }
+    }
+}
+
+impl DraftSettings {
+    /// Checks the settings.
+    pub fn validate(&self) -> crate::Result<()> {
+        use crate::decoder::speculative::MAX_DRAFT;
+        if self.max_draft == 0 || self.max_draft > MAX_DRAFT || self.min_draft > self.max_draft {
+            return Err(crate::Error::InvalidInput(format!(
+                "a draft model drafts 1 to {MAX_DRAFT} tokens per pass, at least min_draft ≤ max_draft (got {} and {})",
+                self.max_draft, self.min_draft
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.p_min) {
+            return Err(crate::Error::InvalidInput(format!(
+                "the draft model's minimum probability is between 0 and 1 (got {})",
+                self.p_min
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Token counts and timings of one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Usage {
@@ -234,7 +291,7 @@ pub struct Usage {
     pub prompt_ms: f64,
     /// Time from the first token to the end, in milliseconds.
     pub decode_ms: f64,
-    /// Tokens drafted by speculative decoding ([`GenRequest::lookup`]).
+    /// Tokens drafted by speculative decoding ([`GenRequest::lookup`], [`GenRequest::draft`]).
     pub draft_tokens: usize,
     /// Drafted tokens kept (part of `completion_tokens`).
     pub draft_accepted: usize,
@@ -438,6 +495,17 @@ impl Engine {
             .map_err(|e| SubmitError::Invalid(e.to_string()))?;
         if let Some(l) = &req.lookup {
             l.validate().map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        }
+        if let Some(d) = &req.draft {
+            if req.lookup.is_some() {
+                return Err(SubmitError::Invalid(
+                    "a request speculates by prompt lookup or with the draft model, not both".into(),
+                ));
+            }
+            if cfg.draft_model.is_none() {
+                return Err(SubmitError::Invalid("the engine has no draft model to speculate with".into()));
+            }
+            d.validate().map_err(|e| SubmitError::Invalid(e.to_string()))?;
         }
         req.params.sampler.validate().map_err(|e| SubmitError::Invalid(e.to_string()))
     }

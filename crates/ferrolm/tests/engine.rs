@@ -489,3 +489,87 @@ fn prompt_lookup_requests_generate_what_they_generate_alone() {
         GenRequest { lookup: Some(PromptLookup { max_ngram: 0, max_draft: 4 }), ..request(&model, "hi", 4) };
     assert!(matches!(eng.submit(bad), Err(SubmitError::Invalid(_))));
 }
+
+/// Requests speculating with the engine's draft model (here the model itself, against greedy
+/// and sampled targets), batched with plain ones, generate exactly what they generate without
+/// it, again when the slots' draft caches hold the last requests; bad settings, a request for
+/// a draft model the engine lacks, and a draft model of another vocabulary are refused.
+#[test]
+fn draft_model_requests_generate_what_they_generate_alone() {
+    use ferrolm::engine::{DraftSettings, EngineError, PromptLookup};
+    use ferrolm::sampling::SamplerParams;
+    let Some(model) = load() else { return };
+    let sampled = GenerateParams {
+        max_tokens: Some(40),
+        sampler: SamplerParams { temperature: 0.8, top_k: 20, seed: Some(7), ..SamplerParams::default() },
+        ..GenerateParams::default()
+    };
+    let always = DraftSettings { max_draft: 6, min_draft: 0, p_min: 0.0 };
+    let confident = DraftSettings { max_draft: 8, min_draft: 2, p_min: 0.75 };
+    let cases = [
+        (COPY_PROMPT, GenerateParams::greedy(48), Some(always)),
+        (COPY_PROMPT, sampled.clone(), Some(confident)),
+        (PROMPTS[1], GenerateParams::greedy(24), Some(confident)),
+        (PROMPTS[2], sampled, None),
+    ];
+    let cfg = |draft: Option<Arc<Model>>| EngineConfig {
+        n_slots: 3,
+        n_ctx: 1024,
+        chunk_size: 64,
+        strategy: BatchStrategy::Balanced,
+        draft_model: draft,
+        ..EngineConfig::default()
+    };
+    let run = |eng: &Engine, speculate: bool| -> Vec<(Vec<u32>, Usage)> {
+        let rxs: Vec<_> = cases
+            .iter()
+            .map(|(p, params, draft)| {
+                let prompt = model.tokenizer().encode(p, true, true).expect("tokenizes");
+                let draft = if speculate { *draft } else { None };
+                eng.submit(GenRequest { prompt, params: params.clone(), draft, ..GenRequest::default() })
+                    .expect("accepted")
+            })
+            .collect();
+        rxs.into_iter()
+            .map(|rx| {
+                let (ids, _, _, usage) = collect(rx);
+                (ids, usage)
+            })
+            .collect()
+    };
+    let plain = run(&Engine::start(model.clone(), cfg(None)).expect("engine"), false);
+    let eng = Engine::start(model.clone(), cfg(Some(model.clone()))).expect("engine with a draft model");
+    for round in 0..2 {
+        let fast = run(&eng, true);
+        for (i, ((want, _), (got, usage))) in plain.iter().zip(&fast).enumerate() {
+            assert_eq!(got, want, "round {round}, request {i}: speculation changed the output");
+            assert!(usage.draft_accepted <= usage.draft_tokens, "{usage:?}");
+            assert_eq!(usage.draft_tokens > 0, cases[i].2.is_some(), "request {i}: {usage:?}");
+        }
+        // Drafting for itself, greedily: nearly every draft is kept.
+        let u = &fast[0].1;
+        assert!(u.draft_accepted * 10 >= u.draft_tokens * 9 && u.draft_accepted > 20, "{u:?}");
+    }
+    let mut s = Session::new(&model, SessionOptions::default()).expect("session");
+    assert_eq!(plain[0].0, s.generate(COPY_PROMPT, &cases[0].1).expect("generates").tokens);
+
+    let with = |draft: DraftSettings| GenRequest { draft: Some(draft), ..request(&model, "hi", 4) };
+    for bad in [
+        DraftSettings { max_draft: 0, ..always },
+        DraftSettings { max_draft: 99, ..always },
+        DraftSettings { min_draft: 7, ..always },
+        DraftSettings { p_min: 1.5, ..always },
+    ] {
+        assert!(matches!(eng.submit(with(bad)), Err(SubmitError::Invalid(_))), "{bad:?}");
+    }
+    let both = GenRequest { lookup: Some(PromptLookup { max_ngram: 3, max_draft: 4 }), ..with(always) };
+    assert!(matches!(eng.submit(both), Err(SubmitError::Invalid(_))));
+    let no_draft_model = engine(&model, 1, BatchStrategy::Balanced);
+    assert!(matches!(no_draft_model.submit(with(always)), Err(SubmitError::Invalid(_))));
+    let gemma =
+        common::require_model("gemma-3-270m-q4_k_m.gguf").map(|p| Arc::new(Model::load(p).expect("loads")));
+    if let Some(gemma) = gemma {
+        let err = Engine::start(model.clone(), cfg(Some(gemma))).expect_err("another vocabulary");
+        assert!(matches!(&err, EngineError::Config(m) if m.contains("vocabulary")), "{err}");
+    }
+}

@@ -62,7 +62,8 @@ fn check_same(model: &Model, spec: SpeculativeOptions<'_>, params: &GeneratePara
 #[test]
 fn prompt_lookup_greedy_is_plain_greedy() {
     let Some(model) = load(SMOL) else { return };
-    let spec = SpeculativeOptions { drafter: Drafter::PromptLookup { max_ngram: 3 }, max_draft: 8 };
+    let spec =
+        SpeculativeOptions { drafter: Drafter::PromptLookup { max_ngram: 3 }, max_draft: 8, p_min: 0.0 };
     let out = check_same(&model, spec, &GenerateParams::greedy(64));
     let s = &out.stats;
     eprintln!("prompt lookup: {} of {} drafted tokens kept: {:?}", s.n_draft_accepted, s.n_drafted, out.text);
@@ -74,7 +75,7 @@ fn a_draft_model_with_seeded_sampling_is_plain_sampling() {
     let Some(model) = load(SMOL) else { return };
     // The model drafting for itself: greedy drafts against a sampled target, so some drafts
     // are kept and some are not.
-    let spec = SpeculativeOptions { drafter: Drafter::Model(&model), max_draft: 4 };
+    let spec = SpeculativeOptions { drafter: Drafter::Model(&model), max_draft: 4, p_min: 0.0 };
     let params = GenerateParams {
         max_tokens: Some(48),
         sampler: SamplerParams { temperature: 0.7, top_k: 20, seed: Some(42), ..SamplerParams::default() },
@@ -94,7 +95,11 @@ fn a_draft_model_with_seeded_sampling_is_plain_sampling() {
 #[test]
 fn stop_strings_and_early_ends_inside_a_pass_leave_plain_decoding_s_state() {
     let Some(model) = load(SMOL) else { return };
-    let spec = SpeculativeOptions { drafter: Drafter::PromptLookup { max_ngram: 2 }, max_draft: MAX_DRAFT };
+    let spec = SpeculativeOptions {
+        drafter: Drafter::PromptLookup { max_ngram: 2 },
+        max_draft: MAX_DRAFT,
+        p_min: 0.0,
+    };
     for max_tokens in [1, 2, 5, 13] {
         check_same(&model, spec, &GenerateParams::greedy(max_tokens));
     }
@@ -124,14 +129,20 @@ fn bad_settings_are_errors() {
     let Some(model) = load(SMOL) else { return };
     let mut s = Session::new(&model, opts()).unwrap();
     for max_draft in [0, MAX_DRAFT + 1] {
-        let spec = SpeculativeOptions { drafter: Drafter::PromptLookup { max_ngram: 3 }, max_draft };
+        let spec =
+            SpeculativeOptions { drafter: Drafter::PromptLookup { max_ngram: 3 }, max_draft, p_min: 0.0 };
         assert!(s.set_speculative(Some(spec)).is_err(), "max_draft {max_draft}");
     }
-    let spec = SpeculativeOptions { drafter: Drafter::PromptLookup { max_ngram: 0 }, max_draft: 4 };
+    let spec =
+        SpeculativeOptions { drafter: Drafter::PromptLookup { max_ngram: 0 }, max_draft: 4, p_min: 0.0 };
     assert!(s.set_speculative(Some(spec)).is_err());
     let Some(gemma) = load(GEMMA) else { return };
     let err = s
-        .set_speculative(Some(SpeculativeOptions { drafter: Drafter::Model(&gemma), max_draft: 4 }))
+        .set_speculative(Some(SpeculativeOptions {
+            drafter: Drafter::Model(&gemma),
+            max_draft: 4,
+            p_min: 0.0,
+        }))
         .unwrap_err();
     assert!(err.to_string().contains("vocabulary"), "{err}");
     assert!(!s.is_speculative());

@@ -254,7 +254,8 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
     let common: CommonFields = fields(v)?;
     common.check_model(&state.cfg.model_names())?;
     let chat: ChatFields = fields(v)?;
-    let mut spec = common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout())?;
+    let mut spec =
+        common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
     let msgs = messages(chat.messages.as_ref())?;
     let tools = offered_tools(chat.tools.as_ref(), chat.tool_choice.as_ref())?;
     let template = backend.chat_template().map_err(ApiError::invalid)?;
@@ -307,6 +308,7 @@ fn requests(job: &ChatJob) -> Vec<GenRequest> {
             prompt_logprobs: false,
             timeout: job.spec.timeout,
             lookup: job.spec.lookup,
+            draft: job.spec.draft,
         })
         .collect()
 }

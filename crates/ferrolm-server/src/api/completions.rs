@@ -113,7 +113,8 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiE
     let common: CommonFields = fields(v)?;
     common.check_model(&state.cfg.model_names())?;
     let f: CompletionFields = fields(v)?;
-    let mut spec = common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout())?;
+    let mut spec =
+        common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
     if f.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid_param("suffix", "`suffix` (fill-in-the-middle) is not supported"));
     }
@@ -149,6 +150,7 @@ fn requests(job: &CompletionJob) -> Vec<GenRequest> {
                 prompt_logprobs: job.echo && job.logprobs.is_some(),
                 timeout: job.spec.timeout,
                 lookup: job.spec.lookup,
+                draft: job.spec.draft,
             })
         })
         .collect()

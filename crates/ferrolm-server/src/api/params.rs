@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use ferrolm::constrain::ConstraintSpec;
-use ferrolm::engine::PromptLookup;
+use ferrolm::decoder::speculative::MAX_DRAFT;
+use ferrolm::engine::{DraftSettings, PromptLookup};
 use ferrolm::sampling::{SamplerParams, SamplerStep};
 use ferrolm::session::GenerateParams;
 use serde::Deserialize;
@@ -77,6 +78,15 @@ pub(crate) struct CommonFields {
     pub timeout: Option<f64>,
     /// Speculative decoding by prompt lookup: `true`, or `{"max_ngram": N, "max_draft": M}`.
     pub prompt_lookup: Option<Value>,
+    /// With the server's draft model: most tokens drafted per pass (0: no drafting).
+    #[serde(rename = "speculative.n_max")]
+    pub speculative_n_max: Option<i64>,
+    /// With the server's draft model: fewest drafted tokens worth a pass.
+    #[serde(rename = "speculative.n_min")]
+    pub speculative_n_min: Option<i64>,
+    /// With the server's draft model: the draft model's least probability of a drafted token.
+    #[serde(rename = "speculative.p_min")]
+    pub speculative_p_min: Option<f64>,
 }
 
 /// What the shared fields ask for.
@@ -97,6 +107,8 @@ pub(crate) struct GenSpec {
     pub constraint_param: Option<&'static str>,
     /// Speculative decoding by prompt lookup (`prompt_lookup`).
     pub lookup: Option<PromptLookup>,
+    /// Speculative decoding with the server's draft model (`speculative.*`).
+    pub draft: Option<DraftSettings>,
 }
 
 /// `prompt_lookup`: `true` (3-grams, 8 drafted tokens), `false`, or an object with `max_ngram`
@@ -124,6 +136,28 @@ fn prompt_lookup(v: Option<&Value>) -> Result<Option<PromptLookup>, ApiError> {
     };
     lookup.validate().map_err(|e| bad(format!("`prompt_lookup`: {e}")))?;
     Ok(Some(lookup))
+}
+
+/// The draft settings of a request on a server with a draft model (`default`, `None` without
+/// one, where the fields are read and unused, as llama-server does): `speculative.n_max` (0 turns
+/// drafting off), `speculative.n_min` and `speculative.p_min` clamped into range as llama-server
+/// clamps them (`n_max` to [`MAX_DRAFT`]). A request with prompt lookup does not use the draft
+/// model.
+fn draft_settings(
+    default: Option<DraftSettings>,
+    n_max: Option<i64>,
+    n_min: Option<i64>,
+    p_min: Option<f64>,
+) -> Option<DraftSettings> {
+    let d = default?;
+    let max_draft = n_max.map_or(d.max_draft, |n| n.clamp(0, MAX_DRAFT as i64) as usize);
+    if max_draft == 0 {
+        return None;
+    }
+    let min_draft = n_min.map_or(d.min_draft, |n| n.max(0) as usize).min(max_draft);
+    // JSON numbers are finite.
+    let p_min = p_min.map_or(d.p_min, |p| p.clamp(0.0, 1.0) as f32);
+    Some(DraftSettings { max_draft, min_draft, p_min })
 }
 
 /// A float field as `f32`, finite.
@@ -380,6 +414,7 @@ impl CommonFields {
         defaults: &SamplerParams,
         n_vocab: usize,
         server_timeout: Option<Duration>,
+        server_draft: Option<DraftSettings>,
     ) -> Result<GenSpec, ApiError> {
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_N).contains(&n) {
@@ -399,6 +434,9 @@ impl CommonFields {
             }
         };
         let (constraint_param, constraint) = self.constraint()?.unzip();
+        let lookup = prompt_lookup(self.prompt_lookup.as_ref())?;
+        let (n_max, n_min, p_min) = (self.speculative_n_max, self.speculative_n_min, self.speculative_p_min);
+        let draft = draft_settings(server_draft.filter(|_| lookup.is_none()), n_max, n_min, p_min);
         let params = GenerateParams {
             max_tokens: None,
             sampler: self.sampler(defaults, n_vocab)?,
@@ -413,7 +451,8 @@ impl CommonFields {
             include_usage: self.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
             timeout,
             constraint_param,
-            lookup: prompt_lookup(self.prompt_lookup.as_ref())?,
+            lookup,
+            draft,
         })
     }
 }
@@ -465,7 +504,7 @@ mod tests {
     }
 
     fn spec(v: Value) -> Result<GenSpec, ApiError> {
-        common(v)?.spec(&SamplerParams::default(), 100, Some(Duration::from_secs(600)))
+        common(v)?.spec(&SamplerParams::default(), 100, Some(Duration::from_secs(600)), None)
     }
 
     #[test]
@@ -588,6 +627,29 @@ mod tests {
         assert!(max_tokens("max_tokens", Some(-1), 10, true).is_err());
         assert!(top_logprobs("top_logprobs", Some(21)).is_err());
         assert_eq!(top_logprobs("top_logprobs", Some(0)).expect("ok"), Some(0));
+    }
+
+    #[test]
+    fn a_server_draft_model_is_used_unless_lookup_or_n_max_0() {
+        let server = DraftSettings { max_draft: 8, min_draft: 0, p_min: 0.75 };
+        let draft = |v: Value, d: Option<DraftSettings>| {
+            common(v).expect("fields").spec(&SamplerParams::default(), 100, None, d).expect("ok").draft
+        };
+        assert_eq!(draft(json!({}), Some(server)), Some(server));
+        // Without a draft model the fields are read and unused.
+        assert_eq!(draft(json!({"speculative.n_max": 4}), None), None);
+        assert_eq!(draft(json!({"speculative.n_max": 0}), Some(server)), None);
+        assert_eq!(draft(json!({"prompt_lookup": true}), Some(server)), None);
+        let set = json!({"speculative.n_max": 4, "speculative.n_min": 2, "speculative.p_min": 0.5});
+        assert_eq!(draft(set, Some(server)), Some(DraftSettings { max_draft: 4, min_draft: 2, p_min: 0.5 }));
+        // Clamped as llama-server clamps: n_max to MAX_DRAFT, n_min to n_max, p_min to [0, 1].
+        let wild = json!({"speculative.n_max": 99, "speculative.n_min": 50, "speculative.p_min": 2.5});
+        let got = draft(wild, Some(server));
+        assert_eq!(got, Some(DraftSettings { max_draft: MAX_DRAFT, min_draft: MAX_DRAFT, p_min: 1.0 }));
+        let low = json!({"speculative.n_min": -3, "speculative.p_min": -1});
+        assert_eq!(draft(low, Some(server)), Some(DraftSettings { max_draft: 8, min_draft: 0, p_min: 0.0 }));
+        let err = common(json!({"speculative.n_max": "lots"})).expect_err("not a number");
+        assert_eq!(err.param.as_deref(), Some("speculative.n_max"));
     }
 
     #[test]

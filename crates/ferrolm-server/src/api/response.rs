@@ -137,6 +137,8 @@ impl UsageSum {
             self.0.cached_tokens += u.cached_tokens;
         }
         self.0.completion_tokens += u.completion_tokens;
+        self.0.draft_tokens += u.draft_tokens;
+        self.0.draft_accepted += u.draft_accepted;
         self.0.queue_ms = self.0.queue_ms.max(u.queue_ms);
         self.0.prompt_ms = self.0.prompt_ms.max(u.prompt_ms);
         self.0.decode_ms = self.0.decode_ms.max(u.decode_ms);
@@ -152,11 +154,11 @@ impl UsageSum {
         })
     }
 
-    /// llama-server's `timings`.
+    /// llama-server's `timings`, with `draft_n` and `draft_n_accepted` when the request drafted.
     pub(crate) fn timings_json(&self) -> Value {
         let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
         let prompt_n = self.0.prompt_tokens.saturating_sub(self.0.cached_tokens);
-        json!({
+        let mut t = json!({
             "queue_ms": self.0.queue_ms,
             "cache_n": self.0.cached_tokens,
             "prompt_n": prompt_n,
@@ -165,7 +167,12 @@ impl UsageSum {
             "predicted_n": self.0.completion_tokens,
             "predicted_ms": self.0.decode_ms,
             "predicted_per_second": per_s(self.0.completion_tokens, self.0.decode_ms),
-        })
+        });
+        if self.0.draft_tokens > 0 {
+            t["draft_n"] = json!(self.0.draft_tokens);
+            t["draft_n_accepted"] = json!(self.0.draft_accepted);
+        }
+        t
     }
 }
 

@@ -114,6 +114,38 @@ impl Pass {
     }
 }
 
+/// A draft model's greedy pick after `logits`: its most likely token, when the draft model gives
+/// it a probability of at least `p_min` (llama.cpp's `--draft-p-min`), else `None`: drafting stops
+/// at the first token the draft model is unsure of, where the target would likely disagree.
+/// `p_min` ≤ 0 always picks.
+pub fn confident_pick(logits: &[f32], p_min: f32) -> Option<u32> {
+    let t = crate::sampling::argmax(logits);
+    if p_min <= 0.0 {
+        return Some(t);
+    }
+    let top = *logits.get(t as usize)?;
+    // softmax(top) = 1 / Σ exp(l − top)
+    let sum: f32 = logits.iter().map(|&l| (l - top).exp()).sum();
+    (sum.is_finite() && sum * p_min <= 1.0).then_some(t)
+}
+
+/// A draft model must produce the target's token ids: the same vocabulary size and special
+/// tokens; an error that says what differs.
+pub fn check_vocab(draft: &crate::model::Model, target: &crate::model::Model) -> crate::Result<()> {
+    let (d, t) = (draft.tokenizer(), target.tokenizer());
+    let (nd, nt) = (draft.config().n_vocab, target.config().n_vocab);
+    if nd != nt || d.bos() != t.bos() || d.eos() != t.eos() {
+        return Err(crate::Error::InvalidInput(format!(
+            "the draft model's vocabulary ({nd} tokens, BOS {:?}, EOS {:?}) is not the target's ({nt} tokens, BOS {:?}, EOS {:?})",
+            d.bos(),
+            d.eos(),
+            t.bos(),
+            t.eos()
+        )));
+    }
+    Ok(())
+}
+
 /// Prompt lookup: for `n` from `max_ngram` down to 1, the most recent earlier occurrence of the
 /// last `n` tokens of `context`; the (at most `max`) tokens that followed it go to `out`. Nothing
 /// when no n-gram recurs.
@@ -160,6 +192,20 @@ mod tests {
         assert!(draft(&[7], 3, 8).is_empty());
         // The context's own last n-gram is not an earlier occurrence.
         assert!(draft(&[1, 2], 2, 8).is_empty());
+    }
+
+    #[test]
+    fn a_confident_pick_needs_p_min() {
+        // Probabilities ~0.84, 0.11, 0.04 (logits 3, 1, 0).
+        let logits = [1.0, 3.0, 0.0];
+        assert_eq!(confident_pick(&logits, 0.0), Some(1));
+        assert_eq!(confident_pick(&logits, 0.8), Some(1));
+        assert_eq!(confident_pick(&logits, 0.9), None);
+        // A tie is never confident above one half.
+        assert_eq!(confident_pick(&[2.0, 2.0], 0.5), Some(0));
+        assert_eq!(confident_pick(&[2.0, 2.0], 0.51), None);
+        // Masked (−∞) tokens take no probability.
+        assert_eq!(confident_pick(&[f32::NEG_INFINITY, 0.5], 0.99), Some(1));
     }
 
     #[test]

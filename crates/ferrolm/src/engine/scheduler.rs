@@ -7,13 +7,14 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::draft::DraftRunner;
 use super::metrics::Rate;
 use super::plan::{Demand, plan_tick};
 use super::prefix::PrefixCache;
 use super::slot::Active;
 use super::{
-    EngineConfig, EngineError, EngineHooks, Event, EventSender, Job, MetricsSnapshot, SlotInfo, SlotState,
-    TickReport, Usage,
+    DraftSettings, EngineConfig, EngineError, EngineHooks, Event, EventSender, Job, MetricsSnapshot,
+    SlotInfo, SlotState, TickReport, Usage,
 };
 use crate::batch::{Batch, Logits};
 use crate::decoder::{Decoder, FinishReason};
@@ -92,6 +93,10 @@ pub(crate) struct Worker {
     outs: Vec<Out>,
     /// A decode step's tokens, its pending one and drafts (scratch).
     pass_tokens: Vec<u32>,
+    /// The draft model, when the engine has one.
+    drafter: Option<DraftRunner>,
+    /// The slots the draft model drafts for this tick: `(slot, most tokens, settings)`.
+    draft_wanted: Vec<(usize, usize, DraftSettings)>,
     cancel_epoch: u64,
     started: Instant,
     gen_rate: Rate,
@@ -116,6 +121,15 @@ impl Worker {
         let kv = model.new_kv_cache_typed(config.n_ctx, config.type_k, config.type_v)?;
         // Fails early on bad eviction options.
         CacheManager::new(config.cache.clone(), model.attention_shapes(), config.n_ctx)?;
+        let drafter = match &config.draft_model {
+            Some(draft) => {
+                crate::decoder::speculative::check_vocab(draft, &model)
+                    .map_err(|e| EngineError::Config(e.to_string()))?;
+                let types = (config.type_k, config.type_v);
+                Some(DraftRunner::new(draft.clone(), config.n_slots, config.n_ctx, config.chunk_size, types)?)
+            }
+            None => None,
+        };
         let mut w = Self {
             slots: (0..config.n_slots).map(|_| None).collect(),
             prefix: PrefixCache::new(config.prefix_cache_bytes),
@@ -129,6 +143,8 @@ impl Worker {
             logits: Logits::default(),
             outs: Vec::new(),
             pass_tokens: Vec::new(),
+            drafter,
+            draft_wanted: Vec::new(),
             cancel_epoch: 0,
             started: Instant::now(),
             gen_rate: Rate::new(Duration::from_secs(10)),
@@ -336,6 +352,8 @@ impl Worker {
         let plan_time = t_plan.elapsed();
         self.batch.clear();
         self.outs.clear();
+        let t0 = Instant::now();
+        self.draft(&plan.decode);
         for &i in &plan.decode {
             self.stage_decode(i);
         }
@@ -346,7 +364,6 @@ impl Worker {
         if self.batch.is_empty() {
             return;
         }
-        let t0 = Instant::now();
         if let Err(e) = self.model.forward_into(&self.batch, &mut self.kv, &mut self.logits) {
             tracing::error!(error = %e, "forward pass failed");
             let msg = format!("the forward pass failed: {e}");
@@ -420,12 +437,29 @@ impl Worker {
             .collect()
     }
 
+    /// The drafts of this tick's decode slots that speculate: prompt lookup's at once, the
+    /// draft model's in batched passes of the draft model.
+    fn draft(&mut self, decode: &[usize]) {
+        self.draft_wanted.clear();
+        for &i in decode {
+            let Some(a) = self.slots[i].as_mut() else { continue };
+            let Some(tok) = a.pending else { continue };
+            if let Some((max, settings)) = a.draft(tok, &self.kv) {
+                self.draft_wanted.push((i, max, settings));
+            }
+        }
+        if let Some(runner) = self.drafter.as_mut()
+            && !self.draft_wanted.is_empty()
+        {
+            runner.draft(&mut self.slots, &self.draft_wanted);
+        }
+    }
+
     /// Puts slot `i`'s sampled token into the batch, with its drafted tokens when it
     /// speculates (its context full: the request ends).
     fn stage_decode(&mut self, i: usize) {
         let Some(a) = self.slots[i].as_mut() else { return };
         let Some(tok) = a.pending else { return };
-        a.draft(tok, &self.kv);
         let base = a.seq.len();
         let mut pass = std::mem::take(&mut self.pass_tokens);
         pass.clear();

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::{Event, EventSender, GenRequest, PromptLookup, SlotInfo, SlotState, Usage};
+use super::{DraftSettings, Event, EventSender, GenRequest, PromptLookup, SlotInfo, SlotState, Usage};
 use crate::decoder::speculative::{Pass, Verdict, lookup_draft};
 use crate::decoder::{Decoder, FinishReason, Step, TokenLogprob, token_logprob};
 use crate::kv::KvCache;
@@ -30,11 +30,13 @@ pub(crate) struct Active {
     pub(crate) deadline: Option<Instant>,
     /// Speculative decoding by prompt lookup, when asked for.
     lookup: Option<PromptLookup>,
+    /// Speculative decoding with the engine's draft model, when asked for.
+    draft: Option<DraftSettings>,
     /// The verification pass of the last decode step, if it drafted.
     pub(crate) pass: Pass,
     /// The drafts of the next pass (scratch). `[max_draft]`
     pub(crate) drafts: Vec<u32>,
-    /// The context drafted from (scratch, reused).
+    /// The context drafted from: the sequence's tokens and the pending one (scratch, reused).
     context: Vec<u32>,
     queued_at: Instant,
     started_at: Instant,
@@ -65,6 +67,7 @@ impl Active {
             pending: None,
             deadline,
             lookup: req.lookup,
+            draft: req.draft,
             pass: Pass::default(),
             drafts: Vec::new(),
             context: Vec::new(),
@@ -107,20 +110,33 @@ impl Active {
         }
     }
 
-    /// Drafts the tokens of a verification pass to run after `next` into [`Active::drafts`]:
-    /// none without [`GenRequest::lookup`], on an evicting cache, or without room for one.
-    pub(crate) fn draft(&mut self, next: u32, kv: &KvCache) {
+    /// Prepares the drafts of a verification pass to run after `next` ([`Active::drafts`]):
+    /// none without speculation, on an evicting cache, or without room for one. Prompt lookup
+    /// drafts here; for the draft model it returns the most tokens to draft and the settings,
+    /// and the draft runner fills [`Active::drafts`] from [`Active::draft_context`].
+    pub(crate) fn draft(&mut self, next: u32, kv: &KvCache) -> Option<(usize, DraftSettings)> {
         self.drafts.clear();
-        let Some(l) = self.lookup else { return };
+        if self.lookup.is_none() && self.draft.is_none() {
+            return None;
+        }
         let m = self.seq.manager();
         let room = m.limit().saturating_sub(self.seq.kv_len(kv) + 1);
         if m.evicts() || room == 0 {
-            return;
+            return None;
         }
         self.context.clear();
         self.context.extend_from_slice(self.seq.tokens());
         self.context.push(next);
-        lookup_draft(&self.context, l.max_ngram, l.max_draft.min(room), &mut self.drafts);
+        if let Some(l) = self.lookup {
+            lookup_draft(&self.context, l.max_ngram, l.max_draft.min(room), &mut self.drafts);
+        }
+        self.draft.map(|d| (d.max_draft.min(room), d))
+    }
+
+    /// What the draft model drafts after: the sequence's tokens and the pending one (set by
+    /// [`Active::draft`]).
+    pub(crate) fn draft_context(&self) -> &[u32] {
+        &self.context
     }
 
     /// Lets the decoder pick the next token from `logits` and sends it; returns why the

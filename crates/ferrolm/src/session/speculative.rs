@@ -18,8 +18,9 @@
 //! - prompt lookup: the tokens that followed the most recent earlier occurrence of the
 //!   context's last n-gram (longest n first) — free, and strong where the output copies the
 //!   prompt (code editing, summaries, extraction);
-//! - a draft model sharing the target's vocabulary, decoding greedily in its own session, kept
-//!   in step with the accepted tokens (its cache reuses the common prefix).
+//! - a draft model sharing the target's vocabulary, decoding greedily in its own session while
+//!   it is confident ([`SpeculativeOptions::p_min`]), kept in step with the accepted tokens (its
+//!   cache reuses the common prefix).
 //!
 //! Speculation is skipped (plain decoding runs) where it cannot be exact or cannot fit: a
 //! session whose cache evicts, a logits processor set on the stream, or no room left in the
@@ -27,9 +28,8 @@
 
 use super::{Session, SessionOptions};
 pub use crate::decoder::speculative::MAX_DRAFT;
-use crate::decoder::speculative::lookup_draft;
+use crate::decoder::speculative::{check_vocab, confident_pick, lookup_draft};
 use crate::model::Model;
-use crate::sampling::argmax;
 use crate::{Error, Result};
 
 /// Where draft tokens come from.
@@ -52,11 +52,15 @@ pub struct SpeculativeOptions<'m> {
     pub drafter: Drafter<'m>,
     /// Most tokens drafted per pass (1 to [`MAX_DRAFT`]).
     pub max_draft: usize,
+    /// A draft model's drafting stops at the first token it gives a probability below this
+    /// (llama.cpp's `--draft-p-min`; 0: always `max_draft` tokens). Prompt lookup ignores it.
+    pub p_min: f32,
 }
 
 /// A session's drafter, ready to draft.
 pub(super) struct Speculator<'m> {
     max_draft: usize,
+    p_min: f32,
     kind: Kind<'m>,
     /// The context drafted from (scratch, reused).
     context: Vec<u32>,
@@ -91,6 +95,12 @@ impl<'m> Speculator<'m> {
                 opts.max_draft
             )));
         }
+        if !(0.0..=1.0).contains(&opts.p_min) {
+            return Err(Error::InvalidInput(format!(
+                "the draft model's minimum probability is between 0 and 1 (got {})",
+                opts.p_min
+            )));
+        }
         let kind = match opts.drafter {
             Drafter::PromptLookup { max_ngram } => {
                 if max_ngram == 0 {
@@ -110,7 +120,7 @@ impl<'m> Speculator<'m> {
                 Kind::Model(Box::new(Session::new(draft, opts)?))
             }
         };
-        Ok(Self { max_draft: opts.max_draft, kind, context: Vec::new() })
+        Ok(Self { max_draft: opts.max_draft, p_min: opts.p_min, kind, context: Vec::new() })
     }
 
     /// Drafts at most `max` (and at most `max_draft`) tokens to follow `history` and `next`
@@ -131,8 +141,8 @@ impl<'m> Speculator<'m> {
             Kind::Model(draft) => {
                 // The draft session's cache keeps the common prefix with the last call's.
                 draft.prefill(context)?;
-                loop {
-                    let t = argmax(&draft.logits);
+                // Greedy, while the draft model is confident.
+                while let Some(t) = confident_pick(&draft.logits, self.p_min) {
                     out.push(t);
                     if out.len() == max {
                         break;
@@ -143,20 +153,4 @@ impl<'m> Speculator<'m> {
         }
         Ok(())
     }
-}
-
-/// A draft model must produce the target's token ids: same vocabulary size and special tokens.
-fn check_vocab(draft: &Model, target: &Model) -> Result<()> {
-    let (d, t) = (draft.tokenizer(), target.tokenizer());
-    let (nd, nt) = (draft.config().n_vocab, target.config().n_vocab);
-    if nd != nt || d.bos() != t.bos() || d.eos() != t.eos() {
-        return Err(Error::InvalidInput(format!(
-            "the draft model's vocabulary ({nd} tokens, BOS {:?}, EOS {:?}) is not the target's ({nt} tokens, BOS {:?}, EOS {:?})",
-            d.bos(),
-            d.eos(),
-            t.bos(),
-            t.eos()
-        )));
-    }
-    Ok(())
 }

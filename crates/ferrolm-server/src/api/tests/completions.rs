@@ -4,8 +4,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::super::ServerConfig;
 use super::fake::{BOS, Fake};
-use super::{app, post};
+use super::{app, app_with, config, post};
 
 #[tokio::test]
 async fn string_prompts_and_shapes() {
@@ -159,4 +160,40 @@ async fn bad_prompts() {
     // Exactly the context with max_tokens 0 fits.
     let fits = format!(r#"{{"prompt": [{}], "echo": true, "max_tokens": 0}}"#, vec!["1"; 512].join(","));
     assert_eq!(post(&app, "/v1/completions", &fits).await.status, 200);
+}
+
+/// With a draft model, requests speculate with it unless they ask for prompt lookup or set
+/// `speculative.n_max` to 0, take llama-server's `speculative.*` overrides, and report
+/// `draft_n`/`draft_n_accepted` in `timings`; without one those fields change nothing.
+#[tokio::test]
+async fn a_draft_model_speculates_per_request() {
+    use ferrolm::engine::{DraftSettings, PromptLookup};
+    let server = DraftSettings { max_draft: 8, min_draft: 0, p_min: 0.75 };
+    let fake = Arc::new(Fake::reply("ok"));
+    let with_draft = app_with(fake.clone(), ServerConfig { draft: Some(server), ..config() });
+    let bodies = [
+        r#"{"prompt": "x"}"#,
+        r#"{"prompt": "x", "speculative.n_max": 4, "speculative.n_min": 1, "speculative.p_min": 0.5}"#,
+        r#"{"prompt": "x", "speculative.n_max": 0}"#,
+        r#"{"prompt": "x", "prompt_lookup": true}"#,
+    ];
+    let mut timings = Vec::new();
+    for body in bodies {
+        let a = post(&with_draft, "/v1/completions", body).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        timings.push(a.json()["timings"].clone());
+    }
+    let r = fake.requests();
+    assert_eq!(r[0].draft, Some(server));
+    assert_eq!(r[1].draft, Some(DraftSettings { max_draft: 4, min_draft: 1, p_min: 0.5 }));
+    assert_eq!((r[2].draft, r[2].lookup), (None, None));
+    assert_eq!((r[3].draft, r[3].lookup), (None, Some(PromptLookup { max_ngram: 3, max_draft: 8 })));
+    assert_eq!((&timings[0]["draft_n"], &timings[0]["draft_n_accepted"]), (&json!(3), &json!(2)));
+    assert!(timings[2].get("draft_n").is_none(), "{}", timings[2]);
+
+    let fake = Arc::new(Fake::reply("ok"));
+    let a = post(&app(fake.clone()), "/v1/completions", bodies[1]).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(fake.requests()[0].draft, None);
+    assert!(a.json()["timings"].get("draft_n").is_none());
 }

@@ -190,7 +190,9 @@ impl Backend for Fake {
             queue_ms: 1.0,
             prompt_ms: 2.0,
             decode_ms: 4.0,
-            ..Usage::default()
+            // A speculating request drafted 3 tokens and kept 2.
+            draft_tokens: if req.draft.is_some() || req.lookup.is_some() { 3 } else { 0 },
+            draft_accepted: if req.draft.is_some() || req.lookup.is_some() { 2 } else { 0 },
         };
         match &mode {
             Mode::Hang => self.held.lock().expect("lock").push(std::sync::Arc::new(tx)),
