@@ -8,11 +8,13 @@
 //!   but the context's last token, whose logits start the draft; the rest of the context is then
 //!   fed. So a request that goes on reuses every token it verified, drafts the target rejected
 //!   are dropped, and a new request in the slot reuses what it shares with the last one.
-//! - a round is one forward pass of the draft model: every slot still catching up feeds up to
-//!   the engine's chunk size of context tokens between them, every drafting slot feeds its last
-//!   draft. A slot drafts greedily while the draft model is confident
-//!   ([`confident_pick`], `p_min`), up to its `max`; a draft shorter than `min_draft` is
-//!   dropped (plain decode step).
+//! - a round is one forward pass of the draft model: slots still catching up feed context
+//!   tokens, every drafting slot feeds its last draft. One tick feeds at most the engine's chunk
+//!   size of context tokens, all slots and rounds together: a slot that is still behind after
+//!   that (a long prompt) decodes plainly this tick and catches up over the next ones, so the
+//!   draft model never stalls a tick for long. A slot drafts greedily while the draft model is
+//!   confident ([`confident_pick`], `p_min`), up to its `max`; a draft shorter than `min_draft`
+//!   is dropped (plain decode step).
 //! - drafting never fails a request: a draft-model error only costs that tick its drafts (the
 //!   sequences it touched are emptied, to be fed again).
 //!
@@ -44,8 +46,10 @@ pub(crate) struct DraftRunner {
     model: Arc<Model>,
     kv: KvCache,
     seqs: Vec<Sequence>,
-    /// Most context tokens one round feeds, all slots together.
+    /// Most context tokens one tick feeds, all slots together.
     chunk: usize,
+    /// Context tokens this tick may still feed.
+    budget: usize,
     batch: Batch,
     logits: Logits,
     jobs: Vec<Job>,
@@ -69,13 +73,15 @@ impl DraftRunner {
             seqs.push(Sequence::new(&mut kv, i as SeqId, manager));
         }
         let (batch, logits) = (Batch::new(), Logits::default());
-        Ok(Self { model, kv, seqs, chunk: chunk.max(1), batch, logits, jobs: Vec::new(), rows: Vec::new() })
+        let chunk = chunk.max(1);
+        Ok(Self { model, kv, seqs, chunk, budget: chunk, batch, logits, jobs: Vec::new(), rows: Vec::new() })
     }
 
     /// Drafts for each `(slot, max, settings)` of `wanted` into the slot's
     /// [`Active::drafts`], after its [`Active::draft_context`].
     pub(crate) fn draft(&mut self, slots: &mut [Option<Active>], wanted: &[(usize, usize, DraftSettings)]) {
         self.jobs.clear();
+        self.budget = self.chunk;
         for &(slot, max, settings) in wanted {
             let Some(a) = slots.get(slot).and_then(Option::as_ref) else { continue };
             let context = a.draft_context();
@@ -106,7 +112,6 @@ impl DraftRunner {
     fn stage_round(&mut self, slots: &[Option<Active>]) -> bool {
         self.batch.clear();
         self.rows.clear();
-        let mut budget = self.chunk;
         for (j, job) in self.jobs.iter_mut().enumerate() {
             if job.done {
                 continue;
@@ -119,12 +124,13 @@ impl DraftRunner {
             let seq = &mut self.seqs[job.slot];
             let fed = seq.len();
             let (tokens, outputs) = if fed < context.len() {
-                // Catching up with the context, the chunk size per round between all slots.
-                let n = (context.len() - fed).min(budget);
+                // Catching up with the context; behind after this tick's budget: no draft now.
+                let n = (context.len() - fed).min(self.budget);
                 if n == 0 {
+                    job.done = true;
                     continue;
                 }
-                budget -= n;
+                self.budget -= n;
                 let last = fed + n == context.len();
                 (&context[fed..fed + n], if last { Outputs::Last } else { Outputs::None })
             } else {
