@@ -421,6 +421,17 @@ fn a_custom_strategy_plans_each_tick_and_an_observer_sees_each_tick() {
     assert_eq!(generated.load(Ordering::Relaxed), ids.len() as u64);
 }
 
+/// Submits every request at once (they share ticks), then collects each one's tokens and usage.
+fn submit_all(eng: &Engine, reqs: Vec<GenRequest>) -> Vec<(Vec<u32>, Usage)> {
+    let rxs: Vec<_> = reqs.into_iter().map(|r| eng.submit(r).expect("accepted")).collect();
+    rxs.into_iter()
+        .map(|rx| {
+            let (ids, _, _, usage) = collect(rx);
+            (ids, usage)
+        })
+        .collect()
+}
+
 /// A prompt whose continuation copies from it: prompt lookup has something to find.
 const COPY_PROMPT: &str = "Shopping list: apples, pears, plums, cherries, grapes, lemons, limes, oranges.\n\
     Shopping list: apples, pears, plums, cherries, grapes, lemons, limes, oranges.\n\
@@ -451,23 +462,17 @@ fn prompt_lookup_requests_generate_what_they_generate_alone() {
     let lookup = Some(PromptLookup { max_ngram: 3, max_draft: 6 });
     let run = |speculate: bool| -> Vec<(Vec<u32>, Usage)> {
         let eng = engine(&model, 3, BatchStrategy::Balanced);
-        let rxs: Vec<_> = cases
+        let reqs: Vec<_> = cases
             .iter()
             .enumerate()
             .map(|(i, (p, params))| {
                 let prompt = model.tokenizer().encode(p, true, true).expect("tokenizes");
                 // Requests 0, 1 and 2 speculate, 3 does not: all share ticks.
                 let lookup = if speculate && i < 3 { lookup } else { None };
-                eng.submit(GenRequest { prompt, params: params.clone(), lookup, ..GenRequest::default() })
-                    .expect("accepted")
+                GenRequest { prompt, params: params.clone(), lookup, ..GenRequest::default() }
             })
             .collect();
-        rxs.into_iter()
-            .map(|rx| {
-                let (ids, _, _, usage) = collect(rx);
-                (ids, usage)
-            })
-            .collect()
+        submit_all(&eng, reqs)
     };
     let plain = run(false);
     let fast = run(true);
@@ -521,21 +526,15 @@ fn draft_model_requests_generate_what_they_generate_alone() {
         ..EngineConfig::default()
     };
     let run = |eng: &Engine, speculate: bool| -> Vec<(Vec<u32>, Usage)> {
-        let rxs: Vec<_> = cases
+        let reqs: Vec<_> = cases
             .iter()
             .map(|(p, params, draft)| {
                 let prompt = model.tokenizer().encode(p, true, true).expect("tokenizes");
                 let draft = if speculate { *draft } else { None };
-                eng.submit(GenRequest { prompt, params: params.clone(), draft, ..GenRequest::default() })
-                    .expect("accepted")
+                GenRequest { prompt, params: params.clone(), draft, ..GenRequest::default() }
             })
             .collect();
-        rxs.into_iter()
-            .map(|rx| {
-                let (ids, _, _, usage) = collect(rx);
-                (ids, usage)
-            })
-            .collect()
+        submit_all(eng, reqs)
     };
     let plain = run(&Engine::start(model.clone(), cfg(None)).expect("engine"), false);
     let eng = Engine::start(model.clone(), cfg(Some(model.clone()))).expect("engine with a draft model");
