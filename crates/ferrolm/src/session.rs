@@ -239,6 +239,13 @@ impl<'m> Session<'m> {
         }
         if !cancelled {
             self.seq.end_prompt(&mut self.kv);
+            // A draft model reads the prompt now too, so that decoding starts with it cached
+            // (not on an evicting cache, where the session never drafts).
+            if let Some(spec) = &mut self.spec
+                && !self.seq.manager().evicts()
+            {
+                spec.prefill(prompt)?;
+            }
         }
         let stats = PrefillStats {
             n_prompt: prompt.len(),

@@ -123,6 +123,15 @@ impl<'m> Speculator<'m> {
         Ok(Self { max_draft: opts.max_draft, p_min: opts.p_min, kind, context: Vec::new() })
     }
 
+    /// A draft model prefills `prompt` (part of the prompt's processing: the first draft then
+    /// only runs the token after it); prompt lookup has nothing to do.
+    pub(super) fn prefill(&mut self, prompt: &[u32]) -> Result<()> {
+        match &mut self.kind {
+            Kind::Lookup { .. } => Ok(()),
+            Kind::Model(draft) => draft.prefill(prompt).map(|_| ()),
+        }
+    }
+
     /// Drafts at most `max` (and at most `max_draft`) tokens to follow `history` and `next`
     /// into `out` (cleared first).
     pub(super) fn draft(&mut self, history: &[u32], next: u32, max: usize, out: &mut Vec<u32>) -> Result<()> {
