@@ -56,6 +56,22 @@ pub struct Model {
     /// Set once the placement's backends have prepared the weights they multiply by (see
     /// [`Model::prepare_weights`]).
     weights_prepared: OnceLock<()>,
+    /// Declared last, so dropped last: see [`ReleaseOnDrop`].
+    release: ReleaseOnDrop,
+}
+
+/// Hands the allocator's free pages back to the system when dropped. A model owns hundreds of
+/// MiB of heap (repacked weights, forward-pass buffers), allocated by whichever threads loaded and
+/// ran it; glibc keeps freed memory in those threads' arenas, so without this, loading and
+/// dropping models from several threads (an Elixir or Python process reloading models) leaves
+/// the resident size growing.
+#[derive(Debug, Default)]
+struct ReleaseOnDrop;
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        crate::sysmem::release_free_memory();
+    }
 }
 
 impl std::fmt::Debug for Model {
@@ -135,6 +151,7 @@ impl Model {
             workspaces: std::sync::Mutex::new(Vec::new()),
             placement: Placement::default(),
             weights_prepared: OnceLock::new(),
+            release: ReleaseOnDrop,
         })
     }
 
