@@ -57,7 +57,7 @@ pub struct Model {
     /// [`Model::prepare_weights`]).
     weights_prepared: OnceLock<()>,
     /// Declared last, so dropped last: see [`ReleaseOnDrop`].
-    release: ReleaseOnDrop,
+    _release: ReleaseOnDrop,
 }
 
 /// Hands the allocator's free pages back to the system when dropped. A model owns hundreds of
@@ -151,7 +151,7 @@ impl Model {
             workspaces: std::sync::Mutex::new(Vec::new()),
             placement: Placement::default(),
             weights_prepared: OnceLock::new(),
-            release: ReleaseOnDrop,
+            _release: ReleaseOnDrop,
         })
     }
 
