@@ -13,10 +13,11 @@ Requirements:
                              + the prefix cache's budget
                              + a margin (--margin-mib, default 96 MiB: allocator slack and the
                                per-request buffers: logits, batch activations, HTTP bodies);
-  * RSS outside the prefix cache (RSS less the cache's bytes from /metrics, sampled together)
-    is flat over the last half: its least-squares growth over that half is below
-    --max-growth-mib (default 32 MiB). The cache itself may still be filling towards its budget
-    in a short run (checked on its own); memory it frees and the allocator keeps shows here;
+  * RSS outside the KV caches (RSS less the prefix cache's and the slots' KV bytes from
+    /metrics, sampled together) is flat over the last half: its least-squares growth over that
+    half is below --max-growth-mib (default 32 MiB). The cache itself may still be filling
+    towards its budget in a short run (checked on its own); memory freed and kept by the
+    allocator shows here;
   * /metrics reports the prefix cache within its budget, and the process's RSS
     (`ferrolm_process_resident_memory_bytes`) close to what /proc says;
   * no request failed.
@@ -134,6 +135,7 @@ def main():
     p.add_argument("--margin-mib", type=float, default=96.0)
     p.add_argument("--max-growth-mib", type=float, default=32.0)
     p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--dump", help="write every sample (t, RSS, prefix cache, slots' KV; MiB) to this file")
     args = p.parse_args()
     mib = 1 << 20
     checks = common.Checks()
@@ -176,13 +178,16 @@ def main():
                 break
             now = time.monotonic() - t0
             try:
-                cache = common.metrics(url).get("ferrolm_prefix_cache_bytes", 0)
+                m = common.metrics(url)
+                cache = m.get("ferrolm_prefix_cache_bytes", 0)
+                kv = m.get("ferrolm_kv_bytes", 0)
             except (OSError, RuntimeError):
                 cache = None
             if cache is not None:
-                samples.append((now, r, cache))
+                samples.append((now, r, cache, kv))
             if len(samples) % 10 == 1:
                 print(f"  t={now:5.0f} s  RSS {r / mib:6.0f} MiB  prefix cache {(cache or 0) / mib:4.0f} MiB  "
+                      f"slots' KV {(kv or 0) / mib:4.0f} MiB  "
                       f"done {traffic.done}", flush=True)
             time.sleep(1.0)
         for t in threads:
@@ -191,12 +196,16 @@ def main():
         m = common.metrics(url)
         text = common.get_text(url + "/metrics")[1]
         rss_now = rss_bytes(pid)
-        peak = max(r for _, r, _ in samples) if samples else 0
-        half = [(t, r - c) for t, r, c in samples if t >= args.seconds / 2]
-        growth = growth_over(half)
-        raw = growth_over([(t, r) for t, r, _ in samples if t >= args.seconds / 2])
+        peak = max(s[1] for s in samples) if samples else 0
+        late = [s for s in samples if s[0] >= args.seconds / 2]
+        growth = growth_over([(t, r - c - kv) for t, r, c, kv in late])
+        raw = growth_over([(t, r) for t, r, _, _ in late])
+        if args.dump:
+            with open(args.dump, "w") as f:
+                for t, r, c, kv in samples:
+                    f.write(f"{t:.1f} {r / mib:.1f} {c / mib:.1f} {kv / mib:.1f}\n")
         print(f"peak RSS {peak / mib:.0f} MiB (bound {budget / mib:.0f}); growth over the last half "
-              f"{growth / mib:+.1f} MiB outside the prefix cache, {raw / mib:+.1f} MiB in all "
+              f"{growth / mib:+.1f} MiB outside the KV caches, {raw / mib:+.1f} MiB in all "
               f"(limit {args.max_growth_mib:.0f}); prefix cache "
               f"{m.get('ferrolm_prefix_cache_bytes', 0) / mib:.0f} MiB; requests {traffic.done}", flush=True)
         checks.check("no request failed", not traffic.failures, "; ".join(traffic.failures[:5]))

@@ -257,6 +257,9 @@ async fn shutdown_signal() {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // A server runs for days with a load that comes and goes: large freed buffers go straight
+    // back to the system rather than staying in the allocator's heaps.
+    ferrolm::sysmem::return_large_buffers();
     let engine_cfg = args.engine_config()?;
     // Check the server options before the (slower) model load.
     args.server_config(String::new())?;
