@@ -114,6 +114,7 @@ impl PyEngine {
             timeout,
             lookup: None,
             draft: None,
+            fresh_prompt: false,
         };
         // Submitting compiles the request's constraint, which may take a while.
         let handle = py.allow_threads(|| self.engine.submit(req)).map_err(submit_to_py)?;
@@ -233,7 +234,7 @@ impl PyRequest {
                 top_logprobs: logprob.map(|l| l.top),
             })),
             Some(Event::PromptLogprobs(_)) => Ok(None),
-            Some(Event::Done { text, finish, usage }) => {
+            Some(Event::Done { text, finish, usage, .. }) => {
                 self.handle = None;
                 self.finish = Some(finish_of(finish, &usage));
                 self.tail = Some(text);

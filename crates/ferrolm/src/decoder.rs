@@ -146,8 +146,8 @@ pub struct Decoder {
     logprobs: Option<usize>,
     /// Tokens produced (an end-of-generation token that ended the generation not counted).
     n_generated: usize,
-    /// Whether a stop string ended the generation (nothing after it is shown).
-    hit_stop: bool,
+    /// The stop string that ended the generation, if one did (nothing after it is shown).
+    stop_word: Option<String>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -189,7 +189,7 @@ impl Decoder {
             ignore_eos: params.ignore_eos,
             logprobs: None,
             n_generated: 0,
-            hit_stop: false,
+            stop_word: None,
         })
     }
 
@@ -277,7 +277,7 @@ impl Decoder {
         let check = self.stop.push(&piece);
         let sampled = Sampled { id: tok, text: check.text, logprob };
         let finish = if check.hit.is_some() {
-            self.hit_stop = true;
+            self.stop_word = check.hit;
             Some(FinishReason::StopString)
         } else if self.constraint.as_ref().is_some_and(Constraint::is_finished) {
             // The grammar is complete: only an end-of-generation token could follow.
@@ -298,6 +298,11 @@ impl Decoder {
     pub fn finish(&mut self) -> String {
         let tail = self.detok.flush();
         let text = self.stop.push(&tail).text + &self.stop.flush();
-        if self.hit_stop { String::new() } else { text }
+        if self.stop_word.is_some() { String::new() } else { text }
+    }
+
+    /// The stop string that ended the generation ([`FinishReason::StopString`]), if one did.
+    pub fn stop_word(&self) -> Option<&str> {
+        self.stop_word.as_deref()
     }
 }

@@ -201,6 +201,10 @@ pub struct GenRequest {
     /// Speculative decoding with the engine's draft model ([`EngineConfig::draft_model`]; exact
     /// too). Not with [`GenRequest::lookup`].
     pub draft: Option<DraftSettings>,
+    /// Run the whole prompt through the model, reusing no prefix from the prefix cache
+    /// (llama-server's `cache_prompt: false`). The output is the same either way, up to the
+    /// rounding of a differently batched prompt.
+    pub fresh_prompt: bool,
 }
 
 /// Speculative decoding of one request by prompt lookup (see `decoder::speculative`): with each
@@ -295,6 +299,8 @@ pub struct Usage {
     pub draft_tokens: usize,
     /// Drafted tokens kept (part of `completion_tokens`).
     pub draft_accepted: usize,
+    /// The slot that ran the request (none when it ended in the queue).
+    pub slot: Option<usize>,
 }
 
 /// What the engine sends back about a request.
@@ -321,6 +327,8 @@ pub enum Event {
         finish: FinishReason,
         /// Counts and timings.
         usage: Usage,
+        /// The stop string that ended it, when `finish` is [`FinishReason::StopString`].
+        stop_word: Option<String>,
     },
     /// The request failed inside the engine (e.g. a constraint that cannot be compiled). Nothing
     /// follows.

@@ -40,7 +40,7 @@ fn collect(rx: RequestHandle) -> (Vec<u32>, String, FinishReason, Usage) {
                 ids.push(id);
                 text.push_str(&t);
             }
-            Event::Done { text: t, finish, usage } => {
+            Event::Done { text: t, finish, usage, .. } => {
                 text.push_str(&t);
                 return (ids, text, finish, usage);
             }
@@ -115,6 +115,12 @@ fn a_shared_prefix_is_reused_from_another_slot() {
     assert!(eng.wait_idle(Duration::from_secs(5)));
     let m = eng.metrics();
     assert!(m.prefix_cache_hits >= 1 && m.prefix_cache_entries >= 1 && m.prefix_cache_bytes > 0);
+    // `fresh_prompt` (llama-server's cache_prompt: false) runs the whole prompt again.
+    let fresh =
+        GenRequest { fresh_prompt: true, ..request(&model, &format!("{prefix}Question: name a colour."), 8) };
+    let (ids_fresh, _, _, uf) = collect(eng.submit(fresh).expect("accepted"));
+    assert_eq!(uf.cached_tokens, 0);
+    assert_eq!(ids_fresh, expected_b);
 }
 
 #[test]

@@ -217,7 +217,12 @@ mod tests {
     use crate::engine::Usage;
 
     fn done() -> Event {
-        Event::Done { text: String::new(), finish: FinishReason::Length, usage: Usage::default() }
+        Event::Done {
+            text: String::new(),
+            finish: FinishReason::Length,
+            usage: Usage::default(),
+            stop_word: None,
+        }
     }
 
     #[test]

@@ -252,7 +252,7 @@ impl Worker {
         q.tx.send(match finish {
             Some(finish) => {
                 let usage = Usage { prompt_tokens: q.req.prompt.len(), ..Default::default() };
-                Event::Done { text: String::new(), finish, usage }
+                Event::Done { text: String::new(), finish, usage, stop_word: None }
             }
             None => Event::Refused(super::SubmitError::ShuttingDown),
         });
@@ -306,7 +306,7 @@ impl Worker {
                     continue;
                 }
             };
-            let active = Active::new(q.id, q.req, *q.decoder, q.tx, q.queued_at, seq);
+            let active = Active::new(q.id, i, q.req, *q.decoder, q.tx, q.queued_at, seq);
             self.counters.cached_tokens_total += active.n_cached as u64;
             self.counters.prompt_tokens_total += active.prompt.len() as u64;
             tracing::debug!(
@@ -327,7 +327,7 @@ impl Worker {
     fn new_sequence(&mut self, id: SeqId, req: &super::GenRequest) -> crate::Result<Sequence> {
         let manager =
             || CacheManager::new(self.config.cache.clone(), self.model.attention_shapes(), self.config.n_ctx);
-        if !req.prompt_logprobs && self.config.prefix_cache_bytes > 0 {
+        if !req.prompt_logprobs && !req.fresh_prompt && self.config.prefix_cache_bytes > 0 {
             self.counters.prefix_cache_lookups += 1;
             if let Some((cached, n)) = self.prefix.lookup(&req.prompt) {
                 let n = n.min(req.prompt.len() - 1);

@@ -14,6 +14,8 @@ use crate::tokenizer::Tokenizer;
 pub(crate) struct Active {
     /// The engine's id of the request.
     pub(crate) id: u64,
+    /// The slot it runs in.
+    pub(crate) slot: usize,
     pub(crate) tx: EventSender,
     pub(crate) prompt: Vec<u32>,
     /// The slot's sequence: the prompt so far, then generated tokens.
@@ -48,6 +50,7 @@ impl Active {
     /// the prompt).
     pub(crate) fn new(
         id: u64,
+        slot: usize,
         req: GenRequest,
         decoder: Decoder,
         tx: EventSender,
@@ -57,6 +60,7 @@ impl Active {
         let deadline = req.timeout.map(|t| queued_at + t);
         Self {
             id,
+            slot,
             tx,
             n_cached: seq.len(),
             prompt: req.prompt,
@@ -179,7 +183,8 @@ impl Active {
             // Cancelled before the prompt was in: send what was scored.
             self.tx.send(Event::PromptLogprobs(std::mem::take(&mut self.prompt_lp)));
         }
-        self.tx.send(Event::Done { text, finish, usage });
+        let stop_word = self.decoder.stop_word().map(str::to_owned);
+        self.tx.send(Event::Done { text, finish, usage, stop_word });
         usage
     }
 
@@ -197,6 +202,7 @@ impl Active {
             decode_ms: if self.first_token_at.is_some() { ms(first, now) } else { 0.0 },
             draft_tokens: self.pass.n_drafted(),
             draft_accepted: self.pass.n_kept(),
+            slot: Some(self.slot),
         }
     }
 

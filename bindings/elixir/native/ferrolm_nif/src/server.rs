@@ -144,7 +144,7 @@ impl Forward {
         match event {
             Event::Token { text, .. } if text.is_empty() => !self.outbox.is_closed(),
             Event::Token { text, .. } => self.outbox.send(token_msg(text)),
-            Event::Done { text, finish, usage } => {
+            Event::Done { text, finish, usage, .. } => {
                 let info = DoneInfo {
                     finish: Some(finish),
                     prompt_tokens: usage.prompt_tokens,
