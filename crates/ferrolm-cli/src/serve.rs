@@ -60,6 +60,17 @@ pub struct Args {
     /// Allow this origin by CORS (repeatable; `*` for any). None: no CORS headers.
     #[arg(long = "cors-origin", help_heading = "Server")]
     cors_origin: Vec<String>,
+    /// Most tokens a request generates, and the number it generates when it does not say
+    /// (llama-server's; -1: each endpoint's default, no cap).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true, help_heading = "Server")]
+    n_predict: i64,
+    /// Use this chat template (a Jinja file) instead of the model's.
+    #[arg(long = "chat-template-file", conflicts_with = "chat_template", help_heading = "Server")]
+    chat_template_file: Option<std::path::PathBuf>,
+    /// Use this chat template (Jinja source text) instead of the model's. llama-server's
+    /// built-in template names (chatml, llama3…) are not known: give the template's text.
+    #[arg(long = "chat-template", help_heading = "Server")]
+    chat_template: Option<String>,
     /// Largest request body in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 8 << 20, help_heading = "Server")]
     max_body_bytes: usize,
@@ -186,6 +197,21 @@ impl Args {
     }
 
     /// The server configuration (`default_id`: the model's name when no --alias is given).
+    /// `--chat-template-file` or `--chat-template`, checked to compile.
+    fn chat_template_source(&self) -> anyhow::Result<Option<String>> {
+        let src = match (&self.chat_template_file, &self.chat_template) {
+            (Some(f), _) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+            (None, Some(s)) if !s.contains("{%") && !s.contains("{{") => bail!(
+                "--chat-template {s:?} is not a Jinja template; built-in template names are not known, \
+                 give the template's text or --chat-template-file FILE"
+            ),
+            (None, Some(s)) => s.clone(),
+            (None, None) => return Ok(None),
+        };
+        ferrolm::chat::ChatTemplate::new(&src).context("the chat template does not compile")?;
+        Ok(Some(src))
+    }
+
     fn server_config(&self, default_id: String) -> anyhow::Result<ServerConfig> {
         let api_key = match (&self.api_key, &self.api_key_file) {
             (Some(k), _) => Some(k.trim().to_string()),
@@ -217,6 +243,15 @@ impl Args {
             timeout: seconds("--timeout", self.timeout)?,
             shutdown_timeout: seconds("--shutdown-timeout", self.shutdown_timeout)?,
             sampler: self.sampling.to_params()?,
+            n_predict: match self.n_predict {
+                -1 => None,
+                n => Some(
+                    usize::try_from(n)
+                        .map_err(|_| anyhow::anyhow!("--n-predict must be -1 or at least 0, not {n}"))?,
+                ),
+            },
+            chat_template: self.chat_template_source()?,
+            model_path: None,
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,
             connections: ConnLimits {
@@ -275,7 +310,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_connections: connection_cap(server_cfg.connections.max_connections),
         ..server_cfg.connections
     };
-    let server_cfg = ServerConfig { embeddings_pooling: Some(pooling), connections, ..server_cfg };
+    let model_path = Some(path.display().to_string());
+    let server_cfg =
+        ServerConfig { embeddings_pooling: Some(pooling), connections, model_path, ..server_cfg };
     eprintln!(
         "loaded {} in {load_ms:.0} ms; serving it as '{}' with {} slots of {} tokens",
         path.display(),

@@ -21,6 +21,7 @@ mod completions;
 mod error;
 mod json;
 mod metrics;
+mod native;
 mod params;
 mod response;
 mod routes;
@@ -91,6 +92,13 @@ pub struct ServerConfig {
     pub draft: Option<DraftSettings>,
     /// Connection limits: header, body and idle timeouts, connection caps.
     pub connections: ConnLimits,
+    /// Most tokens a request generates, and the number it generates when it does not say
+    /// (llama-server's `--n-predict`). `None`: each endpoint's default, no cap.
+    pub n_predict: Option<usize>,
+    /// A chat template (Jinja source) used instead of the model's (`--chat-template-file`).
+    pub chat_template: Option<String>,
+    /// The model's file, shown by `/props`.
+    pub model_path: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -109,6 +117,9 @@ impl Default for ServerConfig {
             embeddings_pooling: None,
             draft: None,
             connections: ConnLimits::default(),
+            n_predict: None,
+            chat_template: None,
+            model_path: None,
         }
     }
 }
@@ -119,9 +130,26 @@ impl ServerConfig {
         std::iter::once(self.model_id.clone()).chain(self.aliases.iter().cloned()).collect()
     }
 
-    /// The `model` a response names: the one asked for (already checked), else the id.
+    /// The `model` a response names. A request may name any model, as with llama-server: the
+    /// one model is served whatever the name, and the answer names it by the name asked when
+    /// that is one of its names, else by its id.
     pub(crate) fn answer_model(&self, requested: Option<String>) -> String {
-        requested.filter(|m| !m.is_empty()).unwrap_or_else(|| self.model_id.clone())
+        requested.filter(|m| self.model_names().contains(m)).unwrap_or_else(|| self.model_id.clone())
+    }
+
+    /// The most tokens a request generates: what it asked for, else `endpoint_default`, else
+    /// `--n-predict`; never more than `--n-predict`.
+    pub(crate) fn generation_limit(
+        &self,
+        asked: Option<usize>,
+        endpoint_default: Option<usize>,
+    ) -> Option<usize> {
+        match (asked, self.n_predict) {
+            (Some(a), Some(cap)) => Some(a.min(cap)),
+            (Some(a), None) => Some(a),
+            (None, Some(cap)) => Some(cap),
+            (None, None) => endpoint_default,
+        }
     }
 
     /// The server's request timeout (`None`: none).
@@ -206,7 +234,7 @@ pub async fn serve_listener(
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let backend: SharedBackend = Arc::new(EngineBackend::new(engine));
+    let backend: SharedBackend = Arc::new(EngineBackend::new(engine, cfg.chat_template.as_deref()));
     run(listener, backend, cfg, shutdown).await
 }
 

@@ -63,12 +63,18 @@ pub(crate) struct EngineBackend {
 }
 
 impl EngineBackend {
-    /// Wraps the engine; the chat template is compiled once here.
-    pub(crate) fn new(engine: Engine) -> EngineBackend {
-        let template = match engine.model().chat_template() {
-            Ok(Some(t)) => Ok(t),
-            Ok(None) => Err("the model has no chat template: use /v1/completions".to_string()),
-            Err(e) => Err(format!("the model's chat template cannot be used: {e}")),
+    /// Wraps the engine; the chat template (`template_source`, else the model's) is compiled
+    /// once here.
+    pub(crate) fn new(engine: Engine, template_source: Option<&str>) -> EngineBackend {
+        let template = match template_source {
+            Some(src) => {
+                ChatTemplate::new(src).map_err(|e| format!("the given chat template cannot be used: {e}"))
+            }
+            None => match engine.model().chat_template() {
+                Ok(Some(t)) => Ok(t),
+                Ok(None) => Err("the model has no chat template: use /v1/completions".to_string()),
+                Err(e) => Err(format!("the model's chat template cannot be used: {e}")),
+            },
         };
         EngineBackend { engine, template }
     }

@@ -248,14 +248,9 @@ pub(crate) fn offered_tools(
     Ok((!chosen.is_empty()).then_some(chosen))
 }
 
-/// Validates a chat request and renders and tokenizes its prompt.
-pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> {
-    let backend = state.backend.as_ref();
-    let common: CommonFields = fields(v)?;
-    common.check_model(&state.cfg.model_names())?;
-    let chat: ChatFields = fields(v)?;
-    let mut spec =
-        common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
+/// The prompt text of a chat request's `messages` (with its `tools` and
+/// `chat_template_kwargs`), rendered by the chat template, and the offered tools.
+fn render(backend: &dyn Backend, chat: &ChatFields) -> Result<(String, Option<Vec<Value>>), ApiError> {
     let msgs = messages(chat.messages.as_ref())?;
     let tools = offered_tools(chat.tools.as_ref(), chat.tool_choice.as_ref())?;
     let template = backend.chat_template().map_err(ApiError::invalid)?;
@@ -271,17 +266,37 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
         bos_token,
         eos_token,
         tools: tools.clone(),
-        kwargs: chat.chat_template_kwargs.unwrap_or_default(),
+        kwargs: chat.chat_template_kwargs.clone().unwrap_or_default(),
         today: None,
     };
     let text = template.render(&msgs, &opts).map_err(|e| ApiError::invalid(e.to_string()))?;
+    Ok((text, tools))
+}
+
+/// `POST /apply-template` (llama-server's): the prompt a chat request would run, as
+/// `{"prompt": text}`, without running it.
+pub(crate) fn apply_template(state: &AppState, v: &Value) -> Result<Value, ApiError> {
+    let chat: ChatFields = fields(v)?;
+    let (text, _) = render(state.backend.as_ref(), &chat)?;
+    Ok(json!({"prompt": text}))
+}
+
+/// Validates a chat request and renders and tokenizes its prompt.
+pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> {
+    let backend = state.backend.as_ref();
+    let common: CommonFields = fields(v)?;
+    let chat: ChatFields = fields(v)?;
+    let mut spec =
+        common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
+    let (text, tools) = render(backend, &chat)?;
     let prompt = encode_prompt(backend, &text).map_err(ApiError::invalid)?;
-    let max = max_tokens(
-        if chat.max_completion_tokens.is_some() { "max_completion_tokens" } else { "max_tokens" },
-        chat.max_completion_tokens.or(chat.max_tokens),
-        backend.n_ctx(),
-        false,
-    )?;
+    let asked = match chat.max_completion_tokens {
+        Some(m) if common.n_predict.is_none() => {
+            max_tokens("max_completion_tokens", Some(m), backend.n_ctx(), false)?
+        }
+        _ => common.max_new_tokens(chat.max_tokens, backend.n_ctx(), false)?,
+    };
+    let max = state.cfg.generation_limit(asked, None);
     check_context(backend, prompt.len(), max)?;
     spec.params.max_tokens = max;
     let top = top_logprobs("top_logprobs", chat.top_logprobs)?;
@@ -309,6 +324,7 @@ fn requests(job: &ChatJob) -> Vec<GenRequest> {
             timeout: job.spec.timeout,
             lookup: job.spec.lookup,
             draft: job.spec.draft,
+            fresh_prompt: job.spec.fresh_prompt,
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::backend::{Backend, encode_prompt};
 use super::error::ApiError;
 use super::json::{fields, is_token_array, parse_object, token_id, type_name};
-use super::params::{CommonFields, GenSpec, max_tokens, params_for_choice, top_logprobs};
+use super::params::{CommonFields, GenSpec, params_for_choice, top_logprobs};
 use super::response::{LegacyLogprobs, UsageSum, collect, completion_body, new_id, submit_all, unix_now};
 use super::stream::{StreamHead, StreamKind, sse_response};
 use super::{AppState, check_context, json_response};
@@ -111,7 +111,6 @@ pub(crate) fn prompts(backend: &dyn Backend, v: Option<&Value>) -> Result<Vec<Pr
 pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiError> {
     let backend = state.backend.as_ref();
     let common: CommonFields = fields(v)?;
-    common.check_model(&state.cfg.model_names())?;
     let f: CompletionFields = fields(v)?;
     let mut spec =
         common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
@@ -126,10 +125,8 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiE
     }
     let echo = f.echo.unwrap_or(false);
     let prompts = prompts(backend, f.prompt.as_ref())?;
-    let max = match max_tokens("max_tokens", f.max_tokens, backend.n_ctx(), echo)? {
-        Some(m) => m,
-        None => DEFAULT_MAX_TOKENS,
-    };
+    let asked = common.max_new_tokens(f.max_tokens, backend.n_ctx(), echo)?;
+    let max = state.cfg.generation_limit(asked, Some(DEFAULT_MAX_TOKENS)).unwrap_or(DEFAULT_MAX_TOKENS);
     for p in &prompts {
         check_context(backend, p.tokens.len(), Some(max))?;
     }
@@ -151,6 +148,7 @@ fn requests(job: &CompletionJob) -> Vec<GenRequest> {
                 timeout: job.spec.timeout,
                 lookup: job.spec.lookup,
                 draft: job.spec.draft,
+                fresh_prompt: job.spec.fresh_prompt,
             })
         })
         .collect()

@@ -72,9 +72,22 @@ pub(crate) struct CommonFields {
     pub grammar: Option<String>,
     pub json_schema: Option<Value>,
     pub response_format: Option<Value>,
-    /// Accepted for llama-server compatibility; the prefix cache is always used.
-    #[allow(dead_code)]
+    /// llama-server's: `false` runs the whole prompt, reusing no cached prefix.
     pub cache_prompt: Option<bool>,
+    /// llama-server's name of `max_tokens` (-1: until the context is full); wins over it.
+    pub n_predict: Option<i64>,
+    /// llama-server's request fields ferrolm does not implement: refused when they ask for
+    /// something (see [`CommonFields::refuse_unsupported`]).
+    pub id_slot: Option<i64>,
+    pub timings_per_token: Option<bool>,
+    pub return_progress: Option<bool>,
+    pub post_sampling_probs: Option<bool>,
+    pub t_max_predict_ms: Option<i64>,
+    pub t_max_prompt_ms: Option<i64>,
+    pub n_keep: Option<i64>,
+    pub n_discard: Option<i64>,
+    pub n_indent: Option<i64>,
+    pub lora: Option<Value>,
     pub timeout: Option<f64>,
     /// Speculative decoding by prompt lookup: `true`, or `{"max_ngram": N, "max_draft": M}`.
     pub prompt_lookup: Option<Value>,
@@ -109,6 +122,8 @@ pub(crate) struct GenSpec {
     pub lookup: Option<PromptLookup>,
     /// Speculative decoding with the server's draft model (`speculative.*`).
     pub draft: Option<DraftSettings>,
+    /// `cache_prompt: false`: reuse no cached prefix.
+    pub fresh_prompt: bool,
 }
 
 /// `prompt_lookup`: `true` (3-grams, 8 drafted tokens), `false`, or an object with `max_ngram`
@@ -292,11 +307,65 @@ fn response_format(v: &Value) -> Result<Option<ConstraintSpec>, ApiError> {
 }
 
 impl CommonFields {
-    /// Checks `model` against the served names.
-    pub(crate) fn check_model(&self, names: &[String]) -> Result<(), ApiError> {
-        match &self.model {
-            Some(m) if !m.is_empty() && !names.iter().any(|n| n == m) => Err(ApiError::model_not_found(m)),
-            _ => Ok(()),
+    /// Refuses the llama-server fields ferrolm accepts but does not implement, when they ask
+    /// for something other than their default: a field we read must work or fail loudly.
+    pub(crate) fn refuse_unsupported(&self) -> Result<(), ApiError> {
+        let refuse = |field: &str, why: &str| {
+            Err(ApiError::invalid_param(field, format!("`{field}` is not supported by ferrolm: {why}")))
+        };
+        if self.id_slot.is_some_and(|s| s >= 0) {
+            return refuse(
+                "id_slot",
+                "the scheduler picks the slot (the prefix cache finds a prompt's KV in any slot)",
+            );
+        }
+        let flags = [
+            ("timings_per_token", self.timings_per_token, "timings come with the last chunk"),
+            ("return_progress", self.return_progress, "prompt progress is not streamed"),
+            (
+                "post_sampling_probs",
+                self.post_sampling_probs,
+                "probabilities are the model's, before sampling",
+            ),
+        ];
+        if let Some((f, _, why)) = flags.iter().find(|(_, v, _)| *v == Some(true)) {
+            return refuse(f, why);
+        }
+        let limits = [
+            ("t_max_predict_ms", self.t_max_predict_ms, "use `timeout` (seconds) for the whole request"),
+            ("t_max_prompt_ms", self.t_max_prompt_ms, "use `timeout` (seconds) for the whole request"),
+            ("n_discard", self.n_discard, "the context is never shifted; a full context ends the request"),
+            ("n_indent", self.n_indent, "no indentation limit"),
+        ];
+        if let Some((f, _, why)) = limits.iter().find(|(_, v, _)| v.is_some_and(|x| x > 0)) {
+            return refuse(f, why);
+        }
+        if self.n_keep.is_some_and(|k| k != 0 && k != -1) {
+            return refuse("n_keep", "the context is never shifted; a full context ends the request");
+        }
+        match &self.lora {
+            None | Some(Value::Null) => Ok(()),
+            Some(Value::Array(a)) if a.is_empty() => Ok(()),
+            Some(_) => refuse("lora", "LoRA adapters are not loaded"),
+        }
+    }
+
+    /// The most tokens to generate: `n_predict` (llama-server's; -1 or absent: `max_tokens`),
+    /// else `max_tokens` (OpenAI's), checked against the context; `None` when neither is given.
+    pub(crate) fn max_new_tokens(
+        &self,
+        max_tokens_field: Option<i64>,
+        n_ctx: usize,
+        allow_zero: bool,
+    ) -> Result<Option<usize>, ApiError> {
+        match self.n_predict {
+            Some(n) if n < -1 => Err(ApiError::invalid_param(
+                "n_predict",
+                format!("`n_predict` must be -1 (no limit) or at least 0, not {n}"),
+            )),
+            Some(-1) => Ok(Some(n_ctx)),
+            Some(n) => max_tokens("n_predict", Some(n.min(n_ctx as i64)), n_ctx, true),
+            None => max_tokens("max_tokens", max_tokens_field, n_ctx, allow_zero),
         }
     }
 
@@ -433,6 +502,7 @@ impl CommonFields {
                 ));
             }
         };
+        self.refuse_unsupported()?;
         let (constraint_param, constraint) = self.constraint()?.unzip();
         let lookup = prompt_lookup(self.prompt_lookup.as_ref())?;
         let (n_max, n_min, p_min) = (self.speculative_n_max, self.speculative_n_min, self.speculative_p_min);
@@ -453,6 +523,7 @@ impl CommonFields {
             constraint_param,
             lookup,
             draft,
+            fresh_prompt: self.cache_prompt == Some(false),
         })
     }
 }
@@ -614,12 +685,18 @@ mod tests {
 
     #[test]
     fn model_and_counts() {
-        let names = vec!["smol".to_string(), "alias".to_string()];
-        assert!(common(json!({"model": "smol"})).expect("f").check_model(&names).is_ok());
-        assert!(common(json!({"model": "alias"})).expect("f").check_model(&names).is_ok());
-        assert!(common(json!({})).expect("f").check_model(&names).is_ok());
-        let e = common(json!({"model": "gpt-4"})).expect("f").check_model(&names).expect_err("unknown");
-        assert_eq!(e.code, Some("model_not_found"));
+        let limit = |v: Value, max: Option<i64>| common(v).expect("f").max_new_tokens(max, 10, false);
+        assert_eq!(limit(json!({}), None).expect("ok"), None);
+        assert_eq!(limit(json!({}), Some(4)).expect("ok"), Some(4));
+        // n_predict wins over max_tokens; -1 is the whole context; above it is capped to it.
+        assert_eq!(limit(json!({"n_predict": 3}), Some(4)).expect("ok"), Some(3));
+        assert_eq!(limit(json!({"n_predict": -1}), Some(4)).expect("ok"), Some(10));
+        assert_eq!(limit(json!({"n_predict": 99}), None).expect("ok"), Some(10));
+        assert_eq!(limit(json!({"n_predict": 0}), None).expect("ok"), Some(0));
+        assert_eq!(
+            limit(json!({"n_predict": -2}), None).expect_err("bad").param.as_deref(),
+            Some("n_predict")
+        );
         assert_eq!(max_tokens("max_tokens", Some(5), 10, false).expect("ok"), Some(5));
         assert!(max_tokens("max_tokens", Some(0), 10, false).is_err());
         assert_eq!(max_tokens("max_tokens", Some(0), 10, true).expect("ok"), Some(0));
@@ -650,6 +727,36 @@ mod tests {
         assert_eq!(draft(low, Some(server)), Some(DraftSettings { max_draft: 8, min_draft: 0, p_min: 0.0 }));
         let err = common(json!({"speculative.n_max": "lots"})).expect_err("not a number");
         assert_eq!(err.param.as_deref(), Some("speculative.n_max"));
+    }
+
+    #[test]
+    fn llama_server_fields_work_or_are_refused_by_name() {
+        assert!(!spec(json!({})).expect("ok").fresh_prompt);
+        assert!(!spec(json!({"cache_prompt": true})).expect("ok").fresh_prompt);
+        assert!(spec(json!({"cache_prompt": false})).expect("ok").fresh_prompt);
+        // Their defaults ask for nothing.
+        let defaults = json!({"id_slot": -1, "timings_per_token": false, "return_progress": false,
+            "post_sampling_probs": false, "t_max_predict_ms": 0, "n_keep": 0, "n_discard": 0,
+            "n_indent": 0, "lora": []});
+        spec(defaults).expect("defaults are accepted");
+        for (field, v) in [
+            ("id_slot", json!(1)),
+            ("timings_per_token", json!(true)),
+            ("return_progress", json!(true)),
+            ("post_sampling_probs", json!(true)),
+            ("t_max_predict_ms", json!(500)),
+            ("t_max_prompt_ms", json!(500)),
+            ("n_keep", json!(8)),
+            ("n_discard", json!(4)),
+            ("n_indent", json!(2)),
+            ("lora", json!([{"id": 0, "scale": 1.0}])),
+        ] {
+            let mut body = json!({});
+            body[field] = v;
+            let err = spec(body).expect_err(field);
+            assert_eq!(err.param.as_deref(), Some(field));
+            assert!(err.message.contains("not supported"), "{}", err.message);
+        }
     }
 
     #[test]

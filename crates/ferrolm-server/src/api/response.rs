@@ -41,6 +41,10 @@ pub(crate) struct Collected {
     pub finish: Option<FinishReason>,
     /// Counts and timings.
     pub usage: Usage,
+    /// The stop string that ended it, if one did.
+    pub stop_word: Option<String>,
+    /// The generated tokens.
+    pub tokens: Vec<u32>,
 }
 
 /// Reads events until `Done`; an engine error, or a channel closed before `Done`, is an error.
@@ -49,14 +53,16 @@ pub(crate) async fn collect(mut rx: RequestHandle) -> Result<Collected, ApiError
     while let Some(ev) = rx.next_event().await {
         match ev {
             Event::PromptLogprobs(p) => out.prompt_logprobs = Some(p),
-            Event::Token { text, logprob, .. } => {
+            Event::Token { id, text, logprob } => {
+                out.tokens.push(id);
                 out.text.push_str(&text);
                 out.logprobs.extend(logprob);
             }
-            Event::Done { text, finish, usage } => {
+            Event::Done { text, finish, usage, stop_word } => {
                 out.text.push_str(&text);
                 out.finish = Some(finish);
                 out.usage = usage;
+                out.stop_word = stop_word;
                 return Ok(out);
             }
             Event::Error(m) => return Err(ApiError::internal(m)),

@@ -16,7 +16,8 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 use super::error::ApiError;
 use super::json::{fields, is_token_array, parse_object, token_id, type_name};
-use super::{AppState, ServerError, chat, completions, json_response, metrics};
+use super::params::CommonFields;
+use super::{AppState, ServerError, chat, completions, json_response, metrics, native};
 
 /// The web page served at `/`.
 const INDEX_HTML: &str = include_str!("../../static/index.html");
@@ -32,7 +33,8 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
         .route("/v1/completions", post(text_completions))
-        .route("/completions", post(text_completions))
+        .route("/completion", post(native_completion))
+        .route("/completions", post(native_completion))
         .route("/v1/embeddings", post(embeddings))
         .route("/embeddings", post(embeddings))
         .route("/v1/models", get(models))
@@ -40,6 +42,8 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/v1/models/{*id}", get(model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route("/props", get(props))
+        .route("/apply-template", post(apply_template))
         .route("/health", get(health))
         .route("/metrics", get(prometheus))
         .route("/slots", get(slots))
@@ -199,6 +203,10 @@ async fn text_completions(State(state): State<AppState>, body: Bytes) -> Result<
     completions::handle(state, body).await
 }
 
+async fn native_completion(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    native::handle(state, body).await
+}
+
 async fn health() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
@@ -233,9 +241,39 @@ fn model_entry(state: &AppState, id: &str) -> Value {
     })
 }
 
+/// The one served model, under its id, with its other names in `aliases`.
 async fn models(State(state): State<AppState>) -> Response {
-    let data: Vec<Value> = state.cfg.model_names().iter().map(|n| model_entry(&state, n)).collect();
-    json_response(StatusCode::OK, &json!({"object": "list", "data": data}))
+    let mut entry = model_entry(&state, &state.cfg.model_id);
+    entry["aliases"] = json!(state.cfg.aliases);
+    json_response(StatusCode::OK, &json!({"object": "list", "data": [entry]}))
+}
+
+/// `GET /props` (llama-server's): the server's default generation settings, slots, model and
+/// chat template.
+async fn props(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let b = state.backend.as_ref();
+    let cfg = &state.cfg;
+    let mut spec =
+        CommonFields::default().spec(&cfg.sampler, b.n_vocab(), cfg.request_timeout(), cfg.draft)?;
+    spec.params.max_tokens = cfg.n_predict;
+    let (bos, eos) = b.bos_eos_text();
+    let body = json!({
+        "default_generation_settings": {"n_ctx": b.n_ctx(), "params": native::generation_settings(&spec, None)},
+        "total_slots": b.metrics().slots_total,
+        "model_alias": cfg.model_id,
+        "model_path": cfg.model_path,
+        "chat_template": b.chat_template().ok().map(|t| t.source().to_string()),
+        "bos_token": bos,
+        "eos_token": eos,
+        "build_info": format!("ferrolm {}", env!("CARGO_PKG_VERSION")),
+        "modalities": {"vision": false, "audio": false},
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+async fn apply_template(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    Ok(json_response(StatusCode::OK, &chat::apply_template(&state, &v)?))
 }
 
 async fn model(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
@@ -367,13 +405,6 @@ pub(crate) fn base64_f32(v: &[f32]) -> String {
 async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     let f: EmbeddingFields = fields(&v)?;
-    let names = state.cfg.model_names();
-    if let Some(m) = &f.model
-        && !m.is_empty()
-        && !names.contains(m)
-    {
-        return Err(ApiError::model_not_found(m));
-    }
     let base64 = match f.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

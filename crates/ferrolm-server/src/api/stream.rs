@@ -197,7 +197,7 @@ impl Pump {
                     self.text_chunk(i, &shown, None);
                 }
             }
-            Event::Done { text, finish, usage } => {
+            Event::Done { text, finish, usage, .. } => {
                 let mut shown = self.shown(i, &text);
                 let names = match &self.kind {
                     StreamKind::Chat { tools: Some(t) } => t.clone(),
@@ -303,7 +303,7 @@ pub(crate) fn sse_response(
     if let StreamKind::Chat { .. } = pump.kind {
         for i in 0..n_choices {
             pump.choices[i].started = true;
-            let choice = json!({"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null});
+            let choice = json!({"index": i, "delta": {"role": "assistant", "content": null}, "logprobs": null, "finish_reason": null});
             let v = pump.chunk(vec![choice]);
             pump.emit(v);
         }

@@ -7,6 +7,7 @@ mod constraint;
 mod fake;
 mod fuzz;
 mod misc;
+mod native;
 
 use std::sync::Arc;
 

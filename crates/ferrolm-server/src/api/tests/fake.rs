@@ -193,6 +193,7 @@ impl Backend for Fake {
             // A speculating request drafted 3 tokens and kept 2.
             draft_tokens: if req.draft.is_some() || req.lookup.is_some() { 3 } else { 0 },
             draft_accepted: if req.draft.is_some() || req.lookup.is_some() { 2 } else { 0 },
+            slot: Some(0),
         };
         match &mode {
             Mode::Hang => self.held.lock().expect("lock").push(std::sync::Arc::new(tx)),
@@ -236,11 +237,14 @@ impl Backend for Fake {
                     let logprob = req.logprobs.map(|k| Fake::logprob(u32::from(b), k));
                     tx.send(Event::Token { id: u32::from(b), text, logprob });
                 }
-                let finish = if n < bytes.len() { FinishReason::Length } else { FinishReason::StopString };
+                // The whole reply: the model's end-of-generation token.
+                let finish =
+                    if n < bytes.len() { FinishReason::Length } else { FinishReason::EndOfGeneration };
                 tx.send(Event::Done {
                     text: String::from_utf8_lossy(&pending).into_owned(),
                     finish,
                     usage: usage(n),
+                    stop_word: None,
                 });
             }
         }
@@ -287,6 +291,7 @@ impl Backend for Fake {
                 text: String::new(),
                 finish: FinishReason::Cancelled,
                 usage: Usage::default(),
+                stop_word: None,
             });
         }
     }

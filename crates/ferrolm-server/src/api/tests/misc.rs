@@ -142,7 +142,9 @@ async fn small_endpoints() {
     assert_eq!(v["object"], "list");
     let ids: Vec<&str> =
         v["data"].as_array().expect("data").iter().filter_map(|m| m["id"].as_str()).collect();
-    assert_eq!(ids, vec!["smol", "alias"]);
+    // One model, as llama-server lists it; its other names in `aliases`.
+    assert_eq!(ids, vec!["smol"]);
+    assert_eq!(v["data"][0]["aliases"], json!(["alias"]));
     assert_eq!(v["data"][0]["object"], "model");
     assert_eq!(get(&app, "/v1/models/alias").await.json()["id"], "alias");
     get(&app, "/v1/models/gpt-4").await.assert_error(404, "invalid_request_error");
@@ -366,4 +368,27 @@ async fn too_long_uri_and_headers_are_json() {
     let a = send(&app, Method::GET, "/health", None, &[("x-big", big.as_str())]).await;
     a.assert_error(431, "invalid_request_error");
     assert_eq!(get(&app, "/health?x=1").await.status, 200);
+}
+
+#[tokio::test]
+async fn props_and_apply_template() {
+    let fake = Arc::new(Fake::reply("x"));
+    let cfg = ServerConfig { n_predict: Some(64), model_path: Some("m.gguf".into()), ..config() };
+    let app = app_with(fake.clone(), cfg);
+    let v = get(&app, "/props").await.json();
+    assert_eq!(v["model_path"], "m.gguf");
+    assert_eq!(v["default_generation_settings"]["params"]["n_predict"], 64);
+    assert_eq!(v["default_generation_settings"]["params"]["seed"], 4294967295u64);
+    assert!(v["default_generation_settings"]["n_ctx"].as_u64().is_some_and(|n| n > 0));
+    assert!(v["chat_template"].as_str().is_some_and(|t| t.contains("messages")));
+    assert!(v["total_slots"].as_u64().is_some());
+
+    let body = r#"{"messages": [{"role": "user", "content": "Hi there"}]}"#;
+    let a = post(&app, "/apply-template", body).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let prompt = a.json()["prompt"].as_str().expect("prompt").to_string();
+    assert!(prompt.contains("Hi there"), "{prompt}");
+    // Nothing ran.
+    assert!(fake.requests().is_empty());
+    post(&app, "/apply-template", r#"{"messages": 3}"#).await.assert_error(400, "invalid_request_error");
 }

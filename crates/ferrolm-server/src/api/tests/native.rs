@@ -1,0 +1,108 @@
+//! `/completion`, llama-server's own endpoint.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::super::ServerConfig;
+use super::fake::Fake;
+use super::{app, app_with, config, post};
+
+#[tokio::test]
+async fn answers_in_llama_servers_shape() {
+    let fake = Arc::new(Fake::reply("hi\nthere"));
+    let app = app(fake.clone());
+    let a =
+        post(&app, "/completion", r#"{"prompt": "Hello", "n_predict": 4, "return_tokens": true, "seed": 7}"#)
+            .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let v = a.json();
+    assert_eq!(v["content"], "hi\nt");
+    assert_eq!(v["tokens"], json!([104, 105, 10, 116]));
+    assert_eq!((v["stop"].clone(), v["stop_type"].clone()), (json!(true), json!("limit")));
+    assert_eq!((v["tokens_predicted"].clone(), v["has_new_line"].clone()), (json!(4), json!(true)));
+    assert_eq!(v["tokens_evaluated"], fake.requests()[0].prompt.len());
+    assert_eq!(v["timings"]["predicted_n"], 4);
+    assert_eq!(v["generation_settings"]["n_predict"], 4);
+    assert_eq!(v["generation_settings"]["seed"], 7);
+    assert_eq!(
+        (v["model"].clone(), v["id_slot"].clone(), v["truncated"].clone()),
+        (json!("smol"), json!(0), json!(false))
+    );
+    assert_eq!(fake.requests()[0].params.max_tokens, Some(4));
+
+    // The whole reply: the end-of-generation token; no tokens without return_tokens.
+    let v = post(&app, "/completions", r#"{"prompt": "Hello"}"#).await.json();
+    assert_eq!(
+        (v["content"].clone(), v["stop_type"].clone(), v["tokens"].clone()),
+        (json!("hi\nthere"), json!("eos"), json!([]))
+    );
+    // No n_predict: no limit (the context ends it).
+    assert_eq!(fake.requests()[1].params.max_tokens, None);
+}
+
+#[tokio::test]
+async fn several_prompts_response_fields_and_probs() {
+    let fake = Arc::new(Fake::reply("ab"));
+    let app = app(fake.clone());
+    let v = post(&app, "/completion", r#"{"prompt": ["x", [1, 2]], "n_predict": 1}"#).await.json();
+    let arr = v.as_array().expect("an array for several prompts");
+    assert_eq!((arr.len(), arr[1]["index"].clone(), arr[1]["content"].clone()), (2, json!(1), json!("a")));
+
+    let body = r#"{"prompt": "x", "n_predict": 2, "response_fields": ["content", "generation_settings/n_predict", "nope"]}"#;
+    let v = post(&app, "/completion", body).await.json();
+    assert_eq!(v, json!({"content": "ab", "generation_settings/n_predict": 2}));
+
+    let v = post(&app, "/completion", r#"{"prompt": "x", "n_probs": 3}"#).await.json();
+    let probs = v["completion_probabilities"].as_array().expect("probabilities");
+    assert_eq!(probs.len(), 2);
+    assert_eq!((probs[0]["id"].clone(), probs[0]["token"].clone()), (json!(97), json!("a")));
+    assert_eq!(probs[0]["top_logprobs"].as_array().map(Vec::len), Some(3));
+    assert_eq!(fake.requests()[3].logprobs, Some(3));
+}
+
+#[tokio::test]
+async fn streams_a_chunk_per_token_then_the_whole_object() {
+    let fake = Arc::new(Fake::reply("abc"));
+    let app = app(fake.clone());
+    let a = post(&app, "/completion", r#"{"prompt": "x", "stream": true, "n_predict": 2}"#).await;
+    let chunks: Vec<Value> = a.events().iter().map(|e| serde_json::from_str(e).expect("JSON")).collect();
+    assert_eq!(chunks.len(), 3, "{chunks:?}");
+    assert_eq!(chunks[0]["content"], "a");
+    assert_eq!((chunks[0]["tokens"].clone(), chunks[0]["stop"].clone()), (json!([97]), json!(false)));
+    let last = &chunks[2];
+    assert_eq!(
+        (last["stop"].clone(), last["stop_type"].clone(), last["content"].clone()),
+        (json!(true), json!("limit"), json!(""))
+    );
+    assert_eq!(last["timings"]["predicted_n"], 2);
+}
+
+#[tokio::test]
+async fn server_n_predict_is_the_default_and_the_cap() {
+    let fake = Arc::new(Fake::reply("abcdef"));
+    let app = app_with(fake.clone(), ServerConfig { n_predict: Some(3), ..config() });
+    post(&app, "/completion", r#"{"prompt": "x"}"#).await;
+    post(&app, "/completion", r#"{"prompt": "x", "n_predict": 10}"#).await;
+    post(&app, "/v1/completions", r#"{"prompt": "x", "max_tokens": 2}"#).await;
+    post(&app, "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "n_predict": 5}"#)
+        .await;
+    let max: Vec<Option<usize>> = fake.requests().iter().map(|r| r.params.max_tokens).collect();
+    assert_eq!(max, vec![Some(3), Some(3), Some(2), Some(3)]);
+}
+
+#[tokio::test]
+async fn cache_prompt_false_and_refused_fields() {
+    let fake = Arc::new(Fake::reply("a"));
+    let app = app(fake.clone());
+    post(&app, "/completion", r#"{"prompt": "x", "cache_prompt": false}"#).await;
+    assert!(fake.requests()[0].fresh_prompt);
+    let e = post(&app, "/completion", r#"{"prompt": "x", "id_slot": 1}"#)
+        .await
+        .assert_error(400, "invalid_request_error");
+    assert_eq!(e["error"]["param"], "id_slot");
+    let e = post(&app, "/completion", r#"{"prompt": "x", "n": 2}"#)
+        .await
+        .assert_error(400, "invalid_request_error");
+    assert_eq!(e["error"]["param"], "n");
+}
