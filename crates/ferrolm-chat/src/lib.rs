@@ -30,6 +30,7 @@
 //! Part of ferrolm, which re-exports this crate as `ferrolm::chat`. It depends on no other ferrolm
 //! crate: a template is rendered from messages and token texts, whatever model they belong to.
 
+mod builtin;
 mod date;
 mod env;
 mod methods;
@@ -40,6 +41,7 @@ mod tests;
 use minijinja::{Environment, Value};
 use serde::{Deserialize, Serialize};
 
+pub use builtin::{builtin_template, builtin_template_names};
 pub use date::CalendarDate;
 
 /// A compiled chat template; render it as often as needed (it is `Send + Sync`).

@@ -67,8 +67,9 @@ pub struct Args {
     /// Use this chat template (a Jinja file) instead of the model's.
     #[arg(long = "chat-template-file", conflicts_with = "chat_template", help_heading = "Server")]
     chat_template_file: Option<std::path::PathBuf>,
-    /// Use this chat template (Jinja source text) instead of the model's. llama-server's
-    /// built-in template names (chatml, llama3…) are not known: give the template's text.
+    /// Use this chat template instead of the model's: a built-in one by name (chatml, llama3,
+    /// gemma, phi3, phi4, zephyr, vicuna, vicuna-orca, deepseek, command-r; llama.cpp's
+    /// formats) or a Jinja template's text.
     #[arg(long = "chat-template", help_heading = "Server")]
     chat_template: Option<String>,
     /// Largest request body in bytes.
@@ -201,11 +202,14 @@ impl Args {
     fn chat_template_source(&self) -> anyhow::Result<Option<String>> {
         let src = match (&self.chat_template_file, &self.chat_template) {
             (Some(f), _) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
-            (None, Some(s)) if !s.contains("{%") && !s.contains("{{") => bail!(
-                "--chat-template {s:?} is not a Jinja template; built-in template names are not known, \
-                 give the template's text or --chat-template-file FILE"
-            ),
-            (None, Some(s)) => s.clone(),
+            (None, Some(s)) => match ferrolm::chat::builtin_template(s) {
+                Some(src) => src.to_string(),
+                None if s.contains("{%") || s.contains("{{") => s.clone(),
+                None => bail!(
+                    "--chat-template {s:?} is neither a built-in template ({}) nor a Jinja template",
+                    ferrolm::chat::builtin_template_names().collect::<Vec<_>>().join(", ")
+                ),
+            },
             (None, None) => return Ok(None),
         };
         ferrolm::chat::ChatTemplate::new(&src).context("the chat template does not compile")?;
@@ -376,6 +380,26 @@ mod tests {
             (8 << 20, Duration::from_secs(600), Duration::from_secs(30))
         );
         assert_eq!(s.sampler, ferrolm::sampling::SamplerParams::default());
+        assert_eq!((s.n_predict, s.chat_template), (None, None));
+    }
+
+    #[test]
+    fn n_predict_and_chat_templates() {
+        let cfg = |args: &[&str]| parse(args).expect("parses").server_config("m".into());
+        assert_eq!(cfg(&["-n", "64"]).expect("ok").n_predict, Some(64));
+        assert_eq!(cfg(&["--n-predict", "-1"]).expect("ok").n_predict, None);
+        assert!(cfg(&["--n-predict", "-2"]).is_err());
+        let chatml = cfg(&["--chat-template", "chatml"]).expect("a built-in name").chat_template;
+        assert_eq!(chatml.as_deref(), ferrolm::chat::builtin_template("chatml"));
+        let inline = "{% for m in messages %}{{ m.content }}{% endfor %}";
+        assert_eq!(
+            cfg(&["--chat-template", inline]).expect("Jinja text").chat_template.as_deref(),
+            Some(inline)
+        );
+        let err = cfg(&["--chat-template", "llama9"]).expect_err("unknown name").to_string();
+        assert!(err.contains("chatml"), "{err}");
+        assert!(cfg(&["--chat-template", "{% for %}"]).is_err(), "a template that does not compile");
+        assert!(cfg(&["--chat-template-file", "/nonexistent/t.jinja"]).is_err());
     }
 
     #[test]
