@@ -101,21 +101,23 @@ fn bearer_token(value: &str) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
 }
 
-/// With an API key set, every route but `/health` and `/` needs `Authorization: Bearer KEY`.
+/// With an API key set, every route but `/health` and `/` needs `Authorization: Bearer KEY`
+/// or `X-Api-Key: KEY` (Anthropic's header, which llama-server accepts too).
 async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let Some(key) = &state.cfg.api_key else { return next.run(req).await };
     if matches!(req.uri().path(), "/health" | "/") || req.method() == Method::OPTIONS {
         return next.run(req).await;
     }
-    let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
-    match given {
-        Some(g) if same_secret(g.as_bytes(), key.as_bytes()) => next.run(req).await,
-        _ => {
-            let mut resp = ApiError::unauthorized().into_response();
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            resp
-        }
+    let headers = req.headers();
+    let bearer = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim);
+    let ok = bearer.or(x_api_key).is_some_and(|g| same_secret(g.as_bytes(), key.as_bytes()));
+    if ok {
+        return next.run(req).await;
     }
+    let mut resp = ApiError::unauthorized().into_response();
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
 }
 
 /// Error responses the HTTP layer makes itself (405, 413, a body that cannot be read) get
