@@ -56,11 +56,24 @@ def send(url, method, path, body, headers=None, timeout=30.0, chunked=False):
         conn.close()
 
 
-def body_problem(r):
-    """Why a response body is not acceptable, or None."""
+# llama-server's own endpoint: its stream ends with an object that has "stop": true (or an
+# error), not with [DONE].
+NATIVE_PATHS = ("/completion", "/completions")
+
+
+def body_problem(r, path=""):
+    """Why a response body to `path` is not acceptable, or None."""
     ctype = r.headers.get("Content-Type", "")
     if r.status == 200 and ctype.startswith("text/event-stream"):
         events = [ln[5:].strip() for ln in r.text().splitlines() if ln.startswith("data:")]
+        if path in NATIVE_PATHS:
+            try:
+                last = json.loads(events[-1]) if events else {}
+            except ValueError:
+                last = {}
+            if not (last.get("stop") is True or "error" in last):
+                return f"stream does not end with a stop or error object: {r.body[-200:]!r}"
+            events.append("[DONE]")
         if not events or events[-1] != "[DONE]":
             return f"stream does not end with [DONE]: {r.body[-200:]!r}"
         for e in events[:-1]:
@@ -90,7 +103,7 @@ def explicit_phase(url, checks):
             problems = []
             if r.status != c.status:
                 problems.append(f"status {r.status}, expected {c.status}")
-            why = body_problem(r)
+            why = body_problem(r, c.path)
             if why:
                 problems.append(why)
             err = r.json()["error"] if r.status >= 400 and not why else {}
@@ -146,7 +159,7 @@ class Fuzzer:
             why = None
             if r.status >= 500 and not (r.status == 503 and r.headers.get("Retry-After")):
                 why = f"status {r.status}"
-            why = why or body_problem(r)
+            why = why or body_problem(r, path)
             with self.lock:
                 self.sent += 1
                 self.counts[r.status] = self.counts.get(r.status, 0) + 1

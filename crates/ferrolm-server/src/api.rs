@@ -15,6 +15,7 @@
 //!
 //! Errors have OpenAI's shape `{"error": {"message", "type", "param", "code"}}`.
 
+mod anthropic;
 mod backend;
 mod chat;
 mod completions;

@@ -314,7 +314,7 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
 }
 
 /// The engine requests of a job (one per choice).
-fn requests(job: &ChatJob) -> Vec<GenRequest> {
+pub(crate) fn requests(job: &ChatJob) -> Vec<GenRequest> {
     (0..job.spec.n)
         .map(|i| GenRequest {
             prompt: job.prompt.clone(),

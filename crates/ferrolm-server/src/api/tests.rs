@@ -1,5 +1,6 @@
 //! Tests of the HTTP layer against a scripted backend (no model, no engine).
 
+mod anthropic;
 mod chat;
 mod completions;
 mod conn;

@@ -1,0 +1,396 @@
+//! Anthropic's Messages API: `POST /v1/messages` (plain and streamed, with tool use) and
+//! `POST /v1/messages/count_tokens`.
+//!
+//! A request is translated into the chat request it means (`system` first; text blocks as text
+//! parts; an assistant's `tool_use` blocks as tool calls; a user's `tool_result` blocks as tool
+//! messages; `tools` with their `input_schema` as functions; `tool_choice` `auto`, `any`, `tool`
+//! or `none`; `stop_sequences`, `temperature`, `top_p`, `top_k`) and runs as a chat completion
+//! through the model's template. The answer is a `message`: its `content` blocks (`text`, then
+//! `tool_use` with the parsed arguments as `input`), `stop_reason` (`end_turn`, `max_tokens`,
+//! `stop_sequence` with `stop_sequence`, `tool_use`) and `usage`. Streamed, the events are
+//! Anthropic's: `message_start`, `content_block_start`/`_delta`/`_stop` per block (text as
+//! `text_delta`, a tool's input as one `input_json_delta`), `message_delta` with the stop
+//! reason and the output tokens, and `message_stop`.
+//!
+//! Refused with 400 naming the field: image and document blocks, `thinking` enabled.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::sse::{self, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, StreamExt};
+use serde_json::{Map, Value, json};
+
+use super::chat::{ChatJob, prepare, requests};
+use super::error::ApiError;
+use super::json::{parse_object, type_name};
+use super::response::{Collected, collect, new_id, submit_all};
+use super::tools::{self, ToolCall, ToolStream};
+use super::{AppState, json_response};
+use ferrolm::decoder::FinishReason;
+use ferrolm::engine::{Event, RequestHandle};
+
+/// The text of a `system` field or a `tool_result` content: a string or text blocks.
+fn text_of(param: &str, v: &Value) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(blocks) => {
+            let mut out = Vec::new();
+            for (i, b) in blocks.iter().enumerate() {
+                match (b.get("type").and_then(Value::as_str), b.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => out.push(t.to_string()),
+                    _ => {
+                        return Err(ApiError::invalid_param(
+                            format!("{param}[{i}]"),
+                            "only text blocks are supported here",
+                        ));
+                    }
+                }
+            }
+            Ok(out.join("\n"))
+        }
+        other => Err(ApiError::invalid_param(
+            param,
+            format!("must be a string or blocks, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// One Anthropic message as chat messages (a user message with tool results becomes one tool
+/// message per result, then the user's text if any).
+fn chat_messages(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
+    let param = format!("messages[{i}]");
+    let role = match m.get("role").and_then(Value::as_str) {
+        Some(r @ ("user" | "assistant")) => r,
+        Some(r) => {
+            return Err(ApiError::invalid_param(
+                format!("{param}.role"),
+                format!("unknown role '{r}' (user or assistant)"),
+            ));
+        }
+        None => return Err(ApiError::invalid_param(format!("{param}.role"), "a message needs a role")),
+    };
+    let blocks = match m.get("content") {
+        Some(Value::String(s)) => {
+            out.push(json!({"role": role, "content": s}));
+            return Ok(());
+        }
+        Some(Value::Array(b)) => b,
+        _ => {
+            return Err(ApiError::invalid_param(
+                format!("{param}.content"),
+                "`content` must be a string or blocks",
+            ));
+        }
+    };
+    let (mut parts, mut calls) = (Vec::new(), Vec::new());
+    for (j, b) in blocks.iter().enumerate() {
+        let bp = format!("{param}.content[{j}]");
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                parts.push(json!({"type": "text", "text": b.get("text").cloned().unwrap_or(json!(""))}))
+            }
+            Some("tool_use") if role == "assistant" => calls.push(json!({
+                "id": b.get("id").cloned().unwrap_or_else(|| json!(new_id("toolu_"))),
+                "type": "function",
+                "function": {
+                    "name": b.get("name").cloned().unwrap_or(json!("")),
+                    "arguments": b.get("input").cloned().unwrap_or(json!({})).to_string(),
+                },
+            })),
+            Some("tool_result") if role == "user" => {
+                let id = b.get("tool_use_id").and_then(Value::as_str).ok_or_else(|| {
+                    ApiError::invalid_param(format!("{bp}.tool_use_id"), "a tool_result needs `tool_use_id`")
+                })?;
+                let text = text_of(&format!("{bp}.content"), b.get("content").unwrap_or(&Value::Null))?;
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
+            }
+            Some("thinking" | "redacted_thinking") if role == "assistant" => {}
+            Some(t) => {
+                return Err(ApiError::invalid_param(
+                    bp,
+                    format!("content blocks of type '{t}' are not supported here"),
+                ));
+            }
+            None => return Err(ApiError::invalid_param(bp, "a content block needs a `type`")),
+        }
+    }
+    if !parts.is_empty() || !calls.is_empty() {
+        let mut msg =
+            json!({"role": role, "content": if parts.is_empty() { Value::Null } else { json!(parts) }});
+        if !calls.is_empty() {
+            msg["tool_calls"] = json!(calls);
+        }
+        out.push(msg);
+    }
+    Ok(())
+}
+
+/// The chat request an Anthropic request means.
+fn to_chat(v: &Value) -> Result<Value, ApiError> {
+    let obj = v.as_object().ok_or_else(|| ApiError::invalid("the body must be a JSON object"))?;
+    if obj.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str) == Some("enabled") {
+        return Err(ApiError::invalid_param("thinking", "extended thinking is not supported"));
+    }
+    let mut messages = Vec::new();
+    if let Some(s) = obj.get("system") {
+        let text = text_of("system", s)?;
+        if !text.is_empty() {
+            messages.push(json!({"role": "system", "content": text}));
+        }
+    }
+    match obj.get("messages") {
+        Some(Value::Array(ms)) => {
+            for (i, m) in ms.iter().enumerate() {
+                chat_messages(i, m, &mut messages)?;
+            }
+        }
+        _ => return Err(ApiError::invalid_param("messages", "`messages` must be an array")),
+    }
+    let mut chat = Map::new();
+    chat.insert("messages".into(), json!(messages));
+    for (from, to) in [
+        ("model", "model"),
+        ("max_tokens", "max_tokens"),
+        ("stop_sequences", "stop"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("top_k", "top_k"),
+        ("stream", "stream"),
+    ] {
+        if let Some(x) = obj.get(from) {
+            chat.insert(to.into(), x.clone());
+        }
+    }
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        let funcs: Vec<Value> = tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "function": {
+                    "name": t.get("name").cloned().unwrap_or(Value::Null),
+                    "description": t.get("description").cloned().unwrap_or(json!("")),
+                    "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"})),
+                }})
+            })
+            .collect();
+        if !funcs.is_empty() {
+            chat.insert("tools".into(), json!(funcs));
+        }
+    }
+    if let Some(tc) = obj.get("tool_choice") {
+        let choice = match tc.get("type").and_then(Value::as_str) {
+            Some("auto") => json!("auto"),
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => {
+                json!({"type": "function", "function": {"name": tc.get("name").cloned().unwrap_or(Value::Null)}})
+            }
+            _ => {
+                return Err(ApiError::invalid_param(
+                    "tool_choice",
+                    "`tool_choice.type` must be auto, any, tool or none",
+                ));
+            }
+        };
+        if chat.contains_key("tools") {
+            chat.insert("tool_choice".into(), choice);
+        }
+    }
+    Ok(Value::Object(chat))
+}
+
+/// Anthropic's `stop_reason`.
+fn stop_reason(finish: Option<FinishReason>, tool_use: bool) -> &'static str {
+    match finish {
+        _ if tool_use => "tool_use",
+        Some(FinishReason::StopString) => "stop_sequence",
+        Some(FinishReason::Length | FinishReason::ContextFull) => "max_tokens",
+        _ => "end_turn",
+    }
+}
+
+/// A `tool_use` block; its `input` is the parsed arguments (an object).
+fn tool_use_block(c: &ToolCall) -> Value {
+    let input =
+        serde_json::from_str::<Value>(&c.arguments).ok().filter(Value::is_object).unwrap_or(json!({}));
+    json!({"type": "tool_use", "id": new_id("toolu_"), "name": c.name, "input": input})
+}
+
+fn usage_json(c: &Collected) -> Value {
+    json!({
+        "input_tokens": c.usage.prompt_tokens,
+        "output_tokens": c.usage.completion_tokens,
+        "cache_read_input_tokens": c.usage.cached_tokens,
+        "cache_creation_input_tokens": 0,
+    })
+}
+
+/// `POST /v1/messages`.
+pub(crate) async fn messages(state: AppState, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let job = prepare(&state, &to_chat(&v)?)?;
+    if job.spec.n != 1 {
+        return Err(ApiError::invalid_param("n", "one reply per request"));
+    }
+    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, job.spec.constraint_param)
+        .await?;
+    let id = new_id("msg_");
+    let rx = rxs.into_iter().next().ok_or_else(|| ApiError::internal("no request was queued"))?;
+    if job.spec.stream {
+        return Ok(stream_response(job, id, rx));
+    }
+    let c = collect(rx).await?;
+    let (text, calls) = match job.tools.as_deref().and_then(|names| tools::parse(&c.text, names)) {
+        Some((text, calls)) => (text, calls),
+        None => (c.text.clone(), Vec::new()),
+    };
+    let mut content = Vec::new();
+    if !text.is_empty() || calls.is_empty() {
+        content.push(json!({"type": "text", "text": text}));
+    }
+    content.extend(calls.iter().map(tool_use_block));
+    let body = json!({
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": job.model,
+        "content": content,
+        "stop_reason": stop_reason(c.finish, !calls.is_empty()),
+        "stop_sequence": c.stop_word,
+        "usage": usage_json(&c),
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// `POST /v1/messages/count_tokens`: `{"input_tokens": n}`, the prompt the request would run.
+pub(crate) fn count_tokens(state: &AppState, v: &Value) -> Result<Value, ApiError> {
+    let mut chat = to_chat(v)?;
+    // Counting needs no reply length.
+    if let Some(o) = chat.as_object_mut() {
+        o.remove("max_tokens");
+        o.remove("stream");
+    }
+    let job = prepare(state, &chat)?;
+    Ok(json!({"input_tokens": job.prompt.len()}))
+}
+
+/// Builds the SSE events of one streamed message.
+struct Events {
+    job: ChatJob,
+    id: String,
+    tools: Option<ToolStream>,
+    /// A text block is open (index 0).
+    text_open: bool,
+    out: Vec<sse::Event>,
+}
+
+impl Events {
+    fn emit(&mut self, v: Value) {
+        let name = v["type"].as_str().unwrap_or("message").to_string();
+        self.out.push(sse::Event::default().event(name).data(v.to_string()));
+    }
+
+    fn text(&mut self, t: &str) {
+        if t.is_empty() {
+            return;
+        }
+        if !self.text_open {
+            self.text_open = true;
+            self.emit(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}));
+        }
+        self.emit(
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}),
+        );
+    }
+
+    fn start(&mut self) {
+        let msg = json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": self.job.model, "content": [],
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": self.job.prompt.len(), "output_tokens": 0},
+        });
+        self.emit(json!({"type": "message_start", "message": msg}));
+        self.emit(json!({"type": "ping"}));
+    }
+
+    fn event(&mut self, ev: Event) -> bool {
+        match ev {
+            Event::PromptLogprobs(_) => false,
+            Event::Token { text, .. } => {
+                let shown = match &mut self.tools {
+                    Some(t) => t.push(&text),
+                    None => text,
+                };
+                self.text(&shown);
+                false
+            }
+            Event::Done { text, finish, usage, stop_word } => {
+                let mut shown = match &mut self.tools {
+                    Some(t) => t.push(&text),
+                    None => text,
+                };
+                let names = self.job.tools.clone().unwrap_or_default();
+                let calls = match &mut self.tools {
+                    Some(t) => {
+                        let (rest, calls) = t.finish(&names);
+                        shown.push_str(&rest);
+                        calls
+                    }
+                    None => Vec::new(),
+                };
+                self.text(&shown);
+                let mut index = 0;
+                if self.text_open {
+                    self.emit(json!({"type": "content_block_stop", "index": 0}));
+                    index = 1;
+                }
+                for c in &calls {
+                    let mut block = tool_use_block(c);
+                    let input = block["input"].take().to_string();
+                    block["input"] = json!({});
+                    self.emit(json!({"type": "content_block_start", "index": index, "content_block": block}));
+                    self.emit(json!({"type": "content_block_delta", "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": input}}));
+                    self.emit(json!({"type": "content_block_stop", "index": index}));
+                    index += 1;
+                }
+                let delta = json!({"stop_reason": stop_reason(Some(finish), !calls.is_empty()), "stop_sequence": stop_word});
+                self.emit(json!({"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage.completion_tokens}}));
+                self.emit(json!({"type": "message_stop"}));
+                true
+            }
+            Event::Error(m) => self.error(ApiError::internal(m)),
+            Event::Refused(e) => self.error(e.into()),
+        }
+    }
+
+    fn error(&mut self, e: ApiError) -> bool {
+        self.emit(json!({"type": "error", "error": {"type": "api_error", "message": e.message}}));
+        true
+    }
+}
+
+fn stream_response(job: ChatJob, id: String, rx: RequestHandle) -> Response {
+    let tools = job.tools.is_some().then(ToolStream::default);
+    let mut ev = Events { job, id, tools, text_open: false, out: Vec::new() };
+    ev.start();
+    let first = std::mem::take(&mut ev.out);
+    let rest = stream::unfold((rx, ev, false), |(mut rx, mut ev, ended)| async move {
+        if ended {
+            return None;
+        }
+        let ended = match rx.next_event().await {
+            Some(e) => ev.event(e),
+            None => ev.error(ApiError::internal("the engine stopped before the request finished")),
+        };
+        let batch = std::mem::take(&mut ev.out);
+        Some((stream::iter(batch), (rx, ev, ended)))
+    })
+    .flatten();
+    let body = stream::iter(first).chain(rest).map(Ok::<sse::Event, Infallible>);
+    Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
