@@ -380,6 +380,26 @@ class Suite:
         expect_error(openai.NotFoundError, 404, lambda: self.client.models.retrieve("no-such-model"))
         return f"{ids} aliases {models[0].aliases}"
 
+    def responses(self):
+        # The Responses API through the SDK: plain, streamed (greedy: the same text), cut short.
+        ask = dict(model=MODEL, instructions="You are a poet.", input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "Write one sentence about the sea."}]}])
+        r = self.client.responses.create(**ask, max_output_tokens=200, temperature=0)
+        assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed", r
+        assert r.model == MODEL and r.output_text.strip(), r
+        assert r.usage.input_tokens > 10 and r.usage.output_tokens > 0, r.usage
+        with self.client.responses.stream(**ask, max_output_tokens=200, temperature=0) as s:
+            text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+            final = s.get_final_response()
+        assert text == r.output_text == final.output_text, (text, r.output_text)
+        short = self.client.responses.create(**ask, max_output_tokens=3, temperature=0)
+        assert short.status == "incomplete" and short.incomplete_details.reason == "max_output_tokens", short
+        kinds = [e.type for e in self.client.responses.create(**ask, max_output_tokens=3, stream=True)]
+        assert kinds[0] == "response.created" and kinds[-1] == "response.incomplete", kinds
+        expect_error(openai.BadRequestError, 400, lambda: self.client.responses.create(
+            model=MODEL, input="x", previous_response_id="resp_1"), param="previous_response_id")
+        return f"{r.usage.output_tokens} tokens, streamed equal; max_output_tokens 3 -> incomplete"
+
     def errors(self):
         out = []
         for bad in (-1, 0, N_CTX + 1, 10**12):
@@ -503,7 +523,7 @@ def main():
             s = Suite(srv.url)
             for name in ("health", "models", "chat_nonstream", "chat_stream", "completion", "n2", "seed",
                          "stop", "max_tokens", "logprobs_chat", "logprobs_completion", "echo_logprobs",
-                         "embeddings", "json_object", "json_schema", "tools", "cached_tokens", "errors",
+                         "embeddings", "json_object", "json_schema", "tools", "cached_tokens", "responses", "errors",
                          "tokenize", "slots", "metrics"):
                 checks.run(name, getattr(s, name))
         api_key_checks(checks, args)

@@ -25,6 +25,7 @@ mod metrics;
 mod native;
 mod params;
 mod response;
+mod responses;
 mod routes;
 mod stream;
 mod tools;

@@ -17,7 +17,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use super::error::ApiError;
 use super::json::{fields, is_token_array, parse_object, token_id, type_name};
 use super::params::CommonFields;
-use super::{AppState, ServerError, anthropic, chat, completions, json_response, metrics, native};
+use super::{AppState, ServerError, anthropic, chat, completions, json_response, metrics, native, responses};
 
 /// The web page served at `/`.
 const INDEX_HTML: &str = include_str!("../../static/index.html");
@@ -42,6 +42,8 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/v1/models/{*id}", get(model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
+        .route("/v1/responses", post(responses_create))
+        .route("/responses", post(responses_create))
         .route("/v1/messages", post(anthropic_messages))
         .route("/v1/messages/count_tokens", post(anthropic_count_tokens))
         .route("/props", get(props))
@@ -273,6 +275,10 @@ async fn props(State(state): State<AppState>) -> Result<Response, ApiError> {
         "modalities": {"vision": false, "audio": false},
     });
     Ok(json_response(StatusCode::OK, &body))
+}
+
+async fn responses_create(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    responses::handle(state, body).await
 }
 
 async fn anthropic_messages(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {

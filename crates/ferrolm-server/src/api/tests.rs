@@ -9,6 +9,7 @@ mod fake;
 mod fuzz;
 mod misc;
 mod native;
+mod responses;
 
 use std::sync::Arc;
 

@@ -1,0 +1,427 @@
+//! OpenAI's Responses API: `POST /v1/responses` (plain and streamed, with function calls).
+//!
+//! A request is translated into the chat request it means: `instructions` as the system
+//! message; `input` as a string or a list of items (messages with `input_text` parts or a
+//! string, `function_call` items as the assistant's tool calls, `function_call_output` items as
+//! tool messages); `tools` of type `function`; `tool_choice`; `max_output_tokens`;
+//! `temperature`, `top_p`; `text.format` (`text`, `json_object`, `json_schema`). The answer is a
+//! `response` whose `output` holds a `message` item with one `output_text` part and a
+//! `function_call` item per parsed call; `status` is `incomplete` (with
+//! `incomplete_details.reason` `max_output_tokens`) when the length limit cut it. Streamed, the
+//! events are the Responses API's (`response.created`, `response.output_item.added`,
+//! `response.output_text.delta`, … `response.completed`), numbered by `sequence_number`.
+//!
+//! Nothing is stored: `previous_response_id` and `store: true` are refused by name, as are
+//! built-in tools (web search, file search…) and non-text input parts.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::sse::{self, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, StreamExt};
+use serde_json::{Map, Value, json};
+
+use super::chat::{ChatJob, prepare, requests};
+use super::error::ApiError;
+use super::json::{parse_object, type_name};
+use super::response::{Collected, collect, new_id, submit_all, unix_now};
+use super::tools::{self, ToolCall, ToolStream};
+use super::{AppState, json_response};
+use ferrolm::decoder::FinishReason;
+use ferrolm::engine::{Event, RequestHandle, Usage};
+
+/// The text of a message's `content`: a string or `input_text`/`output_text` parts.
+fn content_text(param: &str, v: &Value) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Array(parts) => {
+            let mut out = Vec::new();
+            for (i, p) in parts.iter().enumerate() {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("input_text" | "output_text" | "text"), Some(t)) => out.push(t),
+                    (t, _) => {
+                        return Err(ApiError::invalid_param(
+                            format!("{param}[{i}]"),
+                            format!("content parts of type {t:?} are not supported (only text)"),
+                        ));
+                    }
+                }
+            }
+            Ok(out.join("\n"))
+        }
+        other => Err(ApiError::invalid_param(
+            param,
+            format!("must be a string or parts, not {}", type_name(other)),
+        )),
+    }
+}
+
+/// The chat messages of `input`.
+fn input_messages(v: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
+    let items = match v {
+        Value::String(s) => {
+            out.push(json!({"role": "user", "content": s}));
+            return Ok(());
+        }
+        Value::Array(items) => items,
+        other => {
+            return Err(ApiError::invalid_param(
+                "input",
+                format!("must be a string or items, not {}", type_name(other)),
+            ));
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        let p = format!("input[{i}]");
+        let field = |k: &str| item.get(k).and_then(Value::as_str);
+        match field("type").unwrap_or("message") {
+            "message" => {
+                let role = match field("role") {
+                    Some("developer") => "system",
+                    Some(r @ ("system" | "user" | "assistant")) => r,
+                    _ => {
+                        return Err(ApiError::invalid_param(
+                            format!("{p}.role"),
+                            "role must be user, assistant, system or developer",
+                        ));
+                    }
+                };
+                let text =
+                    content_text(&format!("{p}.content"), item.get("content").unwrap_or(&Value::Null))?;
+                out.push(json!({"role": role, "content": text}));
+            }
+            "function_call" => {
+                let call = json!({
+                    "id": field("call_id").unwrap_or_default(),
+                    "type": "function",
+                    "function": {"name": field("name").unwrap_or_default(), "arguments": field("arguments").unwrap_or("{}")},
+                });
+                // Consecutive calls belong to one assistant turn.
+                match out.last_mut() {
+                    Some(last) if last["role"] == "assistant" && last.get("tool_calls").is_some() => {
+                        if let Some(a) = last["tool_calls"].as_array_mut() {
+                            a.push(call);
+                        }
+                    }
+                    _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                }
+            }
+            "function_call_output" => {
+                let id = field("call_id").ok_or_else(|| {
+                    ApiError::invalid_param(format!("{p}.call_id"), "`call_id` is required")
+                })?;
+                let output = match item.get("output") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(other) => content_text(&format!("{p}.output"), other)?,
+                    None => String::new(),
+                };
+                out.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
+            }
+            t => {
+                return Err(ApiError::invalid_param(
+                    format!("{p}.type"),
+                    format!("input items of type '{t}' are not supported"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The chat request a Responses request means.
+fn to_chat(v: &Value) -> Result<Value, ApiError> {
+    let obj = v.as_object().ok_or_else(|| ApiError::invalid("the body must be a JSON object"))?;
+    if obj.get("previous_response_id").is_some_and(|x| !x.is_null()) {
+        return Err(ApiError::invalid_param(
+            "previous_response_id",
+            "responses are not stored: send the whole conversation in `input`",
+        ));
+    }
+    if obj.get("store") == Some(&Value::Bool(true)) {
+        return Err(ApiError::invalid_param("store", "responses are not stored"));
+    }
+    let mut messages = Vec::new();
+    if let Some(Value::String(s)) = obj.get("instructions") {
+        messages.push(json!({"role": "system", "content": s}));
+    }
+    input_messages(
+        obj.get("input").ok_or_else(|| ApiError::invalid_param("input", "`input` is required"))?,
+        &mut messages,
+    )?;
+    let mut chat = Map::new();
+    chat.insert("messages".into(), json!(messages));
+    for (from, to) in [
+        ("model", "model"),
+        ("max_output_tokens", "max_tokens"),
+        ("temperature", "temperature"),
+        ("top_p", "top_p"),
+        ("stream", "stream"),
+    ] {
+        if let Some(x) = obj.get(from).filter(|x| !x.is_null()) {
+            chat.insert(to.into(), x.clone());
+        }
+    }
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        let mut funcs = Vec::new();
+        for (i, t) in tools.iter().enumerate() {
+            if t.get("type").and_then(Value::as_str) != Some("function") {
+                return Err(ApiError::invalid_param(
+                    format!("tools[{i}].type"),
+                    "only function tools are supported",
+                ));
+            }
+            funcs.push(json!({"type": "function", "function": {
+                "name": t.get("name").cloned().unwrap_or(Value::Null),
+                "description": t.get("description").cloned().unwrap_or(json!("")),
+                "parameters": t.get("parameters").cloned().unwrap_or(json!({"type": "object"})),
+            }}));
+        }
+        if !funcs.is_empty() {
+            chat.insert("tools".into(), json!(funcs));
+            if let Some(tc) = obj.get("tool_choice") {
+                let choice = match tc {
+                    Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+                        json!({"type": "function", "function": {"name": o.get("name").cloned().unwrap_or(Value::Null)}})
+                    }
+                    other => other.clone(),
+                };
+                chat.insert("tool_choice".into(), choice);
+            }
+        }
+    }
+    if let Some(format) = obj.get("text").and_then(|t| t.get("format")) {
+        let rf = match format.get("type").and_then(Value::as_str) {
+            Some("json_schema") => json!({"type": "json_schema", "json_schema": {
+                "name": format.get("name").cloned().unwrap_or(json!("output")),
+                "schema": format.get("schema").cloned().unwrap_or(Value::Null),
+            }}),
+            _ => format.clone(),
+        };
+        chat.insert("response_format".into(), rf);
+    }
+    Ok(Value::Object(chat))
+}
+
+/// The `function_call` output item of a parsed call.
+fn function_call_item(c: &ToolCall) -> Value {
+    json!({"type": "function_call", "id": new_id("fc_"), "call_id": new_id("call_"), "name": c.name,
+        "arguments": c.arguments, "status": "completed"})
+}
+
+fn message_item(id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "in_progress" {
+        json!([])
+    } else {
+        json!([{"type": "output_text", "text": text, "annotations": []}])
+    };
+    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+}
+
+/// The `response` object.
+fn response_object(
+    id: &str,
+    created: u64,
+    model: &str,
+    status: &str,
+    output: Vec<Value>,
+    usage: Option<&Usage>,
+) -> Value {
+    let mut v = json!({
+        "id": id, "object": "response", "created_at": created, "status": status, "model": model,
+        "output": output, "error": null,
+        "incomplete_details": if status == "incomplete" { json!({"reason": "max_output_tokens"}) } else { Value::Null },
+        "instructions": null, "metadata": {}, "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+        "temperature": null, "top_p": null,
+    });
+    if let Some(u) = usage {
+        v["usage"] = json!({
+            "input_tokens": u.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": u.cached_tokens},
+            "output_tokens": u.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": u.prompt_tokens + u.completion_tokens,
+        });
+    }
+    v
+}
+
+fn status_of(finish: Option<FinishReason>) -> &'static str {
+    match finish {
+        Some(FinishReason::Length | FinishReason::ContextFull) => "incomplete",
+        _ => "completed",
+    }
+}
+
+/// `POST /v1/responses`.
+pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let job = prepare(&state, &to_chat(&v)?)?;
+    let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, job.spec.constraint_param)
+        .await?;
+    let rx = rxs.into_iter().next().ok_or_else(|| ApiError::internal("no request was queued"))?;
+    let (id, created) = (new_id("resp_"), unix_now());
+    if job.spec.stream {
+        return Ok(stream_response(job, id, created, rx));
+    }
+    let c: Collected = collect(rx).await?;
+    let (text, calls) = match job.tools.as_deref().and_then(|names| tools::parse(&c.text, names)) {
+        Some(found) => found,
+        None => (c.text.clone(), Vec::new()),
+    };
+    let mut output = Vec::new();
+    if !text.is_empty() || calls.is_empty() {
+        output.push(message_item(&new_id("msg_"), &text, "completed"));
+    }
+    output.extend(calls.iter().map(function_call_item));
+    let body = response_object(&id, created, &job.model, status_of(c.finish), output, Some(&c.usage));
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// Builds the SSE events of one streamed response.
+struct Events {
+    job: ChatJob,
+    id: String,
+    created: u64,
+    msg_id: String,
+    tools: Option<ToolStream>,
+    text: String,
+    /// The message item is open (output index 0).
+    open: bool,
+    seq: u64,
+    out: Vec<sse::Event>,
+}
+
+impl Events {
+    fn emit(&mut self, mut v: Value) {
+        v["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        let name = v["type"].as_str().unwrap_or("message").to_string();
+        self.out.push(sse::Event::default().event(name).data(v.to_string()));
+    }
+
+    fn start(&mut self) {
+        let r = response_object(&self.id, self.created, &self.job.model, "in_progress", Vec::new(), None);
+        self.emit(json!({"type": "response.created", "response": r.clone()}));
+        self.emit(json!({"type": "response.in_progress", "response": r}));
+    }
+
+    fn delta(&mut self, t: &str) {
+        if t.is_empty() {
+            return;
+        }
+        if !self.open {
+            self.open = true;
+            let item = message_item(&self.msg_id, "", "in_progress");
+            self.emit(json!({"type": "response.output_item.added", "output_index": 0, "item": item}));
+            self.emit(
+                json!({"type": "response.content_part.added", "item_id": self.msg_id, "output_index": 0,
+                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+            );
+        }
+        self.text.push_str(t);
+        self.emit(json!({"type": "response.output_text.delta", "item_id": self.msg_id, "output_index": 0,
+            "content_index": 0, "delta": t, "logprobs": []}));
+    }
+
+    fn done(&mut self, finish: FinishReason, usage: Usage, calls: Vec<ToolCall>) {
+        let mut output = Vec::new();
+        if self.open {
+            let text = self.text.clone();
+            self.emit(json!({"type": "response.output_text.done", "item_id": self.msg_id, "output_index": 0,
+                "content_index": 0, "text": text, "logprobs": []}));
+            self.emit(
+                json!({"type": "response.content_part.done", "item_id": self.msg_id, "output_index": 0,
+                "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": []}}),
+            );
+            let item = message_item(&self.msg_id, &text, "completed");
+            self.emit(json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}));
+            output.push(item);
+        }
+        for c in &calls {
+            let index = output.len();
+            let item = function_call_item(c);
+            let mut added = item.clone();
+            added["arguments"] = json!("");
+            added["status"] = json!("in_progress");
+            self.emit(json!({"type": "response.output_item.added", "output_index": index, "item": added}));
+            self.emit(json!({"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                "output_index": index, "delta": c.arguments}));
+            self.emit(json!({"type": "response.function_call_arguments.done", "item_id": item["id"],
+                "output_index": index, "arguments": c.arguments}));
+            self.emit(
+                json!({"type": "response.output_item.done", "output_index": index, "item": item.clone()}),
+            );
+            output.push(item);
+        }
+        let status = status_of(Some(finish));
+        let r = response_object(&self.id, self.created, &self.job.model, status, output, Some(&usage));
+        let kind = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
+        self.emit(json!({"type": kind, "response": r}));
+    }
+
+    /// Handles one engine event; true at the end.
+    fn event(&mut self, ev: Event) -> bool {
+        match ev {
+            Event::PromptLogprobs(_) => false,
+            Event::Token { text, .. } => {
+                let shown = match &mut self.tools {
+                    Some(t) => t.push(&text),
+                    None => text,
+                };
+                self.delta(&shown);
+                false
+            }
+            Event::Done { text, finish, usage, .. } => {
+                let mut shown = match &mut self.tools {
+                    Some(t) => t.push(&text),
+                    None => text,
+                };
+                let names = self.job.tools.clone().unwrap_or_default();
+                let calls = match &mut self.tools {
+                    Some(t) => {
+                        let (rest, calls) = t.finish(&names);
+                        shown.push_str(&rest);
+                        calls
+                    }
+                    None => Vec::new(),
+                };
+                self.delta(&shown);
+                self.done(finish, usage, calls);
+                true
+            }
+            Event::Error(m) => self.error(ApiError::internal(m)),
+            Event::Refused(e) => self.error(e.into()),
+        }
+    }
+
+    fn error(&mut self, e: ApiError) -> bool {
+        self.emit(json!({"type": "error", "code": e.code, "message": e.message, "param": e.param}));
+        true
+    }
+}
+
+fn stream_response(job: ChatJob, id: String, created: u64, rx: RequestHandle) -> Response {
+    let tools = job.tools.is_some().then(ToolStream::default);
+    let msg_id = new_id("msg_");
+    let mut ev =
+        Events { job, id, created, msg_id, tools, text: String::new(), open: false, seq: 0, out: Vec::new() };
+    ev.start();
+    let first = std::mem::take(&mut ev.out);
+    let rest = stream::unfold((rx, ev, false), |(mut rx, mut ev, ended)| async move {
+        if ended {
+            return None;
+        }
+        let ended = match rx.next_event().await {
+            Some(e) => ev.event(e),
+            None => ev.error(ApiError::internal("the engine stopped before the request finished")),
+        };
+        let batch = std::mem::take(&mut ev.out);
+        Some((stream::iter(batch), (rx, ev, ended)))
+    })
+    .flatten();
+    let body = stream::iter(first).chain(rest).map(Ok::<sse::Event, Infallible>);
+    Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
