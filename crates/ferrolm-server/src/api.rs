@@ -20,6 +20,7 @@ mod backend;
 mod chat;
 mod completions;
 mod error;
+mod events_sse;
 mod json;
 mod metrics;
 mod native;

@@ -14,24 +14,21 @@
 //!
 //! Refused with 400 naming the field: image and document blocks, `thinking` enabled.
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::http::StatusCode;
-use axum::response::sse::{self, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, StreamExt};
+use axum::response::Response;
+use axum::response::sse;
 use serde_json::{Map, Value, json};
 
 use super::chat::{ChatJob, prepare, requests};
 use super::error::ApiError;
+use super::events_sse::{EventWriter, ReplyText, named, respond};
 use super::json::{parse_object, type_name};
 use super::response::{Collected, collect, new_id, submit_all};
-use super::tools::{self, ToolCall, ToolStream};
+use super::tools::{self, ToolCall};
 use super::{AppState, json_response};
 use ferrolm::decoder::FinishReason;
-use ferrolm::engine::{Event, RequestHandle};
+use ferrolm::engine::{RequestHandle, Usage};
 
 /// The text of a `system` field or a `tool_result` content: a string or text blocks.
 fn text_of(param: &str, v: &Value) -> Result<String, ApiError> {
@@ -278,11 +275,11 @@ pub(crate) fn count_tokens(state: &AppState, v: &Value) -> Result<Value, ApiErro
     Ok(json!({"input_tokens": job.prompt.len()}))
 }
 
-/// Builds the SSE events of one streamed message.
+/// The SSE events of one streamed message.
 struct Events {
     job: ChatJob,
     id: String,
-    tools: Option<ToolStream>,
+    reply: ReplyText,
     /// A text block is open (index 0).
     text_open: bool,
     out: Vec<sse::Event>,
@@ -290,8 +287,7 @@ struct Events {
 
 impl Events {
     fn emit(&mut self, v: Value) {
-        let name = v["type"].as_str().unwrap_or("message").to_string();
-        self.out.push(sse::Event::default().event(name).data(v.to_string()));
+        self.out.push(named(&v));
     }
 
     fn text(&mut self, t: &str) {
@@ -317,80 +313,62 @@ impl Events {
         self.emit(json!({"type": "ping"}));
     }
 
-    fn event(&mut self, ev: Event) -> bool {
-        match ev {
-            Event::PromptLogprobs(_) => false,
-            Event::Token { text, .. } => {
-                let shown = match &mut self.tools {
-                    Some(t) => t.push(&text),
-                    None => text,
-                };
-                self.text(&shown);
-                false
-            }
-            Event::Done { text, finish, usage, stop_word } => {
-                let mut shown = match &mut self.tools {
-                    Some(t) => t.push(&text),
-                    None => text,
-                };
-                let names = self.job.tools.clone().unwrap_or_default();
-                let calls = match &mut self.tools {
-                    Some(t) => {
-                        let (rest, calls) = t.finish(&names);
-                        shown.push_str(&rest);
-                        calls
-                    }
-                    None => Vec::new(),
-                };
-                self.text(&shown);
-                let mut index = 0;
-                if self.text_open {
-                    self.emit(json!({"type": "content_block_stop", "index": 0}));
-                    index = 1;
-                }
-                for c in &calls {
-                    let mut block = tool_use_block(c);
-                    let input = block["input"].take().to_string();
-                    block["input"] = json!({});
-                    self.emit(json!({"type": "content_block_start", "index": index, "content_block": block}));
-                    self.emit(json!({"type": "content_block_delta", "index": index,
-                        "delta": {"type": "input_json_delta", "partial_json": input}}));
-                    self.emit(json!({"type": "content_block_stop", "index": index}));
-                    index += 1;
-                }
-                let delta = json!({"stop_reason": stop_reason(Some(finish), !calls.is_empty()), "stop_sequence": stop_word});
-                self.emit(json!({"type": "message_delta", "delta": delta, "usage": {"output_tokens": usage.completion_tokens}}));
-                self.emit(json!({"type": "message_stop"}));
-                true
-            }
-            Event::Error(m) => self.error(ApiError::internal(m)),
-            Event::Refused(e) => self.error(e.into()),
+    fn done(
+        &mut self,
+        calls: &[ToolCall],
+        finish: FinishReason,
+        output_tokens: usize,
+        stop_word: Option<String>,
+    ) {
+        let mut index = 0;
+        if self.text_open {
+            self.emit(json!({"type": "content_block_stop", "index": 0}));
+            index = 1;
         }
+        for c in calls {
+            let mut block = tool_use_block(c);
+            let input = block["input"].take().to_string();
+            block["input"] = json!({});
+            self.emit(json!({"type": "content_block_start", "index": index, "content_block": block}));
+            self.emit(json!({"type": "content_block_delta", "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": input}}));
+            self.emit(json!({"type": "content_block_stop", "index": index}));
+            index += 1;
+        }
+        let delta =
+            json!({"stop_reason": stop_reason(Some(finish), !calls.is_empty()), "stop_sequence": stop_word});
+        self.emit(
+            json!({"type": "message_delta", "delta": delta, "usage": {"output_tokens": output_tokens}}),
+        );
+        self.emit(json!({"type": "message_stop"}));
+    }
+}
+
+impl EventWriter for Events {
+    fn reply(&mut self) -> &mut ReplyText {
+        &mut self.reply
     }
 
-    fn error(&mut self, e: ApiError) -> bool {
+    fn text(&mut self, t: &str) {
+        Events::text(self, t);
+    }
+
+    fn end(&mut self, finish: FinishReason, usage: Usage, stop_word: Option<String>, calls: Vec<ToolCall>) {
+        self.done(&calls, finish, usage.completion_tokens, stop_word);
+    }
+
+    fn error(&mut self, e: ApiError) {
         self.emit(json!({"type": "error", "error": {"type": "api_error", "message": e.message}}));
-        true
+    }
+
+    fn take(&mut self) -> Vec<sse::Event> {
+        std::mem::take(&mut self.out)
     }
 }
 
 fn stream_response(job: ChatJob, id: String, rx: RequestHandle) -> Response {
-    let tools = job.tools.is_some().then(ToolStream::default);
-    let mut ev = Events { job, id, tools, text_open: false, out: Vec::new() };
+    let reply = ReplyText::new(job.tools.clone());
+    let mut ev = Events { job, id, reply, text_open: false, out: Vec::new() };
     ev.start();
-    let first = std::mem::take(&mut ev.out);
-    let rest = stream::unfold((rx, ev, false), |(mut rx, mut ev, ended)| async move {
-        if ended {
-            return None;
-        }
-        let ended = match rx.next_event().await {
-            Some(e) => ev.event(e),
-            None => ev.error(ApiError::internal("the engine stopped before the request finished")),
-        };
-        let batch = std::mem::take(&mut ev.out);
-        Some((stream::iter(batch), (rx, ev, ended)))
-    })
-    .flatten();
-    let body = stream::iter(first).chain(rest).map(Ok::<sse::Event, Infallible>);
-    Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+    respond(ev, rx)
 }

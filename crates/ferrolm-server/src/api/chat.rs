@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 use super::backend::{Backend, encode_prompt};
 use super::error::ApiError;
 use super::json::{fields, parse_object, type_name};
-use super::params::{CommonFields, GenSpec, max_tokens, params_for_choice, top_logprobs};
+use super::params::{CommonFields, GenSpec, max_tokens, top_logprobs};
 use super::response::{
     Collected, UsageSum, chat_logprob, collect, completion_body, new_id, submit_all, unix_now,
 };
@@ -315,18 +315,7 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
 
 /// The engine requests of a job (one per choice).
 pub(crate) fn requests(job: &ChatJob) -> Vec<GenRequest> {
-    (0..job.spec.n)
-        .map(|i| GenRequest {
-            prompt: job.prompt.clone(),
-            params: params_for_choice(&job.spec.params, i),
-            logprobs: job.logprobs,
-            prompt_logprobs: false,
-            timeout: job.spec.timeout,
-            lookup: job.spec.lookup,
-            draft: job.spec.draft,
-            fresh_prompt: job.spec.fresh_prompt,
-        })
-        .collect()
+    (0..job.spec.n).map(|i| job.spec.request(job.prompt.clone(), i, job.logprobs)).collect()
 }
 
 /// One choice of a `chat.completion`.

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::backend::{Backend, encode_prompt};
 use super::error::ApiError;
 use super::json::{fields, is_token_array, parse_object, token_id, type_name};
-use super::params::{CommonFields, GenSpec, params_for_choice, top_logprobs};
+use super::params::{CommonFields, GenSpec, top_logprobs};
 use super::response::{LegacyLogprobs, UsageSum, collect, completion_body, new_id, submit_all, unix_now};
 use super::stream::{StreamHead, StreamKind, sse_response};
 use super::{AppState, check_context, json_response};
@@ -141,14 +141,8 @@ fn requests(job: &CompletionJob) -> Vec<GenRequest> {
         .iter()
         .flat_map(|p| {
             (0..job.spec.n).map(move |i| GenRequest {
-                prompt: p.tokens.clone(),
-                params: params_for_choice(&job.spec.params, i),
-                logprobs: job.logprobs,
                 prompt_logprobs: job.echo && job.logprobs.is_some(),
-                timeout: job.spec.timeout,
-                lookup: job.spec.lookup,
-                draft: job.spec.draft,
-                fresh_prompt: job.spec.fresh_prompt,
+                ..job.spec.request(p.tokens.clone(), i, job.logprobs)
             })
         })
         .collect()

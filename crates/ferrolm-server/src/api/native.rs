@@ -83,19 +83,7 @@ fn prepare(state: &AppState, v: &Value) -> Result<NativeJob, ApiError> {
 }
 
 fn requests(job: &NativeJob) -> Vec<GenRequest> {
-    job.prompts
-        .iter()
-        .map(|p| GenRequest {
-            prompt: p.tokens.clone(),
-            params: job.spec.params.clone(),
-            logprobs: job.n_probs,
-            prompt_logprobs: false,
-            timeout: job.spec.timeout,
-            lookup: job.spec.lookup,
-            draft: job.spec.draft,
-            fresh_prompt: job.spec.fresh_prompt,
-        })
-        .collect()
+    job.prompts.iter().map(|p| job.spec.request(p.tokens.clone(), 0, job.n_probs)).collect()
 }
 
 /// llama-server's `stop_type`.

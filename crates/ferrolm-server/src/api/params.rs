@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ferrolm::constrain::ConstraintSpec;
 use ferrolm::decoder::speculative::MAX_DRAFT;
-use ferrolm::engine::{DraftSettings, PromptLookup};
+use ferrolm::engine::{DraftSettings, GenRequest, PromptLookup};
 use ferrolm::sampling::{SamplerParams, SamplerStep};
 use ferrolm::session::GenerateParams;
 use serde::Deserialize;
@@ -124,6 +124,23 @@ pub(crate) struct GenSpec {
     pub draft: Option<DraftSettings>,
     /// `cache_prompt: false`: reuse no cached prefix.
     pub fresh_prompt: bool,
+}
+
+impl GenSpec {
+    /// The engine request of choice `choice` for `prompt` (choice `i` of a seeded request uses
+    /// seed + i), with `logprobs` alternatives per token when asked.
+    pub(crate) fn request(&self, prompt: Vec<u32>, choice: usize, logprobs: Option<usize>) -> GenRequest {
+        GenRequest {
+            prompt,
+            params: params_for_choice(&self.params, choice),
+            logprobs,
+            prompt_logprobs: false,
+            timeout: self.timeout,
+            lookup: self.lookup,
+            draft: self.draft,
+            fresh_prompt: self.fresh_prompt,
+        }
+    }
 }
 
 /// `prompt_lookup`: `true` (3-grams, 8 drafted tokens), `false`, or an object with `max_ngram`

@@ -14,24 +14,21 @@
 //! Nothing is stored: `previous_response_id` and `store: true` are refused by name, as are
 //! built-in tools (web search, file search…) and non-text input parts.
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::http::StatusCode;
-use axum::response::sse::{self, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, StreamExt};
+use axum::response::Response;
+use axum::response::sse;
 use serde_json::{Map, Value, json};
 
 use super::chat::{ChatJob, prepare, requests};
 use super::error::ApiError;
+use super::events_sse::{EventWriter, ReplyText, named, respond};
 use super::json::{parse_object, type_name};
 use super::response::{Collected, collect, new_id, submit_all, unix_now};
-use super::tools::{self, ToolCall, ToolStream};
+use super::tools::{self, ToolCall};
 use super::{AppState, json_response};
 use ferrolm::decoder::FinishReason;
-use ferrolm::engine::{Event, RequestHandle, Usage};
+use ferrolm::engine::{RequestHandle, Usage};
 
 /// The text of a message's `content`: a string or `input_text`/`output_text` parts.
 fn content_text(param: &str, v: &Value) -> Result<String, ApiError> {
@@ -280,13 +277,13 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
     Ok(json_response(StatusCode::OK, &body))
 }
 
-/// Builds the SSE events of one streamed response.
+/// The SSE events of one streamed response.
 struct Events {
     job: ChatJob,
     id: String,
     created: u64,
     msg_id: String,
-    tools: Option<ToolStream>,
+    reply: ReplyText,
     text: String,
     /// The message item is open (output index 0).
     open: bool,
@@ -298,8 +295,7 @@ impl Events {
     fn emit(&mut self, mut v: Value) {
         v["sequence_number"] = json!(self.seq);
         self.seq += 1;
-        let name = v["type"].as_str().unwrap_or("message").to_string();
-        self.out.push(sse::Event::default().event(name).data(v.to_string()));
+        self.out.push(named(&v));
     }
 
     fn start(&mut self) {
@@ -361,67 +357,35 @@ impl Events {
         let kind = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
         self.emit(json!({"type": kind, "response": r}));
     }
+}
 
-    /// Handles one engine event; true at the end.
-    fn event(&mut self, ev: Event) -> bool {
-        match ev {
-            Event::PromptLogprobs(_) => false,
-            Event::Token { text, .. } => {
-                let shown = match &mut self.tools {
-                    Some(t) => t.push(&text),
-                    None => text,
-                };
-                self.delta(&shown);
-                false
-            }
-            Event::Done { text, finish, usage, .. } => {
-                let mut shown = match &mut self.tools {
-                    Some(t) => t.push(&text),
-                    None => text,
-                };
-                let names = self.job.tools.clone().unwrap_or_default();
-                let calls = match &mut self.tools {
-                    Some(t) => {
-                        let (rest, calls) = t.finish(&names);
-                        shown.push_str(&rest);
-                        calls
-                    }
-                    None => Vec::new(),
-                };
-                self.delta(&shown);
-                self.done(finish, usage, calls);
-                true
-            }
-            Event::Error(m) => self.error(ApiError::internal(m)),
-            Event::Refused(e) => self.error(e.into()),
-        }
+impl EventWriter for Events {
+    fn reply(&mut self) -> &mut ReplyText {
+        &mut self.reply
     }
 
-    fn error(&mut self, e: ApiError) -> bool {
+    fn text(&mut self, t: &str) {
+        self.delta(t);
+    }
+
+    fn end(&mut self, finish: FinishReason, usage: Usage, _stop_word: Option<String>, calls: Vec<ToolCall>) {
+        self.done(finish, usage, calls);
+    }
+
+    fn error(&mut self, e: ApiError) {
         self.emit(json!({"type": "error", "code": e.code, "message": e.message, "param": e.param}));
-        true
+    }
+
+    fn take(&mut self) -> Vec<sse::Event> {
+        std::mem::take(&mut self.out)
     }
 }
 
 fn stream_response(job: ChatJob, id: String, created: u64, rx: RequestHandle) -> Response {
-    let tools = job.tools.is_some().then(ToolStream::default);
+    let reply = ReplyText::new(job.tools.clone());
     let msg_id = new_id("msg_");
     let mut ev =
-        Events { job, id, created, msg_id, tools, text: String::new(), open: false, seq: 0, out: Vec::new() };
+        Events { job, id, created, msg_id, reply, text: String::new(), open: false, seq: 0, out: Vec::new() };
     ev.start();
-    let first = std::mem::take(&mut ev.out);
-    let rest = stream::unfold((rx, ev, false), |(mut rx, mut ev, ended)| async move {
-        if ended {
-            return None;
-        }
-        let ended = match rx.next_event().await {
-            Some(e) => ev.event(e),
-            None => ev.error(ApiError::internal("the engine stopped before the request finished")),
-        };
-        let batch = std::mem::take(&mut ev.out);
-        Some((stream::iter(batch), (rx, ev, ended)))
-    })
-    .flatten();
-    let body = stream::iter(first).chain(rest).map(Ok::<sse::Event, Infallible>);
-    Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+    respond(ev, rx)
 }

@@ -76,6 +76,23 @@ impl Answer {
             .collect()
     }
 
+    /// The `(event, data)` pairs of an SSE body of named events (Anthropic's, the Responses
+    /// API's).
+    pub(crate) fn named_events(&self) -> Vec<(String, Value)> {
+        self.body
+            .split("\n\n")
+            .filter(|e| !e.trim().is_empty())
+            .map(|e| {
+                let field = |name: &str| {
+                    e.lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .unwrap_or_else(|| panic!("no {name} in {e:?}"))
+                };
+                (field("event: ").to_string(), serde_json::from_str(field("data: ")).expect("JSON data"))
+            })
+            .collect()
+    }
+
     /// The SSE payloads as JSON (all but the final `[DONE]`, which must be there).
     pub(crate) fn chunks(&self) -> Vec<Value> {
         let mut events = self.events();

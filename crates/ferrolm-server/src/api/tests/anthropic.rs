@@ -5,24 +5,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::fake::Fake;
-use super::{Answer, app, detok, post};
-
-/// The `(event, data)` pairs of an Anthropic SSE body.
-fn sse_events(a: &Answer) -> Vec<(String, Value)> {
-    a.body
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            let field = |name: &str| {
-                e.lines()
-                    .find_map(|l| l.strip_prefix(name))
-                    .unwrap_or_else(|| panic!("no {name} in {e:?}"))
-                    .to_string()
-            };
-            (field("event: "), serde_json::from_str(&field("data: ")).expect("JSON data"))
-        })
-        .collect()
-}
+use super::{app, detok, post};
 
 #[tokio::test]
 async fn a_message_in_and_a_message_out() {
@@ -85,7 +68,7 @@ async fn tool_use_round_trip() {
     let stream_body = format!(
         r#"{{"max_tokens": 100, "tools": {tools}, "stream": true, "messages": [{{"role": "user", "content": "w"}}]}}"#
     );
-    let events = sse_events(&post(&app, "/v1/messages", &stream_body).await);
+    let events = post(&app, "/v1/messages", &stream_body).await.named_events();
     let start = events
         .iter()
         .find(|(e, d)| e == "content_block_start" && d["content_block"]["type"] == "tool_use")
@@ -109,7 +92,7 @@ async fn streams_anthropic_events() {
         r#"{"max_tokens": 9, "stream": true, "messages": [{"role": "user", "content": "x"}]}"#,
     )
     .await;
-    let events = sse_events(&a);
+    let events = a.named_events();
     let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
     assert_eq!(names.first(), Some(&"message_start"));
     assert_eq!(names.last(), Some(&"message_stop"));

@@ -5,19 +5,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::fake::Fake;
-use super::{Answer, app, detok, post};
-
-/// The `(event, data)` pairs of an SSE body with named events.
-fn sse_events(a: &Answer) -> Vec<(String, Value)> {
-    a.body
-        .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            let field = |name: &str| e.lines().find_map(|l| l.strip_prefix(name)).expect("field").to_string();
-            (field("event: "), serde_json::from_str(&field("data: ")).expect("JSON data"))
-        })
-        .collect()
-}
+use super::{app, detok, post};
 
 #[tokio::test]
 async fn a_response_with_text() {
@@ -72,7 +60,7 @@ async fn function_calls_in_and_out() {
     assert!(prompt.contains("\"city\": \"Rome\"") && prompt.contains("sunny"), "{prompt}");
 
     let stream = format!(r#"{{"tools": {tools}, "stream": true, "input": "w"}}"#);
-    let events = sse_events(&post(&app, "/v1/responses", &stream).await);
+    let events = post(&app, "/v1/responses", &stream).await.named_events();
     let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
     assert_eq!(
         (names.first(), names.last()),
@@ -89,7 +77,7 @@ async fn function_calls_in_and_out() {
 async fn streamed_text_and_refusals() {
     let fake = Arc::new(Fake::reply("abc"));
     let app = app(fake.clone());
-    let events = sse_events(&post(&app, "/v1/responses", r#"{"input": "x", "stream": true}"#).await);
+    let events = post(&app, "/v1/responses", r#"{"input": "x", "stream": true}"#).await.named_events();
     let text: String = events
         .iter()
         .filter(|(e, _)| e == "response.output_text.delta")

@@ -1,0 +1,123 @@
+//! One request streamed as named server-sent events (`event: NAME` + `data: JSON`), the framing
+//! of Anthropic's Messages API and OpenAI's Responses API, and the reply text as it streams with
+//! tool calls held back.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::response::sse::{self, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, StreamExt};
+use serde_json::Value;
+
+use super::error::ApiError;
+use super::tools::{ToolCall, ToolStream};
+use ferrolm::decoder::FinishReason;
+use ferrolm::engine::{Event, RequestHandle, Usage};
+
+/// Turns a request's engine events into named SSE events: the text as it may be shown, then
+/// the end with the tool calls found.
+pub(crate) trait EventWriter: Send + 'static {
+    /// The reply's text so far.
+    fn reply(&mut self) -> &mut ReplyText;
+    /// Writes text that can be shown (never empty).
+    fn text(&mut self, text: &str);
+    /// Writes the end of the reply.
+    fn end(&mut self, finish: FinishReason, usage: Usage, stop_word: Option<String>, calls: Vec<ToolCall>);
+    /// Writes an error event; the stream then ends.
+    fn error(&mut self, e: ApiError);
+    /// The events written since the last call.
+    fn take(&mut self) -> Vec<sse::Event>;
+
+    /// Handles one engine event; true when it was the last (the stream then ends).
+    fn event(&mut self, ev: Event) -> bool {
+        match ev {
+            Event::PromptLogprobs(_) => false,
+            Event::Token { text, .. } => {
+                let shown = self.reply().push(text);
+                if !shown.is_empty() {
+                    self.text(&shown);
+                }
+                false
+            }
+            Event::Done { text, finish, usage, stop_word } => {
+                let (shown, calls) = self.reply().finish(text);
+                if !shown.is_empty() {
+                    self.text(&shown);
+                }
+                self.end(finish, usage, stop_word, calls);
+                true
+            }
+            Event::Error(m) => {
+                self.error(ApiError::internal(m));
+                true
+            }
+            Event::Refused(e) => {
+                self.error(e.into());
+                true
+            }
+        }
+    }
+}
+
+/// The SSE event named by `v["type"]` with `v` as its data.
+pub(crate) fn named(v: &Value) -> sse::Event {
+    sse::Event::default().event(v["type"].as_str().unwrap_or("message")).data(v.to_string())
+}
+
+/// The response: the events `writer` already holds, then those of each engine event of `rx`.
+pub(crate) fn respond<W: EventWriter>(mut writer: W, rx: RequestHandle) -> Response {
+    let first = writer.take();
+    let rest = stream::unfold((rx, writer, false), |(mut rx, mut w, ended)| async move {
+        if ended {
+            return None;
+        }
+        let ended = match rx.next_event().await {
+            Some(e) => w.event(e),
+            None => {
+                w.error(ApiError::internal("the engine stopped before the request finished"));
+                true
+            }
+        };
+        let batch = w.take();
+        Some((stream::iter(batch), (rx, w, ended)))
+    })
+    .flatten();
+    let body = stream::iter(first).chain(rest).map(Ok::<sse::Event, Infallible>);
+    Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
+
+/// A streamed reply's text: passed through as it comes, or, when tools were offered, held from
+/// where a tool call may start and parsed at the end.
+pub(crate) struct ReplyText {
+    tools: Option<(ToolStream, Vec<String>)>,
+}
+
+impl ReplyText {
+    /// `tools`: the offered tools' names (`None`: no tool parsing).
+    pub(crate) fn new(tools: Option<Vec<String>>) -> ReplyText {
+        ReplyText { tools: tools.map(|names| (ToolStream::default(), names)) }
+    }
+
+    /// New text; returns what can be shown now.
+    pub(crate) fn push(&mut self, text: String) -> String {
+        match &mut self.tools {
+            Some((t, _)) => t.push(&text),
+            None => text,
+        }
+    }
+
+    /// The last text: what remains to show, and the tool calls found.
+    pub(crate) fn finish(&mut self, text: String) -> (String, Vec<ToolCall>) {
+        let mut shown = self.push(text);
+        let calls = match &mut self.tools {
+            Some((t, names)) => {
+                let (rest, calls) = t.finish(names);
+                shown.push_str(&rest);
+                calls
+            }
+            None => Vec::new(),
+        };
+        (shown, calls)
+    }
+}
