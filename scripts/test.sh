@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command: fetch the test models, then run every test of the workspace
 # ([profile.test] is optimized, so model tests run at full speed), then the end-to-end tests of
-# `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai client, prefix cache,
-# disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test), the tests of
+# `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai and anthropic clients,
+# prefix cache, disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test,
+# a memory soak, llama.cpp's own server test suite with a floor of passes), the tests of
 # the Python package (scripts/test-python.sh), the Hugging Face Hub tests against a local
 # stand-in of the Hub (scripts/hub_tests/run.sh), the cargo-fuzz targets for a bounded time
 # (scripts/fuzz.sh), and the Elixir package's tests

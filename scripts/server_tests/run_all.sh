@@ -3,7 +3,9 @@
 #
 #   bash scripts/server_tests/run_all.sh [STEP...]
 #
-# Steps (default: all, in this order): openai prefix disconnect slowloris fuzz webui load soak.
+# Steps (default: all, in this order): openai anthropic prefix disconnect slowloris fuzz webui load soak
+# llama (llama.cpp's own server test suite through llama_suite.sh, which fails below
+# FERROLM_LLAMA_SUITE_FLOOR passes, default LLAMA_SUITE_FLOOR below).
 # Builds nothing: the binary is $FERROLM_BIN, else target/release/ferrolm. The model is SmolLM2 in
 # $FERROLM_MODEL_DIR or ${FERROLM_CACHE_DIR:-~/.cache/ferrolm}/models. When either is missing the
 # run is skipped with a message, except under CI=true, where that is an error.
@@ -38,7 +40,10 @@ if [[ -n "$missing" ]]; then
     exit 0
 fi
 
-all_steps=(openai prefix disconnect slowloris fuzz webui load soak)
+all_steps=(openai anthropic prefix disconnect slowloris fuzz webui load soak llama)
+# Passes of llama.cpp's server suite required: a few below the 119 of 590 measured when it was
+# set, for its timing-sensitive tests. Raise it as ferrolm passes more.
+LLAMA_SUITE_FLOOR=110
 steps=("$@")
 [[ ${#steps[@]} -gt 0 ]] || steps=("${all_steps[@]}")
 for s in "${steps[@]}"; do
@@ -94,6 +99,13 @@ for step in "${steps[@]}"; do
                 skip_step openai "no venv"
             fi
             ;;
+        anthropic)
+            if [[ -n "$PY" ]]; then
+                run_step anthropic "$PY" "$here/test_anthropic_client.py" --binary "$BIN"
+            else
+                skip_step anthropic "no venv"
+            fi
+            ;;
         prefix) run_step prefix python3 "$here/test_prefix_cache.py" --binary "$BIN" ;;
         disconnect) run_step disconnect python3 "$here/test_disconnect.py" --binary "$BIN" ;;
         slowloris) run_step slowloris python3 "$here/test_slowloris.py" --binary "$BIN" ;;
@@ -116,6 +128,10 @@ for step in "${steps[@]}"; do
             ;;
         soak)
             run_step soak python3 "$here/test_soak.py" --binary "$BIN" --seconds "${FERROLM_SOAK_SECONDS:-120}"
+            ;;
+        llama)
+            run_step llama bash "$here/llama_suite.sh" --binary "$BIN" --max-minutes 15 \
+                --floor "${FERROLM_LLAMA_SUITE_FLOOR:-$LLAMA_SUITE_FLOOR}"
             ;;
     esac
 done

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""A stand-in for `llama-server`: translates its command line to `ferrolm serve` and execs it.
+
+llama.cpp's server test suite (tools/server/tests, run by `llama_suite.sh`) starts the program
+named by $LLAMA_SERVER_BIN_PATH with llama-server's flags. Pointed at this file, each start
+becomes `ferrolm serve ...` (the binary: $FERROLM_BIN, else target/release/ferrolm), exec'd in
+place (os.execv), so the suite's terminate()/kill() reach the server itself.
+
+Models: the suite's Hugging Face models are replaced by the local test models
+($FERROLM_MODEL_DIR, else ~/.cache/ferrolm/models; `common.find_model`), see MODEL_MAP. Any
+other --hf-repo/--hf-file/--model goes through unchanged; with HF_HUB_OFFLINE=1 (which
+llama_suite.sh sets, and which --offline sets) ferrolm then fails to start at once.
+
+Flags, in four groups (the tables below):
+* SAME: ferrolm has the flag under the same name and meaning; passed on.
+* RENAMED: ferrolm has it under another name (values translated where needed). --ctx-size is
+  per slot in ferrolm but shared by all slots in llama-server (each of --parallel P slots gets
+  N/P, unless --kv-unified), so `-c N -np P` becomes `-c N/P`; --alias lists are split by commas.
+* DROPPED: no observable effect on ferrolm (a feature it always has, or a performance/numerics
+  knob), or a feature ferrolm always enables whose "off" switch the suite passes to every server
+  (--no-slots, --no-jinja): dropping them keeps the suite runnable; the tests that check the
+  "off" behaviour then fail on their own.
+* Everything else (router, LoRA, slot saving, reasoning, multimodal,
+  MCP/tools, --no-ui, --reranking, --tags, --spec-type, --cors-origins, ...) is passed on as
+  is: ferrolm rejects the unknown flag and the test fails to start the server (an honest
+  failure, never a silent pass).
+
+Each start prints the translated command (and what was dropped) on stderr, which the suite
+captures into the test's output.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (find_model, default_binary, SMOLLM2, GEMMA3)
+
+# (hf repo without ":quant", hf file or None) -> local model file. The suite's stories models
+# (260K, infill, MoE) and the BERT/Jina embedding/rerank models become SmolLM2; tinygemma3
+# becomes Gemma 3 270M. Tests that check a model's exact text fail for any other model.
+MODEL_MAP = {
+    ("ggml-org/test-model-stories260K", None): common.SMOLLM2,
+    ("ggml-org/test-model-stories260K-infill", None): common.SMOLLM2,
+    ("ggml-org/models", "tinyllamas/stories260K.gguf"): common.SMOLLM2,
+    ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): common.SMOLLM2,
+    ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf"): common.SMOLLM2,
+    ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf"): common.SMOLLM2,
+    ("ggml-org/tinygemma3-GGUF", None): common.GEMMA3,
+}
+
+# llama-server flags that take a value, and those that do not (to walk the command line).
+SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
+              "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
+              # ferrolm takes the template's text; a built-in name (chatml...) fails the start.
+              "--chat-template"}
+RENAMED_VALUE = {
+    "-ctk": "--cache-type-k",
+    "-ctv": "--cache-type-v",
+    "--pooling": "--embeddings-pooling",  # mean/cls/last; "none"/"rank" are rejected by ferrolm
+    "--spec-draft-n-max": "--draft-max",
+    "--spec-draft-n-min": "--draft-min",
+}
+# Switches ferrolm has under another name (flag -> extra ferrolm args).
+RENAMED_SWITCH = {
+    # llama.cpp's context shift (drop the older half after --keep when the context is full) is
+    # ferrolm's sliding-window eviction (keep the protected prefix and the recent window).
+    "--context-shift": ["--eviction-policy", "sliding"],
+}
+DROPPED_SWITCH = {
+    "--cont-batching",   # ferrolm always batches continuously
+    "--embedding",       # ferrolm always serves /v1/embeddings (llama-server then refuses completions)
+    "--metrics",         # ferrolm always serves /metrics
+    "--slots", "--no-slots",  # ferrolm always serves /slots
+    "--kv-unified",      # only changes the --ctx-size split (handled above)
+    "--swa-full",        # memory only: ferrolm keeps the full cache for sliding-window layers
+    "--verbose",         # logging
+    "--jinja", "--no-jinja",  # ferrolm always renders the GGUF's Jinja template
+    "--no-mmproj",       # ferrolm loads no multimodal projector anyway
+    "--backend_sampling",  # where sampling runs (GPU), not what it gives
+}
+DROPPED_VALUE = {
+    "--n-gpu-layers",    # offload; ferrolm picks the backend with --backend
+    "--ubatch-size",     # physical batch: performance only
+    "-fa",               # flash attention: numerics/performance only
+}
+MODEL_VALUE = {"--hf-repo", "--hf-file", "--model", "--model-draft"}
+SPECIAL_VALUE = {"--ctx-size", "--alias", "--cors-origins"}
+
+
+def say(msg):
+    print(f"llama_server_shim: {msg}", file=sys.stderr, flush=True)
+
+
+def local_model(repo, file):
+    """The local model for (hf repo, hf file), or None when the pair is not mapped."""
+    if repo is None:
+        return None
+    base = repo.split(":", 1)[0]
+    name = MODEL_MAP.get((base, file))
+    return common.find_model(name) if name else None
+
+
+def translate(argv):
+    """(ferrolm serve arguments, notes on what was dropped or mapped, extra environment)."""
+    out, notes, env = [], [], {}
+    values = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        takes_value = flag in (SAME_VALUE | set(RENAMED_VALUE) | DROPPED_VALUE
+                               | MODEL_VALUE | SPECIAL_VALUE)
+        if takes_value:
+            if eq:
+                value = inline
+                i += 1
+            elif i + 1 < len(argv):
+                value = argv[i + 1]
+                i += 2
+            else:  # a missing value: let ferrolm complain
+                out.append(arg)
+                i += 1
+                continue
+        else:
+            i += 1
+        if flag in SAME_VALUE:
+            out += [flag, value]
+            values[flag] = value
+        elif flag in RENAMED_VALUE:
+            out += [RENAMED_VALUE[flag], value]
+        elif flag in RENAMED_SWITCH:
+            out += RENAMED_SWITCH[flag]
+            notes.append(f"{flag} -> {' '.join(RENAMED_SWITCH[flag])}")
+        elif flag == "--offline":
+            env["HF_HUB_OFFLINE"] = "1"
+        elif flag in DROPPED_SWITCH:
+            notes.append(f"dropped {flag}")
+            values[flag] = True
+        elif flag in DROPPED_VALUE:
+            notes.append(f"dropped {flag} {value}")
+        elif flag in MODEL_VALUE or flag in SPECIAL_VALUE:
+            values[flag] = value
+        else:
+            out.append(arg)  # unknown to the shim: ferrolm decides (usually: refuses to start)
+
+    # Models.
+    repo, file, model = values.get("--hf-repo"), values.get("--hf-file"), values.get("--model")
+    mapped = local_model(repo, file)
+    if mapped:
+        out += ["--model", mapped]
+        notes.append(f"model {repo}{' ' + file if file else ''} -> {mapped}")
+        if model:
+            out += ["--model", model]  # both given: ferrolm refuses the repeat (honest)
+    else:
+        if repo:
+            out += ["--hf-repo", repo]
+        if file:
+            out += ["--hf-file", file]
+        if model:
+            out += ["--model", model]
+    if "--model-draft" in values:
+        draft = values["--model-draft"]
+        out += ["--model-draft", draft]
+
+    # Context: llama-server shares --ctx-size among its --parallel slots (unless --kv-unified);
+    # ferrolm's --ctx-size is per slot.
+    if "--ctx-size" in values:
+        ctx = values["--ctx-size"]
+        par = values.get("--parallel")
+        if par and not values.get("--kv-unified") and ctx.isdigit() and par.isdigit() and int(par) > 0:
+            per_slot = int(ctx) // int(par)
+            out += ["--ctx-size", str(per_slot)]
+            notes.append(f"--ctx-size {ctx} over {par} slots -> --ctx-size {per_slot} per slot")
+        else:
+            out += ["--ctx-size", ctx]
+
+    if "--alias" in values:
+        for name in values["--alias"].split(","):
+            if name.strip():
+                out += ["--alias", name.strip()]
+
+    if "--cors-origins" in values:
+        origins = [o.strip() for o in values["--cors-origins"].split(",") if o.strip()]
+        if origins and all(o == "*" or "://" in o for o in origins):
+            for o in origins:
+                out += ["--cors-origin", o]
+        else:  # llama-server's keywords (e.g. "localhost") have no ferrolm equivalent
+            out += ["--cors-origins", values["--cors-origins"]]
+    return out, notes, env
+
+
+def main():
+    binary = common.default_binary()
+    args, notes, env = translate(sys.argv[1:])
+    for n in notes:
+        say(n)
+    cmd = [binary, "serve", *args]
+    say("exec " + " ".join(cmd))
+    os.environ.update(env)
+    os.execv(binary, cmd)
+
+
+if __name__ == "__main__":
+    main()
