@@ -212,7 +212,7 @@ def main():
         checks.check("requests of every kind ran", all(v > 0 for v in traffic.done.values()), str(traffic.done))
         checks.check("peak RSS under the bound", peak <= budget,
                      f"peak {peak / mib:.0f} MiB > bound {budget / mib:.0f} MiB")
-        checks.check("RSS outside the prefix cache flat over the last half", growth <= args.max_growth_mib * mib,
+        checks.check("RSS outside the KV caches flat over the last half", growth <= args.max_growth_mib * mib,
                      f"grew {growth / mib:.1f} MiB")
         checks.check("prefix cache within its budget",
                      m.get("ferrolm_prefix_cache_bytes", 0) <= args.cache_ram * mib, json.dumps(m)[:300])
