@@ -166,7 +166,10 @@ mod tests {
             }
             let after = resident().expect("rss").0;
             assert!(bufs.iter().skip(1).step_by(2).all(|b| b[0] != 0), "kept buffers intact");
-            if round > 0 && after + (24 << 20) < before {
+            // Half of what was freed: other tests' allocations and the kernel's lazily summed
+            // RSS counters blur the figure (23 of 32 MiB was seen under a loaded CI run);
+            // without the setting nothing at all comes back.
+            if round > 0 && after + (16 << 20) < before {
                 return;
             }
             drops.push(before as i64 - after as i64);
