@@ -384,6 +384,7 @@ class Suite:
         # The Responses API through the SDK: plain, streamed (greedy: the same text), cut short.
         ask = dict(model=MODEL, instructions="You are a poet.", input=[
             {"role": "user", "content": [{"type": "input_text", "text": "Write one sentence about the sea."}]}])
+        self.client.responses.create(**ask, max_output_tokens=1)  # cached alike for both calls (see prime)
         r = self.client.responses.create(**ask, max_output_tokens=200, temperature=0)
         assert r.object == "response" and r.id.startswith("resp_") and r.status == "completed", r
         assert r.model == MODEL and r.output_text.strip(), r
