@@ -20,7 +20,7 @@ use axum::response::Response;
 use axum::response::sse;
 use serde_json::{Map, Value, json};
 
-use super::chat::{ChatJob, prepare, requests};
+use super::chat::{ChatJob, copy_renamed, function_tool, named_tool_choice, prepare, requests};
 use super::error::ApiError;
 use super::events_sse::{EventWriter, ReplyText, named, respond};
 use super::json::{parse_object, type_name};
@@ -150,7 +150,7 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
     }
     let mut chat = Map::new();
     chat.insert("messages".into(), json!(messages));
-    for (from, to) in [
+    let pairs = [
         ("model", "model"),
         ("max_tokens", "max_tokens"),
         ("stop_sequences", "stop"),
@@ -158,22 +158,10 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
         ("top_p", "top_p"),
         ("top_k", "top_k"),
         ("stream", "stream"),
-    ] {
-        if let Some(x) = obj.get(from) {
-            chat.insert(to.into(), x.clone());
-        }
-    }
+    ];
+    copy_renamed(obj, &mut chat, &pairs);
     if let Some(Value::Array(tools)) = obj.get("tools") {
-        let funcs: Vec<Value> = tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.get("name").cloned().unwrap_or(Value::Null),
-                    "description": t.get("description").cloned().unwrap_or(json!("")),
-                    "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"})),
-                }})
-            })
-            .collect();
+        let funcs: Vec<Value> = tools.iter().map(|t| function_tool(t, "input_schema")).collect();
         if !funcs.is_empty() {
             chat.insert("tools".into(), json!(funcs));
         }
@@ -183,9 +171,7 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
             Some("auto") => json!("auto"),
             Some("any") => json!("required"),
             Some("none") => json!("none"),
-            Some("tool") => {
-                json!({"type": "function", "function": {"name": tc.get("name").cloned().unwrap_or(Value::Null)}})
-            }
+            Some("tool") => named_tool_choice(tc.get("name")),
             _ => {
                 return Err(ApiError::invalid_param(
                     "tool_choice",

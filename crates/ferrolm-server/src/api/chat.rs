@@ -273,6 +273,31 @@ fn render(backend: &dyn Backend, chat: &ChatFields) -> Result<(String, Option<Ve
     Ok((text, tools))
 }
 
+/// Copies `pairs` of (field of `from`, chat field) into a chat request, leaving out absent and
+/// null fields: how other APIs' requests name the chat request's fields.
+pub(crate) fn copy_renamed(from: &Map<String, Value>, chat: &mut Map<String, Value>, pairs: &[(&str, &str)]) {
+    for (src, dst) in pairs {
+        if let Some(x) = from.get(*src).filter(|x| !x.is_null()) {
+            chat.insert((*dst).into(), x.clone());
+        }
+    }
+}
+
+/// A chat request's function tool from another API's tool object: its `name`, `description`
+/// and the JSON schema under `schema_key`.
+pub(crate) fn function_tool(t: &Value, schema_key: &str) -> Value {
+    json!({"type": "function", "function": {
+        "name": t.get("name").cloned().unwrap_or(Value::Null),
+        "description": t.get("description").cloned().unwrap_or(json!("")),
+        "parameters": t.get(schema_key).cloned().unwrap_or(json!({"type": "object"})),
+    }})
+}
+
+/// A chat `tool_choice` naming the function called `name`.
+pub(crate) fn named_tool_choice(name: Option<&Value>) -> Value {
+    json!({"type": "function", "function": {"name": name.cloned().unwrap_or(Value::Null)}})
+}
+
 /// `POST /apply-template` (llama-server's): the prompt a chat request would run, as
 /// `{"prompt": text}`, without running it.
 pub(crate) fn apply_template(state: &AppState, v: &Value) -> Result<Value, ApiError> {

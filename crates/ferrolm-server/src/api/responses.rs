@@ -20,7 +20,7 @@ use axum::response::Response;
 use axum::response::sse;
 use serde_json::{Map, Value, json};
 
-use super::chat::{ChatJob, prepare, requests};
+use super::chat::{ChatJob, copy_renamed, function_tool, named_tool_choice, prepare, requests};
 use super::error::ApiError;
 use super::events_sse::{EventWriter, ReplyText, named, respond};
 use super::json::{parse_object, type_name};
@@ -150,17 +150,14 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
     )?;
     let mut chat = Map::new();
     chat.insert("messages".into(), json!(messages));
-    for (from, to) in [
+    let pairs = [
         ("model", "model"),
         ("max_output_tokens", "max_tokens"),
         ("temperature", "temperature"),
         ("top_p", "top_p"),
         ("stream", "stream"),
-    ] {
-        if let Some(x) = obj.get(from).filter(|x| !x.is_null()) {
-            chat.insert(to.into(), x.clone());
-        }
-    }
+    ];
+    copy_renamed(obj, &mut chat, &pairs);
     if let Some(Value::Array(tools)) = obj.get("tools") {
         let mut funcs = Vec::new();
         for (i, t) in tools.iter().enumerate() {
@@ -170,18 +167,14 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
                     "only function tools are supported",
                 ));
             }
-            funcs.push(json!({"type": "function", "function": {
-                "name": t.get("name").cloned().unwrap_or(Value::Null),
-                "description": t.get("description").cloned().unwrap_or(json!("")),
-                "parameters": t.get("parameters").cloned().unwrap_or(json!({"type": "object"})),
-            }}));
+            funcs.push(function_tool(t, "parameters"));
         }
         if !funcs.is_empty() {
             chat.insert("tools".into(), json!(funcs));
             if let Some(tc) = obj.get("tool_choice") {
                 let choice = match tc {
                     Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
-                        json!({"type": "function", "function": {"name": o.get("name").cloned().unwrap_or(Value::Null)}})
+                        named_tool_choice(o.get("name"))
                     }
                     other => other.clone(),
                 };
