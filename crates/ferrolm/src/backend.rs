@@ -6,9 +6,13 @@
 //! The GPU backends implement the same trait with one set of kernels and launch logic
 //! ([`gpu`]): OpenCL (`opencl`, cargo feature `opencl`) for any OpenCL device, and CUDA (`cuda`,
 //! cargo feature `cuda`) for NVIDIA GPUs, both loading their runtime libraries when they start;
-//! `ferrolm test-backend` compares either with the CPU op by op ([`compare`]). Every operator takes and returns host memory (`[f32]` rows), which the OpenCL
-//! backend shares with its device, so a forward pass can run each batch on either backend over
-//! the same KV cache ([`Placement`]).
+//! `ferrolm test-backend` compares either with the CPU op by op ([`compare`]).
+//!
+//! Every operator takes and returns host memory (`[f32]` rows), so a forward pass can run each
+//! batch on either backend over the same host-side KV cache ([`Placement`]). Within one pass a
+//! GPU backend keeps the pass's buffers on its device between operators
+//! ([`Backend::begin_pass`]): the host gets a buffer back only when it asks
+//! ([`Backend::to_host`]), so a pass uploads the batch once and downloads the logits rows.
 
 pub mod compare;
 pub mod cpu;
@@ -146,6 +150,35 @@ pub trait Backend: Send + Sync + fmt::Debug {
         0
     }
 
+    /// Starts a forward pass whose operators may leave what they write into `scratch` in the
+    /// device's memory, between operators, until [`Backend::end_pass`]; `constants` (norm
+    /// weights, biases) may stay on the device across passes while their values do not change.
+    /// Returns the pass's id for [`Backend::end_pass`]. During the pass the host reads a scratch
+    /// range only after [`Backend::to_host`] and tells the backend of its own writes to one with
+    /// [`Backend::host_wrote`]; the caller keeps the ranges alive and unmoved until the pass
+    /// ends. Backends that work in host memory (the CPU) do nothing.
+    fn begin_pass(
+        &self,
+        _scratch: &[HostRange],
+        _constants: &mut dyn Iterator<Item = &[f32]>,
+    ) -> BackendResult<PassId> {
+        Ok(PassId(0))
+    }
+
+    /// Ends a pass begun by [`Backend::begin_pass`]: its scratch ranges are the host's again
+    /// (their contents undefined until an operator writes them).
+    fn end_pass(&self, _pass: PassId) {}
+
+    /// Makes the host memory of `data` (part of a pass's scratch) hold what the operators wrote.
+    fn to_host(&self, _data: &mut [f32]) -> BackendResult {
+        Ok(())
+    }
+
+    /// Tells the backend that the host wrote `data` (part of a pass's scratch).
+    fn host_wrote(&self, _data: &[f32]) -> BackendResult {
+        Ok(())
+    }
+
     /// `out [n, w.rows] = x [n, w.cols] · Wᵀ` on quantized or float weights.
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult;
 
@@ -237,6 +270,42 @@ pub trait Backend: Send + Sync + fmt::Debug {
         mass: &mut [f32],
     ) -> BackendResult;
 }
+
+/// A range of host memory, by address and length (never read through by itself): what
+/// [`Backend::begin_pass`] lets a backend mirror on its device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostRange {
+    /// The first byte's address.
+    pub addr: usize,
+    /// Its length in bytes.
+    pub bytes: usize,
+}
+
+impl HostRange {
+    /// The memory of `data`.
+    pub fn of<T: Copy>(data: &[T]) -> Self {
+        HostRange { addr: data.as_ptr() as usize, bytes: std::mem::size_of_val(data) }
+    }
+
+    /// One past the last byte.
+    pub fn end(&self) -> usize {
+        self.addr + self.bytes
+    }
+
+    /// Whether `other` lies inside this range.
+    pub fn contains(&self, other: &HostRange) -> bool {
+        other.addr >= self.addr && other.end() <= self.end()
+    }
+
+    /// Whether the two ranges share a byte.
+    pub fn overlaps(&self, other: &HostRange) -> bool {
+        self.addr < other.end() && other.addr < self.end() && self.bytes > 0 && other.bytes > 0
+    }
+}
+
+/// A forward pass begun by [`Backend::begin_pass`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PassId(pub u64);
 
 /// The CPU backend: the operators of [`cpu`] on the worker pool of [`crate::threads`].
 #[derive(Debug, Default, Clone, Copy)]

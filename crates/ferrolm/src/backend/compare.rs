@@ -6,7 +6,7 @@
 use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
-use super::{AttentionShape, Backend, BackendResult, CpuBackend};
+use super::{AttentionShape, Backend, BackendResult, CpuBackend, HostRange};
 use crate::GgmlType;
 use crate::batch::{Batch, BatchEntry};
 use crate::kv::{KvCache, KvType};
@@ -160,6 +160,32 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
             let mut out = vec![f16::ZERO; x.len()];
             b.copy_to_f16(x, &mut out)?;
             Ok(out.iter().map(|v| v.to_f32()).collect())
+        })?;
+    }
+    // A chain of operators inside a pass (Backend::begin_pass): a GPU backend keeps the
+    // intermediate rows on its device, views parts of them at offsets, and brings them back
+    // to the host only when asked.
+    for &(n, d) in &[(1usize, 576usize), (13, 640)] {
+        let x = rand_vec(&mut rng, n * d, 3.0);
+        let w = rand_vec(&mut rng, d, 1.5);
+        let y = rand_vec(&mut rng, n * d, 3.0);
+        r.check("pass", format!("norm, add, bias, offsets, softcap [{n}, {d}]"), &x, |b, x| {
+            let (mut xn, mut z) = (vec![0f32; n * d], vec![0f32; n * d]);
+            let scratch = [HostRange::of(x), HostRange::of(&xn), HostRange::of(&z)];
+            let pass = b.begin_pass(&scratch, &mut std::iter::once(&w[..]))?;
+            let res = (|| {
+                b.rms_norm(x, &w, 1e-6, &mut xn)?;
+                b.add(&mut xn, &y)?;
+                b.add_bias(&mut xn, &w)?;
+                b.rms_norm(&xn[..d], &w, 1e-6, &mut z[..d])?;
+                b.add(&mut z[d..], &xn[d..])?;
+                b.softcap(&mut z, 2.5)?;
+                b.add(&mut z, &y)?;
+                b.to_host(&mut z)?;
+                Ok(z.clone())
+            })();
+            b.end_pass(pass);
+            res
         })?;
     }
     let yarn = RopeParams {

@@ -6,11 +6,15 @@
 //! binary built without any CUDA files runs on a machine that has them, and says clearly what
 //! is missing on one that has not. `FERROLM_CUDA_DEVICE` picks the device by ordinal (default 0).
 //!
-//! Memory model (this first version): weights are uploaded once and stay on the device; each
-//! operator uploads its activations and the KV rows it reads, runs, and downloads its output,
-//! so the host-side KV cache, eviction and prefix cache work unchanged. Per-operator transfers
-//! cost more than the kernels for small models: a device-resident forward pass is the next step
-//! (see docs/gpu.md).
+//! Memory model: weights are uploaded once and stay on the device. During a forward pass the
+//! pass's activation buffers, the model's norm weights and biases live in device mirrors
+//! ([`super::gpu`]'s `resident`), so one operator's output is the next one's input without a
+//! copy, and kernels are queued without waiting. Other host inputs (token ids, RoPE tables,
+//! the KV rows attention reads) are staged through pinned memory and copied behind the queued
+//! kernels. The KV cache stays the host's: each layer's new key and value rows are copied back
+//! to it (two waits per layer), so eviction, the prefix cache and the hybrid placement work
+//! unchanged. A device-resident KV cache and CUDA graphs for decode are the next steps (see
+//! docs/backends.md).
 
 mod driver;
 

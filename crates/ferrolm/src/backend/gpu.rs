@@ -25,19 +25,22 @@ pub(crate) mod nvrtc;
 mod ops;
 #[cfg(all(test, feature = "opencl"))]
 mod ops_tests;
+pub(crate) mod resident;
 #[cfg(all(test, feature = "opencl"))]
 mod test_util;
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use half::f16;
 
-use super::{AttentionShape, Backend, BackendError, BackendResult, cpu};
+use super::{AttentionShape, Backend, BackendError, BackendResult, HostRange, PassId, cpu};
 use crate::GgmlType;
 use crate::batch::BatchEntry;
 use crate::kv::{KvCache, SeqCache, SeqId};
 use crate::ops::{Activation, RopeParams, RopeStyle, Weight};
+use resident::{MirrorIo, Mirrors};
 
 /// The kernels' sources, in compilation order (one program).
 pub(crate) const SOURCES: &[&str] = &[
@@ -73,6 +76,8 @@ pub(crate) trait DeviceView<M> {
 pub(crate) trait Device: Send + fmt::Debug + 'static {
     /// A device buffer, for [`Arg::Mem`].
     type Mem: Copy + fmt::Debug;
+    /// A device allocation the device owns (a mirror's buffer).
+    type Buf;
     /// Host memory seen by the device for one operator.
     type View<'a>: DeviceView<Self::Mem>;
 
@@ -89,15 +94,52 @@ pub(crate) trait Device: Send + fmt::Debug + 'static {
     /// read it) for one operator; call [`Device::sync`] before the host reads it again.
     fn view_mut<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<Self::View<'a>>;
 
+    /// A write-only device view of `data`: the operator overwrites every value without reading
+    /// it, so its current contents need not reach the device. Call [`Device::sync`] as for
+    /// [`Device::view_mut`].
+    fn view_out<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<Self::View<'a>>;
+
     /// Waits for the queued kernels and puts the device's writes to `view` in the host memory
-    /// it views.
+    /// it views (nothing for a view of a pass's mirrored scratch: see [`resident`]).
     fn sync(&self, view: &Self::View<'_>) -> BackendResult;
+
+    /// The device's mirrors of its running passes' memory, and the copies they make; its views
+    /// consult them.
+    fn mirrors(&self) -> (&RefCell<Mirrors<Self::Buf>>, &dyn MirrorIo<Self::Buf>);
+
+    /// Starts a pass: views of `scratch` and `constants` become views of device mirrors
+    /// ([`resident::Mirrors::begin`]).
+    fn begin_pass(&self, scratch: &[HostRange], constants: &[(HostRange, u64)]) -> BackendResult<u64> {
+        let (mirrors, io) = self.mirrors();
+        mirrors.borrow_mut().begin(scratch, constants, io)
+    }
+
+    /// Ends a pass begun by [`Device::begin_pass`].
+    fn end_pass(&self, pass: u64) {
+        self.mirrors().0.borrow_mut().end(pass);
+    }
+
+    /// Makes the host copy of `data` current ([`resident::Mirrors::host_read`]).
+    fn to_host(&self, data: &mut [u8]) -> BackendResult {
+        let (mirrors, io) = self.mirrors();
+        mirrors.borrow_mut().host_read(data, io)
+    }
+
+    /// Notes a host write to `data` ([`resident::Mirrors::host_wrote`]).
+    fn host_wrote(&self, data: &[u8]) -> BackendResult {
+        let (mirrors, io) = self.mirrors();
+        mirrors.borrow_mut().host_wrote(data, io)
+    }
 
     /// The device buffer of a weight's bytes, made on first use and kept.
     fn weight(&mut self, w: &Weight) -> BackendResult<Self::Mem>;
 
     /// Device-only scratch buffer number `slot` of at least `bytes` bytes (contents undefined).
     fn scratch(&mut self, slot: usize, bytes: usize) -> BackendResult<Self::Mem>;
+
+    /// Copies `bytes` into device buffer `mem` (a scratch buffer) at byte `offset`, after the
+    /// work queued before (a kernel still reading `mem` sees its old contents).
+    fn write(&self, mem: Self::Mem, offset: usize, bytes: &[u8]) -> BackendResult;
 
     /// Queues kernel `name` over `global` work items (1 to 3 dimensions) in work groups of
     /// `local` (which divides `global`), or of the device's choice.
@@ -108,6 +150,20 @@ pub(crate) trait Device: Send + fmt::Debug + 'static {
         global: &[usize],
         local: Option<&[usize]>,
     ) -> BackendResult;
+}
+
+/// Bytes of `data`.
+pub(crate) fn bytes_of<T: Copy>(data: &[T]) -> &[u8] {
+    // SAFETY: `T: Copy` plain data (f32, f16, u32, u8, (f32, f32)) viewed as its bytes, same
+    // length in bytes, same lifetime.
+    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+}
+
+/// Bytes of `data`, writable.
+pub(crate) fn bytes_of_mut(data: &mut [f32]) -> &mut [u8] {
+    // SAFETY: any bytes are a valid f32, so writing bytes keeps `data` valid; same length in
+    // bytes, same lifetime, exclusive borrow.
+    unsafe { std::slice::from_raw_parts_mut(data.as_mut_ptr() as *mut u8, std::mem::size_of_val(data)) }
 }
 
 /// A work-group size for `global` when the caller names none: in each dimension the largest
@@ -262,6 +318,28 @@ impl<D: Device> Backend for GpuBackend<D> {
         attention::check_kv::<D>(kv)
     }
 
+    fn begin_pass(
+        &self,
+        scratch: &[HostRange],
+        constants: &mut dyn Iterator<Item = &[f32]>,
+    ) -> BackendResult<PassId> {
+        let constants: Vec<(HostRange, u64)> =
+            constants.map(|c| (HostRange::of(c), resident::hash_f32(c))).collect();
+        self.dev().begin_pass(scratch, &constants).map(PassId)
+    }
+
+    fn end_pass(&self, pass: PassId) {
+        self.dev().end_pass(pass.0);
+    }
+
+    fn to_host(&self, data: &mut [f32]) -> BackendResult {
+        self.dev().to_host(bytes_of_mut(data))
+    }
+
+    fn host_wrote(&self, data: &[f32]) -> BackendResult {
+        self.dev().host_wrote(bytes_of(data))
+    }
+
     fn matmul(&self, w: &Weight, x: &[f32], n: usize, out: &mut [f32]) -> BackendResult {
         matmul::matmul(&mut *self.dev(), w, x, n, out)
     }
@@ -288,7 +366,7 @@ impl<D: Device> Backend for GpuBackend<D> {
     ) -> BackendResult {
         // One row per token: on the host, as the CPU computes it.
         cpu::rope_table(positions, rope_dims, params, factors, out);
-        Ok(())
+        self.dev().host_wrote(bytes_of(out))
     }
 
     fn rope(
@@ -315,15 +393,15 @@ impl<D: Device> Backend for GpuBackend<D> {
     }
 
     fn add_bias(&self, x: &mut [f32], bias: &[f32]) -> BackendResult {
-        // Rare (Qwen 2's QKV biases) and small: on the host, as the CPU computes it.
-        cpu::add_bias_rows(x, bias);
-        Ok(())
+        ops::add_bias(&mut *self.dev(), x, bias)
     }
 
     fn softcap(&self, x: &mut [f32], cap: f32) -> BackendResult {
         // Rare (Gemma 2's final logits): on the host, as the CPU computes it.
+        let dev = self.dev();
+        dev.to_host(bytes_of_mut(x))?;
         cpu::softcap(x, cap);
-        Ok(())
+        dev.host_wrote(bytes_of(x))
     }
 
     fn copy_to_f16(&self, src: &[f32], dst: &mut [f16]) -> BackendResult {

@@ -4,8 +4,8 @@
 //! `x += attn(norm(x))` and `x += ffn(norm(x))`, then norm and the LM head. Every buffer lives
 //! in a [`Workspace`] kept by the model between passes, so a decode step allocates nothing.
 
-use super::Model;
-use crate::backend::Backend;
+use super::{Model, ModelConfig};
+use crate::backend::{Backend, HostRange, PassId};
 use crate::batch::BatchEntry;
 use crate::batch::{Batch, Logits};
 use crate::kv::KvCache;
@@ -55,6 +55,48 @@ pub(crate) struct Workspace {
     pos_seq: Vec<u32>,
 }
 
+impl Workspace {
+    /// Grows every buffer a pass of `n` tokens slices, so that the pass takes them without
+    /// reallocating, and returns those slices' memory: what the backend may keep on its device
+    /// during the pass. `h` is reserved for every row (the LM head takes its first rows).
+    fn reserve(&mut self, cfg: &ModelConfig, n: usize) -> [HostRange; 12] {
+        let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+        let half = (cfg.rope_dims / 2).max(1);
+        let local = if has_local_rope(cfg) { n * half } else { 0 };
+        [
+            HostRange::of(buf(&mut self.x, n * d)),
+            HostRange::of(buf(&mut self.xn, n * d)),
+            HostRange::of(buf(&mut self.q, n * qd)),
+            HostRange::of(buf(&mut self.k, n * kvd)),
+            HostRange::of(buf(&mut self.v, n * kvd)),
+            HostRange::of(buf(&mut self.att, n * qd)),
+            HostRange::of(buf(&mut self.y, n * d)),
+            HostRange::of(buf(&mut self.gate, n * ff)),
+            HostRange::of(buf(&mut self.up, n * ff)),
+            HostRange::of(buf(&mut self.cs_global, n * half)),
+            HostRange::of(buf(&mut self.cs_local, local)),
+            HostRange::of(buf(&mut self.h, n * d)),
+        ]
+    }
+}
+
+/// Whether the sliding-window layers rotate with their own RoPE parameters.
+fn has_local_rope(cfg: &ModelConfig) -> bool {
+    cfg.swa_layers.iter().any(|&l| l) && cfg.rope_local != cfg.rope_global
+}
+
+/// Ends a backend pass when dropped (also when the pass fails or panics).
+struct PassGuard<'a> {
+    be: &'a dyn Backend,
+    pass: PassId,
+}
+
+impl Drop for PassGuard<'_> {
+    fn drop(&mut self) {
+        self.be.end_pass(self.pass);
+    }
+}
+
 /// `v[..len]`, growing `v` (zero-filled) when shorter.
 fn buf<T: Default + Clone>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     if v.len() < len {
@@ -78,11 +120,27 @@ impl Model {
         self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
-        let res = self
-            .forward_blocks(be, batch, kv, &mut ws)
-            .and_then(|()| self.lm_head(be, batch, &mut ws, logits));
+        let res = self.in_pass(be, batch, &mut ws, |ws| {
+            self.forward_blocks(be, batch, kv, ws)?;
+            self.lm_head(be, batch, ws, logits)
+        });
         self.return_workspace(ws);
         res
+    }
+
+    /// Runs `f` as one backend pass over the workspace's buffers sized for `batch`
+    /// ([`Backend::begin_pass`]: a GPU backend keeps them on its device meanwhile).
+    fn in_pass<R>(
+        &self,
+        be: &dyn Backend,
+        batch: &Batch,
+        ws: &mut Workspace,
+        f: impl FnOnce(&mut Workspace) -> Result<R>,
+    ) -> Result<R> {
+        let scratch = ws.reserve(&self.config, batch.entries().len());
+        let pass = be.begin_pass(&scratch, &mut self.weights.constants())?;
+        let _guard = PassGuard { be, pass };
+        f(ws)
     }
 
     /// The final norm and the LM head, only for the rows that want logits.
@@ -100,15 +158,24 @@ impl Model {
         out_idx.clear();
         out_idx.extend(batch.entries().iter().enumerate().filter(|(_, e)| e.logits).map(|(i, _)| i));
         let m = out_idx.len();
+        let n = batch.entries().len();
         let h = buf(h, m * d); // [m, d]
-        if m == batch.entries().len() {
+        if m == n {
             be.rms_norm(&x[..m * d], &w.output_norm, cfg.norm_eps, h)?;
         } else {
-            // Gather the rows first so that the norm is one call.
+            // Gather the rows first (on the host) so that the norm is one call.
+            if m <= 8 {
+                for &i in out_idx.iter() {
+                    be.to_host(&mut x[i * d..(i + 1) * d])?;
+                }
+            } else {
+                be.to_host(&mut x[..n * d])?;
+            }
             let rows = buf(xn, m * d); // [m, d]
             for (j, &i) in out_idx.iter().enumerate() {
                 rows[j * d..(j + 1) * d].copy_from_slice(&x[i * d..(i + 1) * d]);
             }
+            be.host_wrote(rows)?;
             be.rms_norm(rows, &w.output_norm, cfg.norm_eps, h)?;
         }
         let out = logits.reset(cfg.n_vocab, out_idx); // [m, n_vocab]
@@ -129,10 +196,13 @@ impl Model {
         self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
-        let res = self.forward_blocks(be, batch, kv, &mut ws);
         let n = batch.entries().len() * cfg.n_embd;
-        let out = res.and_then(|()| {
-            let mut x = ws.x[..n].to_vec();
+        let out = self.in_pass(be, batch, &mut ws, |ws| {
+            self.forward_blocks(be, batch, kv, ws)?;
+            be.to_host(&mut ws.x[..n])?;
+            Ok(ws.x[..n].to_vec())
+        });
+        let out = out.and_then(|mut x| {
             be.rms_norm_inplace(&mut x, &self.weights.output_norm, cfg.norm_eps)?;
             Ok(x)
         });
@@ -226,8 +296,9 @@ impl Model {
         let gate = buf(&mut ws.gate, n * ff); // [n, n_ff]
         let up = buf(&mut ws.up, n * ff); // [n, n_ff]
         let (mass, q_seq, pos_seq) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq);
-        // Whether an eviction policy wants this batch's attention (H2O).
+        // Whether an eviction policy wants this batch's attention (H2O) or its queries (SnapKV).
         let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
+        let logging = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some()));
         // RoPE angles depend only on the position and the layer kind: computed once per batch.
         let half = cfg.rope_dims / 2;
         let rope_factors = w.rope_factors.for_context(kv.capacity(), cfg.rope_global.n_ctx_orig);
@@ -236,7 +307,7 @@ impl Model {
         pos.extend(entries.iter().map(|e| e.pos));
         let cs_global = buf(&mut ws.cs_global, n * half.max(1)); // [n, rope_dims / 2]
         be.rope_cos_sin(pos, cfg.rope_dims, &cfg.rope_global, rope_factors, cs_global)?;
-        let has_local = cfg.swa_layers.iter().any(|&l| l) && cfg.rope_local != cfg.rope_global;
+        let has_local = has_local_rope(cfg);
         let cs_local = buf(&mut ws.cs_local, if has_local { n * half.max(1) } else { 0 });
         if has_local {
             be.rope_cos_sin(pos, cfg.rope_dims, &cfg.rope_local, rope_factors, cs_local)?;
@@ -267,8 +338,13 @@ impl Model {
             be.rope(q, n, hd, cs, cfg.rope_style)?;
             be.rope(k, n, hd, cs, cfg.rope_style)?;
             store_kv(be, entries, slots, kv, il, (k, v), kvd)?;
-            for (t, e) in entries.iter().enumerate() {
-                kv.seq_mut(e.seq).observe_query(il, e.pos, &q[t * qd..(t + 1) * qd]);
+            if logging || tracking {
+                be.to_host(q)?;
+            }
+            if logging {
+                for (t, e) in entries.iter().enumerate() {
+                    kv.seq_mut(e.seq).observe_query(il, e.pos, &q[t * qd..(t + 1) * qd]);
+                }
             }
             let shape = self.attention_shape(il);
             be.attention(shape, entries, batch.prompt_chunks(), kv, il, q, att)?;
@@ -315,7 +391,7 @@ fn store_kv(
     slots: &[usize],
     kv: &mut KvCache,
     layer: usize,
-    kv_rows: (&[f32], &[f32]),
+    kv_rows: (&mut [f32], &mut [f32]),
     kvd: usize,
 ) -> Result<()> {
     let (k, v) = kv_rows;
@@ -334,6 +410,8 @@ fn store_kv(
                 be.copy_to_f16(&v[rows], vd)?;
             }
             None => {
+                be.to_host(&mut k[rows.clone()])?;
+                be.to_host(&mut v[rows])?;
                 for i in t..end {
                     cache.write(layer, slots[i], &k[i * kvd..(i + 1) * kvd], &v[i * kvd..(i + 1) * kvd]);
                 }

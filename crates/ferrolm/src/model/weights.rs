@@ -62,6 +62,21 @@ pub struct LayerWeights {
     pub post_ffn_norm: Option<Vec<f32>>,
 }
 
+impl LayerWeights {
+    /// The block's norm weights and biases.
+    pub fn constants(&self) -> impl Iterator<Item = &[f32]> {
+        let norms = [
+            Some(&self.attn_norm),
+            Some(&self.ffn_norm),
+            self.q_norm.as_ref(),
+            self.k_norm.as_ref(),
+            self.post_attn_norm.as_ref(),
+            self.post_ffn_norm.as_ref(),
+        ];
+        norms.into_iter().flatten().chain(self.qkv_bias.iter().flatten()).map(Vec::as_slice)
+    }
+}
+
 /// Per-pair RoPE frequency factors (`θ / f_i`), `[rope_dims / 2]` each.
 #[derive(Debug, Default)]
 pub struct RopeFactors {
@@ -99,6 +114,13 @@ pub struct ModelWeights {
 }
 
 impl ModelWeights {
+    /// The small float vectors every pass reads (norm weights, biases): what a GPU backend may
+    /// keep on its device ([`crate::backend::Backend::begin_pass`]).
+    pub fn constants(&self) -> impl Iterator<Item = &[f32]> {
+        std::iter::once(self.output_norm.as_slice())
+            .chain(self.layers.iter().flat_map(LayerWeights::constants))
+    }
+
     /// Every weight matrix with its GGUF name.
     pub fn matrices(&self) -> Vec<(String, &Weight)> {
         let mut out = vec![("token_embd.weight".to_string(), &self.token_embd)];

@@ -2,10 +2,14 @@
 //! NVRTC-compiled module and its functions, device buffers, and launches on the legacy default
 //! stream, which orders every copy and kernel of the process one after the other.
 //!
-//! Views ([`Cuda::view`], [`Cuda::view_mut`]) copy host memory into a device buffer taken from
-//! a pool of power-of-two sizes, and [`Cuda::sync`] copies a read-write view back. Weights are
-//! uploaded once ([`Cuda::weight`]); scratch buffers ([`Cuda::scratch`]) only the device uses.
+//! Views ([`Cuda::view`], [`Cuda::view_mut`], [`Cuda::view_out`]) of memory a running pass
+//! mirrors are the mirror's device memory (no copy either way, see `gpu::resident`); other
+//! views copy host memory into a device buffer taken from a pool of power-of-two sizes (staged
+//! through a pinned ring, so the copy is queued rather than waited for), and [`Cuda::sync`]
+//! copies a written view back. Weights are uploaded once ([`Cuda::weight`]); scratch buffers
+//! ([`Cuda::scratch`]) only the device uses.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::marker::PhantomData;
@@ -15,8 +19,9 @@ use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUfunction, CUmodule}
 use cudarc::driver::{CudaContext, DriverError, result};
 
 use crate::backend::gpu::nvrtc::{check_nvrtc, compile, kernel_names};
-use crate::backend::gpu::{Arg, Device, DeviceView, ScratchSlots, launch_dims, pick_local};
-use crate::backend::{BackendError, BackendResult};
+use crate::backend::gpu::resident::{Access, MirrorIo, Mirrors, Place};
+use crate::backend::gpu::{Arg, Device, DeviceView, ScratchSlots, bytes_of, launch_dims, pick_local};
+use crate::backend::{BackendError, BackendResult, HostRange};
 use crate::ops::Weight;
 
 /// Threads of a block when the caller leaves the work-group size to the device.
@@ -55,7 +60,7 @@ fn cu_err(what: &'static str) -> impl Fn(DriverError) -> BackendError {
 
 /// A device allocation, freed on drop.
 #[derive(Debug)]
-struct DevBuf {
+pub(crate) struct DevBuf {
     ptr: CUdeviceptr,
     bytes: usize,
     ctx: Arc<CudaContext>,
@@ -78,6 +83,67 @@ impl Drop for DevBuf {
             unsafe {
                 let _ = result::free_sync(self.ptr);
             }
+        }
+    }
+}
+
+/// Bytes of pinned host memory that uploads are staged through.
+const STAGING_BYTES: usize = 32 << 20;
+
+/// Pinned host memory that small uploads are staged through, so that the copy is queued
+/// behind the kernels instead of waiting for them (a copy from pageable memory first waits for
+/// the device to finish its queue). Used as a ring: a region is reused only after the device
+/// caught up, which [`Staging::caught_up`] notes after every synchronous copy.
+#[derive(Debug)]
+struct Staging {
+    ptr: *mut u8,
+    head: usize,
+}
+
+impl Staging {
+    fn new(ctx: &Arc<CudaContext>) -> BackendResult<Self> {
+        ctx.bind_to_thread().map_err(cu_err("cuCtxSetCurrent"))?;
+        // SAFETY: a plain page-locked allocation of STAGING_BYTES in the bound context.
+        let ptr = unsafe { result::malloc_host(STAGING_BYTES, 0) }.map_err(cu_err("cuMemHostAlloc"))?;
+        Ok(Staging { ptr: ptr as *mut u8, head: 0 })
+    }
+
+    /// Queues a copy of `bytes` to `dst` through the ring; `false` when they do not fit (the
+    /// caller copies synchronously).
+    fn upload(&mut self, dst: CUdeviceptr, bytes: &[u8]) -> BackendResult<bool> {
+        let len = bytes.len();
+        if len == 0 || len > STAGING_BYTES / 4 {
+            return Ok(false);
+        }
+        if self.head + len > STAGING_BYTES {
+            // SAFETY: waits for the legacy stream's work, after which no queued copy reads the ring.
+            unsafe { result::stream::synchronize(result::stream::null()) }
+                .map_err(cu_err("cuStreamSynchronize"))?;
+            self.head = 0;
+        }
+        // SAFETY: `head + len <= STAGING_BYTES` bytes of the ring, which no queued copy still
+        // reads (every copy queued since the last catch-up lies before `head`).
+        let staged = unsafe { std::slice::from_raw_parts_mut(self.ptr.add(self.head), len) };
+        staged.copy_from_slice(bytes);
+        // SAFETY: `dst` holds at least `len` bytes; `staged` is pinned and stays untouched until
+        // the device caught up; the copy is ordered on the legacy stream.
+        unsafe { result::memcpy_htod_async(dst, staged, result::stream::null()) }
+            .map_err(cu_err("cuMemcpyHtoDAsync"))?;
+        self.head += len.next_multiple_of(256);
+        Ok(true)
+    }
+
+    /// The device finished everything queued so far: the whole ring is free.
+    fn caught_up(&mut self) {
+        self.head = 0;
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemHostAlloc and freed once; the owner synchronised first.
+        unsafe {
+            let _ = result::free_host(self.ptr as *mut c_void);
         }
     }
 }
@@ -105,9 +171,12 @@ impl Pool {
 }
 
 /// Host memory copied to the device for one operator; a read-write view copies back on
-/// [`Cuda::sync`]. The borrow keeps the host memory alive and unaliased meanwhile.
+/// [`Cuda::sync`]. The borrow keeps the host memory alive and unaliased meanwhile. A view of a
+/// pass's mirrored memory is the mirror's buffer (`resident`), neither copied nor copied back.
 #[derive(Debug)]
 pub(crate) struct View<'a> {
+    /// The mirror's device memory at the view's offset.
+    resident: Option<CUdeviceptr>,
     buf: Option<DevBuf>,
     pool: Arc<Mutex<Pool>>,
     /// The host bytes to copy back to, for a read-write view.
@@ -117,7 +186,7 @@ pub(crate) struct View<'a> {
 
 impl DeviceView<CUdeviceptr> for View<'_> {
     fn mem(&self) -> CUdeviceptr {
-        self.buf.as_ref().map_or(0, |b| b.ptr)
+        self.resident.or(self.buf.as_ref().map(|b| b.ptr)).unwrap_or(0)
     }
 }
 
@@ -144,10 +213,15 @@ pub(crate) struct Cuda {
     /// Device-only scratch buffers, by slot.
     scratch: ScratchSlots<DevBuf>,
     pool: Arc<Mutex<Pool>>,
+    /// Mirrors of the running passes' scratch and constants.
+    mirrors: RefCell<Mirrors<DevBuf>>,
+    /// The ring uploads are staged through.
+    staging: RefCell<Staging>,
 }
 
 // SAFETY: the module and function handles are plain driver handles valid in the context from
-// any thread that binds it (every method does); the backend uses a `Cuda` through a mutex.
+// any thread that binds it (every method does); the staging ring is host memory only this
+// `Cuda` uses; the backend uses a `Cuda` through a mutex.
 unsafe impl Send for Cuda {}
 
 // SAFETY: a view's raw host pointer is only written through in `Cuda::sync`, under the view's
@@ -156,8 +230,13 @@ unsafe impl Send for View<'_> {}
 
 impl Drop for Cuda {
     fn drop(&mut self) {
+        if self.bind().is_ok() {
+            // Waits for the queued work, which may still read the staging ring.
+            let _ = result::ctx::synchronize();
+        }
         self.weights.clear();
         self.scratch.clear();
+        self.mirrors.get_mut().clear();
         if self.ctx.bind_to_thread().is_ok() {
             // SAFETY: the module was loaded by `open` and is unloaded once; its functions are not
             // used after this.
@@ -219,6 +298,7 @@ impl Cuda {
             max_block,
             "CUDA kernels ready"
         );
+        let staging = Staging::new(&ctx)?;
         Ok(Cuda {
             info,
             ctx,
@@ -227,6 +307,8 @@ impl Cuda {
             weights: HashMap::new(),
             scratch: ScratchSlots::default(),
             pool: Arc::new(Mutex::new(Pool::default())),
+            mirrors: RefCell::new(Mirrors::default()),
+            staging: RefCell::new(staging),
         })
     }
 
@@ -234,27 +316,105 @@ impl Cuda {
         self.ctx.bind_to_thread().map_err(cu_err("cuCtxSetCurrent"))
     }
 
-    fn upload<'a>(&self, bytes: &[u8], host: Option<(*mut u8, usize)>) -> BackendResult<View<'a>> {
+    fn upload_view<'a>(&self, bytes: &[u8], host: Option<(*mut u8, usize)>) -> BackendResult<View<'a>> {
         self.bind()?;
         let buf = Pool::take(&self.pool, &self.ctx, bytes.len())?;
-        if !bytes.is_empty() {
-            // SAFETY: `buf` holds at least `bytes.len()` bytes; the copy is ordered after any
-            // earlier work on the default stream that used the buffer.
-            unsafe { result::memcpy_htod_sync(buf.ptr, bytes) }.map_err(cu_err("cuMemcpyHtoD"))?;
+        self.copy_in(buf.ptr, bytes)?;
+        Ok(View { resident: None, buf: Some(buf), pool: self.pool.clone(), host, _host: PhantomData })
+    }
+
+    /// A view of `data` for `access`: its mirror's memory when a pass mirrors it, else a pooled
+    /// buffer (filled from the host unless the operator only writes it).
+    fn view_for<'a>(
+        &self,
+        data: &[u8],
+        access: Access,
+        host: Option<(*mut u8, usize)>,
+    ) -> BackendResult<View<'a>> {
+        let mut mirrors = self.mirrors.borrow_mut();
+        if let Place::Mirror { index, offset } =
+            mirrors.access(HostRange::of(data), access, |_| true, self)?
+        {
+            let ptr = mirrors.buf(index).ptr + offset as CUdeviceptr;
+            return Ok(View {
+                resident: Some(ptr),
+                buf: None,
+                pool: self.pool.clone(),
+                host: None,
+                _host: PhantomData,
+            });
         }
-        Ok(View { buf: Some(buf), pool: self.pool.clone(), host, _host: PhantomData })
+        drop(mirrors);
+        if access == Access::Write {
+            self.bind()?;
+            let buf = Pool::take(&self.pool, &self.ctx, data.len())?;
+            return Ok(View {
+                resident: None,
+                buf: Some(buf),
+                pool: self.pool.clone(),
+                host,
+                _host: PhantomData,
+            });
+        }
+        self.upload_view(data, host)
     }
 }
 
-/// Bytes of `data`.
-fn bytes_of<T: Copy>(data: &[T]) -> &[u8] {
-    // SAFETY: `T: Copy` plain data (f32, f16, u32, u8, (f32, f32)) viewed as its bytes, same
-    // length in bytes, same lifetime.
-    unsafe { std::slice::from_raw_parts(data.as_ptr() as *const u8, std::mem::size_of_val(data)) }
+impl Cuda {
+    /// Copies `bytes` to `dst`, queued behind the earlier work (staged through pinned memory
+    /// when they fit the ring, else synchronously). The context is bound.
+    fn copy_in(&self, dst: CUdeviceptr, bytes: &[u8]) -> BackendResult {
+        if bytes.is_empty() || self.staging.borrow_mut().upload(dst, bytes)? {
+            return Ok(());
+        }
+        // SAFETY: `dst` holds at least `bytes.len()` bytes; the copy is ordered after any
+        // earlier work on the default stream that used the buffer.
+        unsafe { result::memcpy_htod_sync(dst, bytes) }.map_err(cu_err("cuMemcpyHtoD"))?;
+        self.staging.borrow_mut().caught_up();
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `src` into `dst` once the queued work is done. The context is bound.
+    fn copy_out(&self, dst: &mut [u8], src: CUdeviceptr) -> BackendResult {
+        // SAFETY: `src` holds at least `dst.len()` bytes; the copy waits for the work queued
+        // before it on the default stream.
+        unsafe { result::memcpy_dtoh_sync(dst, src) }.map_err(cu_err("cuMemcpyDtoH"))?;
+        self.staging.borrow_mut().caught_up();
+        Ok(())
+    }
+}
+
+impl MirrorIo<DevBuf> for Cuda {
+    fn alloc(&self, bytes: usize) -> BackendResult<DevBuf> {
+        DevBuf::new(&self.ctx, bytes)
+    }
+
+    unsafe fn upload(&self, buf: &DevBuf, offset: usize, host: *const u8, len: usize) -> BackendResult {
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the caller guarantees `host..host + len` is readable.
+        let src = unsafe { std::slice::from_raw_parts(host, len) };
+        debug_assert!(offset + len <= buf.bytes);
+        self.copy_in(buf.ptr + offset as CUdeviceptr, src)
+    }
+
+    unsafe fn download(&self, buf: &DevBuf, offset: usize, host: *mut u8, len: usize) -> BackendResult {
+        if len == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the caller guarantees `host..host + len` is writable and unused meanwhile.
+        let dst = unsafe { std::slice::from_raw_parts_mut(host, len) };
+        debug_assert!(offset + len <= buf.bytes);
+        self.copy_out(dst, buf.ptr + offset as CUdeviceptr)
+    }
 }
 
 impl Device for Cuda {
     type Mem = CUdeviceptr;
+    type Buf = DevBuf;
     type View<'a> = View<'a>;
 
     const NAME: &'static str = "cuda";
@@ -274,26 +434,34 @@ impl Device for Cuda {
     }
 
     fn view<'a, T: Copy>(&self, data: &'a [T]) -> BackendResult<View<'a>> {
-        self.upload(bytes_of(data), None)
+        self.view_for(bytes_of(data), Access::Read, None)
     }
 
     fn view_mut<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<View<'a>> {
         let host = (data.as_mut_ptr() as *mut u8, std::mem::size_of_val(data));
-        self.upload(bytes_of(data), Some(host))
+        self.view_for(bytes_of(data), Access::ReadWrite, Some(host))
+    }
+
+    fn view_out<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<View<'a>> {
+        let host = (data.as_mut_ptr() as *mut u8, std::mem::size_of_val(data));
+        self.view_for(bytes_of(data), Access::Write, Some(host))
+    }
+
+    fn mirrors(&self) -> (&RefCell<Mirrors<DevBuf>>, &dyn MirrorIo<DevBuf>) {
+        (&self.mirrors, self)
     }
 
     fn sync(&self, view: &View<'_>) -> BackendResult {
+        // A mirror's view (no `host`) stays on the device: the next operator reads it there.
         let (Some((ptr, len)), Some(buf)) = (view.host, view.buf.as_ref()) else { return Ok(()) };
         if len == 0 {
             return Ok(());
         }
         self.bind()?;
         // SAFETY: `ptr` is the start of the `len` host bytes the view borrows mutably (so nothing
-        // else reads or writes them meanwhile); the buffer holds at least `len` bytes; the copy
-        // waits for the kernels queued before it on the default stream.
+        // else reads or writes them meanwhile); the buffer holds at least `len` bytes.
         let host = unsafe { std::slice::from_raw_parts_mut(ptr, len) };
-        // SAFETY: as above: a device-to-host copy of `len` bytes from a live buffer.
-        unsafe { result::memcpy_dtoh_sync(host, buf.ptr) }.map_err(cu_err("cuMemcpyDtoH"))
+        self.copy_out(host, buf.ptr)
     }
 
     fn weight(&mut self, w: &Weight) -> BackendResult<CUdeviceptr> {
@@ -310,6 +478,11 @@ impl Device for Cuda {
         let ptr = buf.ptr;
         self.weights.insert(key, (buf, w.clone()));
         Ok(ptr)
+    }
+
+    fn write(&self, mem: CUdeviceptr, offset: usize, bytes: &[u8]) -> BackendResult {
+        self.bind()?;
+        self.copy_in(mem + offset as CUdeviceptr, bytes)
     }
 
     fn scratch(&mut self, slot: usize, bytes: usize) -> BackendResult<CUdeviceptr> {

@@ -40,6 +40,10 @@ const MAX_HEAD_DIM: usize = 8 * GROUP;
 /// Scratch slot of the partial results.
 const PART_SLOT: usize = 2;
 
+/// Scratch slots of the keys and values of a launch of several sequences.
+const KEYS_SLOT: usize = 3;
+const VALUES_SLOT: usize = 4;
+
 /// Per-query fields of the `info` buffer: batch row, position, first visible slot, one past the
 /// last, range length.
 const INFO: usize = 5;
@@ -59,8 +63,7 @@ pub(super) fn attention<D: Device>(
 ) -> BackendResult {
     check_kv::<D>(kv)?;
     check_shape::<D>(&shape, entries.len(), kv, q, out)?;
-    out.fill(0.0);
-    let hd = shape.head_dim;
+    let (hd, out_len) = (shape.head_dim, out.len());
     let group = shape.n_head / shape.n_head_kv;
     let window = shape.window.map(|w| u32::try_from(w).unwrap_or(u32::MAX));
     let decode_split = RangeSplit::new(shape.n_head_kv);
@@ -107,11 +110,15 @@ pub(super) fn attention<D: Device>(
     let part = dev.scratch(PART_SLOT, part_floats * 4)?;
 
     let qv = dev.view(q)?;
-    let ov = dev.view_mut(out)?;
+    let ov = dev.view_out(out)?;
+    if launches.iter().map(|l| l.n_q).sum::<usize>() < entries.len() {
+        // Rows of sequences without a cache get zeros (no launch writes them).
+        dev.run("op_zero", &[Arg::Mem(ov.mem())], &[out_len], None)?;
+    }
     let mut views = Vec::new();
     for l in &launches {
-        let (kview, k_f16) = l.keys.view(&*dev)?;
-        let (vview, v_f16) = l.values.view(&*dev)?;
+        let (kview, k_f16) = l.keys.place(&mut *dev, KEYS_SLOT)?;
+        let (vview, v_f16) = l.values.place(&mut *dev, VALUES_SLOT)?;
         let (iview, pview) = (dev.view(&l.info)?, dev.view(&l.positions)?);
         let args = [
             Arg::Mem(qv.mem()),
@@ -143,33 +150,68 @@ pub(super) fn attention<D: Device>(
         ];
         dev.run("attn_merge", &args, &[hd, shape.n_head, l.n_q], None)?;
         // Kept until the queue has run: the kernels read the views' memory.
-        views.extend([kview, vview, iview, pview]);
+        views.push((kview, vview, iview, pview));
     }
     dev.sync(&ov)?;
     drop(views);
     Ok(())
 }
 
-/// One layer's cached rows of one or more sequences, as stored (f16 or f32).
+/// One layer's cached rows of one or more sequences, as stored (f16 or f32): each sequence's
+/// rows where the cache keeps them.
 enum Cached<'a> {
-    F16(Cow<'a, [f16]>),
-    F32(Cow<'a, [f32]>),
+    F16(Vec<&'a [f16]>),
+    F32(Vec<&'a [f32]>),
 }
 
-impl Cached<'_> {
-    /// A device view of the rows and whether they are f16 (else f32).
-    fn view<D: Device>(&self, dev: &D) -> BackendResult<(D::View<'_>, bool)> {
+/// Where a launch's keys or values are on the device: a view of one sequence's rows, or the
+/// rows of several copied side by side into a scratch buffer.
+enum Placed<'a, D: Device> {
+    View(D::View<'a>),
+    Scratch(D::Mem),
+}
+
+impl<D: Device> Placed<'_, D> {
+    fn mem(&self) -> D::Mem {
+        match self {
+            Placed::View(v) => v.mem(),
+            Placed::Scratch(m) => *m,
+        }
+    }
+}
+
+impl<'a> Cached<'a> {
+    /// The rows on the device (in scratch slot `slot` when there are several sequences) and
+    /// whether they are f16 (else f32).
+    fn place<D: Device>(&self, dev: &mut D, slot: usize) -> BackendResult<(Placed<'a, D>, bool)> {
+        fn parts<'a, T: Copy, D: Device>(
+            dev: &mut D,
+            slot: usize,
+            parts: &[&'a [T]],
+        ) -> BackendResult<Placed<'a, D>> {
+            if let [one] = parts {
+                return Ok(Placed::View(dev.view(one)?));
+            }
+            let total: usize = parts.iter().map(|p| std::mem::size_of_val(*p)).sum();
+            let mem = dev.scratch(slot, total)?; // [n_slots, kv_dim] of every sequence in turn
+            let mut offset = 0;
+            for p in parts {
+                dev.write(mem, offset, super::bytes_of(p))?;
+                offset += std::mem::size_of_val(*p);
+            }
+            Ok(Placed::Scratch(mem))
+        }
         Ok(match self {
-            Cached::F16(x) => (dev.view(x)?, true),
-            Cached::F32(x) => (dev.view(x)?, false),
+            Cached::F16(p) => (parts(dev, slot, p)?, true),
+            Cached::F32(p) => (parts(dev, slot, p)?, false),
         })
     }
 
     /// Appends `rows` (of the same storage type).
-    fn extend<D: Device>(&mut self, rows: RowsView<'_>) -> BackendResult {
+    fn extend<D: Device>(&mut self, rows: RowsView<'a>) -> BackendResult {
         match (self, rows.as_f16(), rows.as_f32()) {
-            (Cached::F16(x), Some(r), _) => x.to_mut().extend_from_slice(r),
-            (Cached::F32(x), _, Some(r)) => x.to_mut().extend_from_slice(r),
+            (Cached::F16(x), Some(r), _) => x.push(r),
+            (Cached::F32(x), _, Some(r)) => x.push(r),
             _ => return Err(unsupported::<D>("a KV cache mixing storage types".into())),
         }
         Ok(())
@@ -179,9 +221,9 @@ impl Cached<'_> {
 /// The sequences of one path (per-query or f32) attended by one `attn_partial` and one
 /// `attn_merge` launch: their cached rows and positions side by side, each sequence's `info`
 /// slots offset by the slots before it. A lone sequence's rows are viewed where they are (on
-/// unified memory, nothing is copied); several are copied into one buffer, so a batch of many
-/// sequences (a server's decode step) costs two launches and one copy of each input per layer
-/// rather than as many as it has sequences.
+/// unified memory, nothing is copied); the rows of several are copied from the cache into one
+/// device buffer (no host-side copy first), so a batch of many sequences (a server's decode
+/// step) costs two launches per layer rather than as many as it has sequences.
 struct Launch<'a> {
     n_q: usize,
     n_ranges: usize,
@@ -231,10 +273,10 @@ impl<'a> Launch<'a> {
 /// A layer's cached rows as stored, borrowed.
 fn cached<D: Device>(rows: RowsView<'_>) -> BackendResult<Cached<'_>> {
     if let Some(x) = rows.as_f16() {
-        return Ok(Cached::F16(Cow::Borrowed(x)));
+        return Ok(Cached::F16(vec![x]));
     }
     if let Some(x) = rows.as_f32() {
-        return Ok(Cached::F32(Cow::Borrowed(x)));
+        return Ok(Cached::F32(vec![x]));
     }
     Err(unsupported::<D>("a quantized KV cache".into()))
 }

@@ -28,7 +28,7 @@ pub(super) fn rms_norm<D: Device>(
     }
     let rows = x.len().min(out.len()) / cols;
     let (x, out) = (&x[..rows * cols], &mut out[..rows * cols]);
-    let (xv, wv, ov) = (dev.view(x)?, dev.view(w)?, dev.view_mut(out)?);
+    let (xv, wv, ov) = (dev.view(x)?, dev.view(w)?, dev.view_out(out)?);
     let args = [
         Arg::Mem(xv.mem()),
         Arg::Mem(wv.mem()),
@@ -140,9 +140,26 @@ pub(super) fn add<D: Device>(dev: &mut D, x: &mut [f32], y: &[f32]) -> BackendRe
 /// f32 → f16, rounded to nearest even (as `half::f16::from_f32`).
 pub(super) fn copy_to_f16<D: Device>(dev: &mut D, src: &[f32], dst: &mut [f16]) -> BackendResult {
     let n = src.len().min(dst.len());
-    let (sv, dv) = (dev.view(&src[..n])?, dev.view_mut(&mut dst[..n])?);
+    let (sv, dv) = (dev.view(&src[..n])?, dev.view_out(&mut dst[..n])?);
     dev.run("op_to_f16", &[Arg::Mem(sv.mem()), Arg::Mem(dv.mem())], &[n], None)?;
     dev.sync(&dv)
+}
+
+/// Adds `bias` to each `bias.len()`-wide row of `x` (whole rows only, as the CPU).
+pub(super) fn add_bias<D: Device>(dev: &mut D, x: &mut [f32], bias: &[f32]) -> BackendResult {
+    let width = bias.len();
+    if width == 0 {
+        return Ok(());
+    }
+    let n = x.len() / width * width;
+    let (xv, bv) = (dev.view_mut(&mut x[..n])?, dev.view(bias)?);
+    dev.run(
+        "op_add_bias",
+        &[Arg::Mem(xv.mem()), Arg::Mem(bv.mem()), Arg::U32(dim::<D>(width)?)],
+        &[n],
+        None,
+    )?;
+    dev.sync(&xv)
 }
 
 /// A size as a kernel's `uint`, or an error when it does not fit.

@@ -9,8 +9,11 @@
 //! weights are never copied, and a generation can move between backends mid-way. A discrete
 //! GPU's driver copies the regions at those points instead. Weights are wrapped once and kept
 //! ([`Cl::weight`]); scratch buffers only the device uses (quantized activations, attention
-//! scores) are device allocations grown on demand ([`Cl::scratch`]).
+//! scores) are device allocations grown on demand ([`Cl::scratch`]). During a forward pass the
+//! pass's activation buffers and the model's norm weights are device buffers instead (mirrors,
+//! see `gpu::resident`), which a discrete GPU's driver no longer copies at every operator.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::marker::PhantomData;
@@ -27,8 +30,9 @@ use opencl3::platform::get_platforms;
 use opencl3::program::Program;
 use opencl3::types::{CL_BLOCKING, cl_device_id, cl_mem};
 
-use crate::backend::gpu::{Arg, Device as GpuDevice, DeviceView, SOURCES, ScratchSlots};
-use crate::backend::{BackendError, BackendResult};
+use crate::backend::gpu::resident::{Access, MirrorIo, Mirrors, Place};
+use crate::backend::gpu::{Arg, Device as GpuDevice, DeviceView, SOURCES, ScratchSlots, bytes_of};
+use crate::backend::{BackendError, BackendResult, HostRange};
 use crate::ops::Weight;
 
 /// Build options: IEEE division and square root, so quantization scales round like the CPU's.
@@ -121,16 +125,24 @@ impl Drop for DevBuf {
 }
 
 /// Host memory borrowed for one operator and seen by the device (`CL_MEM_USE_HOST_PTR`). The
-/// borrow keeps the memory alive and unmoved while the buffer exists.
+/// borrow keeps the memory alive and unmoved while the buffer exists. A view of a pass's
+/// mirrored memory is the mirror's own device buffer instead (`resident`).
 #[derive(Debug)]
 pub(crate) struct View<'a> {
-    buf: DevBuf,
+    buf: Option<DevBuf>,
+    resident: Option<cl_mem>,
     _host: PhantomData<&'a mut [u8]>,
 }
 
 impl DeviceView<cl_mem> for View<'_> {
     fn mem(&self) -> cl_mem {
-        self.buf.mem
+        self.resident.or(self.buf.as_ref().map(|b| b.mem)).unwrap_or(ptr::null_mut())
+    }
+}
+
+impl View<'_> {
+    fn host(buf: DevBuf) -> Self {
+        View { buf: Some(buf), resident: None, _host: PhantomData }
     }
 }
 
@@ -153,6 +165,9 @@ pub(crate) struct Cl {
     scratch: ScratchSlots<DevBuf>,
     /// Zeroed bytes backing views of empty slices.
     empty: [u8; MIN_BYTES],
+    /// Mirrors of the running passes' scratch and constants (device allocations: on a
+    /// discrete GPU they save the driver's copies at every map).
+    mirrors: RefCell<Mirrors<DevBuf>>,
 }
 
 // SAFETY: the OpenCL objects are thread-safe handles except kernels, whose arguments are
@@ -202,6 +217,7 @@ impl Cl {
             weights: HashMap::new(),
             scratch: ScratchSlots::default(),
             empty: [0; MIN_BYTES],
+            mirrors: RefCell::new(Mirrors::default()),
         })
     }
 
@@ -214,10 +230,71 @@ impl Cl {
     pub(crate) fn finish(&self) -> Result<(), BackendError> {
         self.queue.finish().map_err(cl_err("clFinish"))
     }
+
+    /// The mirror's buffer when a pass mirrors `data` (at offset 0: OpenCL buffers have no
+    /// offsets), else `None` (the caller views host memory).
+    fn resident(&self, data: &[u8], access: Access) -> BackendResult<Option<View<'static>>> {
+        let mut mirrors = self.mirrors.borrow_mut();
+        Ok(match mirrors.access(HostRange::of(data), access, |o| o == 0, self)? {
+            Place::Mirror { index, .. } => {
+                Some(View { buf: None, resident: Some(mirrors.buf(index).mem), _host: PhantomData })
+            }
+            Place::Host => None,
+        })
+    }
+}
+
+impl Cl {
+    /// A read-write (or write-only) view of `data`: its mirror, or its host memory.
+    fn write_view<'a, T: Copy>(&self, data: &'a mut [T], access: Access) -> BackendResult<View<'a>> {
+        let bytes = std::mem::size_of_val(data);
+        if bytes == 0 {
+            let buf = self.create(CL_MEM_READ_WRITE, MIN_BYTES, ptr::null_mut())?;
+            return Ok(View::host(buf));
+        }
+        if let Some(v) = self.resident(bytes_of(data), access)? {
+            return Ok(v);
+        }
+        let buf =
+            self.create(CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, data.as_mut_ptr() as *mut c_void)?;
+        Ok(View::host(buf))
+    }
+}
+
+impl MirrorIo<DevBuf> for Cl {
+    fn alloc(&self, bytes: usize) -> BackendResult<DevBuf> {
+        self.create(CL_MEM_READ_WRITE, bytes.max(MIN_BYTES), ptr::null_mut())
+    }
+
+    unsafe fn upload(&self, buf: &DevBuf, offset: usize, host: *const u8, len: usize) -> BackendResult {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees `host..host + len` is readable.
+        let src = unsafe { std::slice::from_raw_parts(host, len) };
+        GpuDevice::write(self, buf.mem, offset, src)
+    }
+
+    unsafe fn download(&self, buf: &DevBuf, offset: usize, host: *mut u8, len: usize) -> BackendResult {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the caller guarantees `host..host + len` is writable and unused; the blocking
+        // read waits for the queued kernels (in-order queue) and returns once it is copied.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(host, len);
+            let b = opencl3::memory::Buffer::<u8>::new(buf.mem);
+            let res = self.queue.enqueue_read_buffer(&b, CL_BLOCKING, offset, dst, &[]);
+            std::mem::forget(b);
+            res.map_err(cl_err("clEnqueueReadBuffer"))?;
+        }
+        Ok(())
+    }
 }
 
 impl GpuDevice for Cl {
     type Mem = cl_mem;
+    type Buf = DevBuf;
     type View<'a> = View<'a>;
 
     const NAME: &'static str = "opencl";
@@ -235,37 +312,45 @@ impl GpuDevice for Cl {
         let (ptr, bytes) =
             if bytes == 0 { (self.empty.as_ptr(), MIN_BYTES) } else { (data.as_ptr() as *const u8, bytes) };
         // The device only reads a READ_ONLY buffer, so the shared borrow is respected.
+        if let Some(v) = self.resident(bytes_of(data), Access::Read)? {
+            return Ok(v);
+        }
         let buf = self.create(CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, bytes, ptr as *mut c_void)?;
-        Ok(View { buf, _host: PhantomData })
+        Ok(View::host(buf))
     }
 
     /// A read-write device view of `data` for one operator; call [`Cl::sync`] before the host
     /// reads it again.
     fn view_mut<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<View<'a>> {
-        let bytes = std::mem::size_of_val(data);
-        if bytes == 0 {
-            let buf = self.create(CL_MEM_READ_WRITE, MIN_BYTES, ptr::null_mut())?;
-            return Ok(View { buf, _host: PhantomData });
-        }
-        let buf =
-            self.create(CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, data.as_mut_ptr() as *mut c_void)?;
-        Ok(View { buf, _host: PhantomData })
+        self.write_view(data, Access::ReadWrite)
+    }
+
+    /// A write-only view: as [`Cl::view_mut`] (host memory is shared, nothing is copied).
+    fn view_out<'a, T: Copy>(&self, data: &'a mut [T]) -> BackendResult<View<'a>> {
+        self.write_view(data, Access::Write)
+    }
+
+    fn mirrors(&self) -> (&RefCell<Mirrors<DevBuf>>, &dyn MirrorIo<DevBuf>) {
+        (&self.mirrors, self)
     }
 
     /// Waits for the queued kernels and makes the device's writes to `view` visible in the host
     /// memory it wraps (a blocking map and unmap: free on unified memory).
     fn sync(&self, view: &View<'_>) -> BackendResult {
+        // A mirror's view stays on the device; the wait keeps the other views of host memory
+        // alive until the kernels that read them have run.
+        let Some(vbuf) = view.buf.as_ref() else { return self.finish() };
         let mut mapped: cl_mem = ptr::null_mut();
         // SAFETY: `view` is a live buffer of `bytes` bytes; the blocking map returns once the
         // device's writes are in host memory; the pointer is unmapped right away.
         unsafe {
-            let buf = opencl3::memory::Buffer::<u8>::new(view.buf.mem);
+            let buf = opencl3::memory::Buffer::<u8>::new(vbuf.mem);
             let res = self.queue.enqueue_map_buffer(
                 &buf,
                 CL_BLOCKING,
                 CL_MAP_READ,
                 0,
-                view.buf.bytes,
+                vbuf.bytes,
                 &mut mapped,
                 &[],
             );
@@ -273,7 +358,7 @@ impl GpuDevice for Cl {
             std::mem::forget(buf);
             res.map_err(cl_err("clEnqueueMapBuffer"))?;
             self.queue
-                .enqueue_unmap_mem_object(view.buf.mem, mapped, &[])
+                .enqueue_unmap_mem_object(vbuf.mem, mapped, &[])
                 .map_err(cl_err("clEnqueueUnmapMemObject"))?;
         }
         self.finish()
@@ -293,6 +378,23 @@ impl GpuDevice for Cl {
         let mem = buf.mem;
         self.weights.insert(key, (buf, w.clone()));
         Ok(mem)
+    }
+
+    /// Copies `bytes` into `mem` at `offset` (a blocking write, after the queued kernels).
+    fn write(&self, mem: cl_mem, offset: usize, bytes: &[u8]) -> BackendResult {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `mem` is a live buffer of at least `offset + bytes.len()` bytes (a scratch
+        // buffer sized by the caller); the blocking write returns once the bytes are copied;
+        // `Buffer::new` takes no reference of its own (forgotten).
+        unsafe {
+            let mut b = opencl3::memory::Buffer::<u8>::new(mem);
+            let res = self.queue.enqueue_write_buffer(&mut b, CL_BLOCKING, offset, bytes, &[]);
+            std::mem::forget(b);
+            res.map_err(cl_err("clEnqueueWriteBuffer"))?;
+        }
+        Ok(())
     }
 
     /// Device-only scratch buffer number `slot` of at least `bytes` bytes (contents undefined).

@@ -131,6 +131,17 @@ __kernel void op_add(__global float *x, __global const float *y) {
     x[i] = x[i] + y[i];
 }
 
+// x[i] += bias[i % width]: a bias added to every row of `width` (Qwen 2's QKV biases).
+__kernel void op_add_bias(__global float *x, __global const float *bias, uint width) {
+    size_t i = get_global_id(0);
+    x[i] = x[i] + bias[i % width];
+}
+
+// Zero: an output some of whose values no kernel writes.
+__kernel void op_zero(__global float *x) {
+    x[get_global_id(0)] = 0.0f;
+}
+
 // f32 -> f16, rounded to nearest even.
 __kernel void op_to_f16(__global const float *src, __global half *dst) {
     size_t i = get_global_id(0);
