@@ -17,6 +17,9 @@ use crate::ops::Weight;
 /// Work items per matmul work group (`MM_WG` in `quant.cl`).
 const MM_WG: usize = 64;
 
+/// Tokens per work group of the tiled kernels (`MM_TT` in `quant.cl`).
+const MM_TT: usize = 8;
+
 /// Scratch slot of the quantized activations.
 const XQ_SLOT: usize = 0;
 
@@ -25,6 +28,8 @@ const XQ_SLOT: usize = 0;
 struct Kernels {
     /// The matmul kernel (`mm_*`).
     matmul: &'static str,
+    /// Its tiled form (`mmt_*`), for batches of at least [`MM_TT`] tokens.
+    tiled: &'static str,
     /// The activation quantizer (`q_act_*`) and the values per activation block; `None` for float
     /// weights, which take the f32 activations.
     act: Option<(&'static str, usize)>,
@@ -38,21 +43,21 @@ fn kernels(ty: GgmlType) -> Option<Kernels> {
     const ACT_Q8_0: Option<(&str, usize)> = Some(("q_act_q8_0", 32));
     const ACT_Q8_1: Option<(&str, usize)> = Some(("q_act_q8_1", 32));
     const ACT_Q8_K: Option<(&str, usize)> = Some(("q_act_q8_k", quant::QK_K));
-    let k = |matmul, act, gather| Some(Kernels { matmul, act, gather });
+    let k = |matmul, tiled, act, gather| Some(Kernels { matmul, tiled, act, gather });
     match ty {
-        F32 => k("mm_f32", None, "q_get_f32"),
-        F16 => k("mm_f16", None, "q_get_f16"),
-        BF16 => k("mm_bf16", None, "q_get_bf16"),
-        Q4_0 => k("mm_q4_0", ACT_Q8_0, "q_get_q4_0"),
-        Q4_1 => k("mm_q4_1", ACT_Q8_1, "q_get_q4_1"),
-        Q5_0 => k("mm_q5_0", ACT_Q8_0, "q_get_q5_0"),
-        Q5_1 => k("mm_q5_1", ACT_Q8_1, "q_get_q5_1"),
-        Q8_0 => k("mm_q8_0", ACT_Q8_0, "q_get_q8_0"),
-        Q2_K => k("mm_q2_k", ACT_Q8_K, "q_get_q2_k"),
-        Q3_K => k("mm_q3_k", ACT_Q8_K, "q_get_q3_k"),
-        Q4_K => k("mm_q4_k", ACT_Q8_K, "q_get_q4_k"),
-        Q5_K => k("mm_q5_k", ACT_Q8_K, "q_get_q5_k"),
-        Q6_K => k("mm_q6_k", ACT_Q8_K, "q_get_q6_k"),
+        F32 => k("mm_f32", "mmt_f32", None, "q_get_f32"),
+        F16 => k("mm_f16", "mmt_f16", None, "q_get_f16"),
+        BF16 => k("mm_bf16", "mmt_bf16", None, "q_get_bf16"),
+        Q4_0 => k("mm_q4_0", "mmt_q4_0", ACT_Q8_0, "q_get_q4_0"),
+        Q4_1 => k("mm_q4_1", "mmt_q4_1", ACT_Q8_1, "q_get_q4_1"),
+        Q5_0 => k("mm_q5_0", "mmt_q5_0", ACT_Q8_0, "q_get_q5_0"),
+        Q5_1 => k("mm_q5_1", "mmt_q5_1", ACT_Q8_1, "q_get_q5_1"),
+        Q8_0 => k("mm_q8_0", "mmt_q8_0", ACT_Q8_0, "q_get_q8_0"),
+        Q2_K => k("mm_q2_k", "mmt_q2_k", ACT_Q8_K, "q_get_q2_k"),
+        Q3_K => k("mm_q3_k", "mmt_q3_k", ACT_Q8_K, "q_get_q3_k"),
+        Q4_K => k("mm_q4_k", "mmt_q4_k", ACT_Q8_K, "q_get_q4_k"),
+        Q5_K => k("mm_q5_k", "mmt_q5_k", ACT_Q8_K, "q_get_q5_k"),
+        Q6_K => k("mm_q6_k", "mmt_q6_k", ACT_Q8_K, "q_get_q6_k"),
         _ => None,
     }
 }
@@ -114,9 +119,14 @@ pub(super) fn matmul<D: Device>(
     let (rows_u, cols_u) = (to_u32::<D>(rows, "rows")?, to_u32::<D>(cols, "columns")?);
     let wmem = dev.weight(w)?; // [rows, row_bytes]
     let xv = dev.view(x)?; // [n, cols]
-    let ov = dev.view_mut(out)?; // [n, rows]
-    let global = [rows * MM_WG, n];
+    let ov = dev.view_out(out)?; // [n, rows]
+    // Batches of MM_TT tokens or more take the tiled kernel (same sums, weights read once per
+    // tile of tokens).
+    let tiled = n >= MM_TT;
+    let (name, global) =
+        if tiled { (k.tiled, [rows * MM_WG, n.div_ceil(MM_TT)]) } else { (k.matmul, [rows * MM_WG, n]) };
     let local = [MM_WG, 1];
+    let n_u = to_u32::<D>(n, "tokens")?;
     match k.act {
         Some((quantizer, block)) => {
             let rb = quant::act_row_bytes(w.ty, cols)
@@ -129,13 +139,26 @@ pub(super) fn matmul<D: Device>(
                 &[blocks],
                 None,
             )?;
-            let args = [Arg::Mem(wmem), Arg::Mem(xq), Arg::Mem(ov.mem()), Arg::U32(rows_u), Arg::U32(cols_u)];
-            dev.run(k.matmul, &args, &global, Some(&local))?;
+            let args = [
+                Arg::Mem(wmem),
+                Arg::Mem(xq),
+                Arg::Mem(ov.mem()),
+                Arg::U32(rows_u),
+                Arg::U32(cols_u),
+                Arg::U32(n_u),
+            ];
+            dev.run(name, &args[..if tiled { 6 } else { 5 }], &global, Some(&local))?;
         }
         None => {
-            let args =
-                [Arg::Mem(wmem), Arg::Mem(xv.mem()), Arg::Mem(ov.mem()), Arg::U32(rows_u), Arg::U32(cols_u)];
-            dev.run(k.matmul, &args, &global, Some(&local))?;
+            let args = [
+                Arg::Mem(wmem),
+                Arg::Mem(xv.mem()),
+                Arg::Mem(ov.mem()),
+                Arg::U32(rows_u),
+                Arg::U32(cols_u),
+                Arg::U32(n_u),
+            ];
+            dev.run(name, &args[..if tiled { 6 } else { 5 }], &global, Some(&local))?;
         }
     }
     dev.sync(&ov)
@@ -167,7 +190,7 @@ pub(super) fn gather<D: Device>(
     let (cols_u, row_bytes) = (to_u32::<D>(cols, "columns")?, to_u32::<D>(table.row_bytes(), "row bytes")?);
     let wmem = dev.weight(table)?; // [rows, row_bytes]
     let iv = dev.view(ids)?; // [ids]
-    let ov = dev.view_mut(out)?; // [ids, cols]
+    let ov = dev.view_out(out)?; // [ids, cols]
     let args = [
         Arg::Mem(wmem),
         Arg::Mem(iv.mem()),

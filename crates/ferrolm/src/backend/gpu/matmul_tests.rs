@@ -132,6 +132,26 @@ fn matmul_matches_cpu_for_every_type() {
 }
 
 #[test]
+fn tiled_kernels_give_each_token_the_bits_of_the_one_token_kernels() {
+    let Some(b) = backend() else { return };
+    for (i, ty) in TYPES.iter().copied().enumerate() {
+        let w = random_weight(ty, 37, 512, 700 + i as u64);
+        // 19 tokens: two whole tiles of 8 and a partial one.
+        let n = 19;
+        let x = activations(n, w.cols, 5 + i as u64);
+        let mut tiled = vec![f32::NAN; n * w.rows]; // [n, rows]
+        b.matmul(&w, &x, n, &mut tiled).expect("tiled matmul");
+        for (t, xt) in x.chunks_exact(w.cols).enumerate() {
+            let mut one = vec![f32::NAN; w.rows]; // [1, rows]
+            b.matmul(&w, xt, 1, &mut one).expect("one-token matmul");
+            let row = &tiled[t * w.rows..(t + 1) * w.rows];
+            let same = row.iter().zip(&one).all(|(a, c)| a.to_bits() == c.to_bits());
+            assert!(same, "{ty} token {t}: tiled {:?} vs one {:?}", &row[..4], &one[..4]);
+        }
+    }
+}
+
+#[test]
 fn matmul_of_a_row_block_reads_its_own_rows() {
     if backend().is_none() {
         return;

@@ -52,7 +52,8 @@ pub(crate) fn check_nvrtc() -> BackendResult {
     if unsafe { cudarc::nvrtc::sys::is_culib_present() } { Ok(()) } else { Err(BackendError::NoNvrtc) }
 }
 
-/// The names of the kernels in the sources (`__kernel void NAME(` and the gather macro's uses).
+/// The names of the kernels in the sources (`__kernel void NAME(` and the gather and matmul
+/// macros' uses).
 pub(crate) fn kernel_names() -> Vec<String> {
     let mut names = Vec::new();
     for src in SOURCES {
@@ -69,6 +70,11 @@ pub(crate) fn kernel_names() -> Vec<String> {
                 && let Some(name) = rest.split(',').next()
             {
                 names.push(name.trim().to_string());
+            } else if let Some(rest) = l.strip_prefix("MM_KERNELS(")
+                && let Some(name) = rest.split(',').next()
+            {
+                names.push(format!("mm_{}", name.trim()));
+                names.push(format!("mmt_{}", name.trim()));
             }
         }
     }
@@ -87,7 +93,12 @@ mod tests {
             "q_act_q8_1",
             "q_act_q8_k",
             "mm_q4_0",
+            "mmt_q4_0",
             "mm_q6_k",
+            "mmt_q6_k",
+            "mmt_bf16",
+            "op_add_bias",
+            "op_zero",
             "mm_f16",
             "mm_bf16",
             "q_get_q4_k",

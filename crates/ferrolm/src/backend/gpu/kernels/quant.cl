@@ -9,7 +9,9 @@
 //
 // Matmul launch: global [rows * MM_WG, n], local [MM_WG, 1]: one work group per (output row,
 // token). Each work item strides over the row's 32-value groups (elements for float weights),
-// then a tree reduction in local memory sums the work items' partial results.
+// then a tree reduction in local memory sums the work items' partial results. The tiled
+// kernels (mmt_*, for batches of at least MM_TT tokens) take global [rows * MM_WG,
+// ceil(n / MM_TT)]: one work group per (output row, MM_TT tokens), same sums.
 //
 // Gather launch (q_get_*): global [cols, ids], one work item per output value.
 //
@@ -159,6 +161,9 @@ __kernel void q_act_q8_k(__global const float *x, __global uchar *xq, uint block
 
 // ---- Matmul ------------------------------------------------------------------------------
 
+// Tokens per work group of the tiled matmul kernels (mmt_*; MM_TT in matmul.rs).
+#define MM_TT 8
+
 // Sums `acc` over the work group (local memory `red` [MM_WG]) and stores it in `*out` from
 // work item 0. Every work item of the group must call it.
 inline void mm_store(float acc, LOCAL_PTR float *red, __global float *out) {
@@ -176,6 +181,68 @@ inline void mm_store(float acc, LOCAL_PTR float *red, __global float *out) {
     }
 }
 
+// mm_store for the MM_TT tokens of a tiled work group at once (`red` [MM_TT, MM_WG]; the
+// same pairs summed in the same order as mm_store, so each token's result is the same bits):
+// token k's sum goes to out[k * rows] for k < nt.
+inline void mm_store_tile(float *acc, uint nt, LOCAL_PTR float *red, __global float *out, uint rows) {
+    uint lid = get_local_id(0);
+    for (uint k = 0; k < MM_TT; k++) {
+        red[k * MM_WG + lid] = acc[k];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint s = MM_WG / 2; s > 0; s >>= 1) {
+        if (lid < s) {
+            for (uint k = 0; k < MM_TT; k++) {
+                red[k * MM_WG + lid] += red[k * MM_WG + lid + s];
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < nt) {
+        out[(size_t)lid * rows] = red[lid * MM_WG];
+    }
+}
+
+// The two kernels of a weight format: mm_NAME, one work group per (output row, token), and
+// mmt_NAME, one per (output row, MM_TT tokens), which reads each weight unit once for all its
+// tokens. A row is `UNITS` work units (blocks, sub-blocks or values) of `WROW` bytes of
+// weights in all; a token's activations are `XROW` values of type `XT`. `MMU_NAME(acc, wr, xr,
+// u)` adds unit `u` of weight row `wr` times token row `xr` to `acc`; both kernels add a token's
+// units in the same order, so they give the same bits.
+#define MM_KERNELS(NAME, XT, UNITS, WROW, XROW)                                                   \
+    __kernel void mm_##NAME(__global const uchar *w, __global const XT *x, __global float *out,    \
+                            uint rows, uint cols) {                                               \
+        __local float red[MM_WG];                                                                  \
+        uint row = get_group_id(0), t = get_global_id(1), lid = get_local_id(0);                   \
+        float acc = 0.0f;                                                                          \
+        __global const uchar *wr = w + (size_t)row * (WROW);                                       \
+        __global const XT *xr = x + (size_t)t * (XROW);                                            \
+        for (uint u = lid; u < (UNITS); u += MM_WG) {                                              \
+            MMU_##NAME(acc, wr, xr, u);                                                            \
+        }                                                                                          \
+        mm_store(acc, red, out + (size_t)t * rows + row);                                          \
+    }                                                                                              \
+    __kernel void mmt_##NAME(__global const uchar *w, __global const XT *x, __global float *out,   \
+                             uint rows, uint cols, uint n) {                                       \
+        __local float red[MM_TT * MM_WG];                                                          \
+        uint row = get_group_id(0), t0 = get_global_id(1) * MM_TT, lid = get_local_id(0);          \
+        uint nt = min((uint)MM_TT, n - t0);                                                        \
+        float acc[MM_TT];                                                                          \
+        for (uint k = 0; k < MM_TT; k++) {                                                         \
+            acc[k] = 0.0f;                                                                         \
+        }                                                                                          \
+        __global const uchar *wr = w + (size_t)row * (WROW);                                       \
+        for (uint u = lid; u < (UNITS); u += MM_WG) {                                              \
+            for (uint k = 0; k < MM_TT; k++) {                                                     \
+                if (k < nt) {                                                                      \
+                    __global const XT *xr = x + (size_t)(t0 + k) * (XROW);                         \
+                    MMU_##NAME(acc[k], wr, xr, u);                                                 \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        mm_store_tile(acc, nt, red, out + (size_t)t0 * rows + row, rows);                          \
+    }
+
 // Sum of q_w * q_x over a 32-value block of nibbles `qs` (fifth bits in `qh`) minus `off`,
 // against 32 signed bytes `x`.
 inline int q_isum_nib(__global const uchar *qs, uint qh, int off, __global const uchar *x) {
@@ -186,103 +253,56 @@ inline int q_isum_nib(__global const uchar *qs, uint qh, int off, __global const
     return s;
 }
 
-// The common head of the matmul kernels: the work group's output row and token, the work
-// item's index in the group and its partial sum.
-#define MM_HEAD                       \
-    __local float red[MM_WG];         \
-    uint row = get_group_id(0);       \
-    uint t = get_global_id(1);        \
-    uint lid = get_local_id(0);       \
-    float acc = 0.0f;
-
 // Q4_0 (18 bytes: d f16, qs [16] nibbles; w = d (q - 8)) times Q8_0 activations:
-// sum over blocks of (d_w d_x) sum (q_w - 8) q_x.
-__kernel void mm_q4_0(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 32;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q4_0; // [nb] blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_0;  // [nb] blocks
-    for (uint b = lid; b < nb; b += MM_WG) {
-        __global const uchar *wb = wr + b * QB_Q4_0;
-        __global const uchar *xb = xr + b * QB_Q8_0;
-        float d = ld_f16(wb, 0) * ld_f16(xb, 0);
-        acc += d * (float)q_isum_nib(wb + 2, 0, 8, xb + 2);
-    }
-    mm_store(acc, red, out + (size_t)t * rows + row);
+// sum over blocks of (d_w d_x) sum (q_w - 8) q_x. A unit is a block.
+inline float mmu_q4_0(__global const uchar *wb, __global const uchar *xb) {
+    float d = ld_f16(wb, 0) * ld_f16(xb, 0);
+    return d * (float)q_isum_nib(wb + 2, 0, 8, xb + 2);
 }
+#define MMU_q4_0(acc, wr, xr, b) acc += mmu_q4_0((wr) + (b) * QB_Q4_0, (xr) + (b) * QB_Q8_0)
+MM_KERNELS(q4_0, uchar, cols / 32, (cols / 32) * QB_Q4_0, (cols / 32) * QB_Q8_0)
 
 // Q4_1 (20 bytes: d f16, m f16, qs [16] nibbles; w = d q + m) times Q8_1 activations:
 // sum over blocks of (d_w d_x) sum q_w q_x + m_w s_x.
-__kernel void mm_q4_1(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 32;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q4_1; // [nb] blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_1;  // [nb] blocks
-    for (uint b = lid; b < nb; b += MM_WG) {
-        __global const uchar *wb = wr + b * QB_Q4_1;
-        __global const uchar *xb = xr + b * QB_Q8_1;
-        float d = ld_f16(wb, 0) * ld_f16(xb, 0);
-        float m = ld_f16(wb, 2) * ld_f16(xb, 2);
-        acc += d * (float)q_isum_nib(wb + 4, 0, 0, xb + 4);
-        acc += m;
+#define MMU_q4_1(acc, wr, xr, b)                                                                   \
+    {                                                                                              \
+        __global const uchar *wb = (wr) + (b) * QB_Q4_1, *xb = (xr) + (b) * QB_Q8_1;               \
+        float d = ld_f16(wb, 0) * ld_f16(xb, 0);                                                   \
+        float m = ld_f16(wb, 2) * ld_f16(xb, 2);                                                   \
+        acc += d * (float)q_isum_nib(wb + 4, 0, 0, xb + 4);                                        \
+        acc += m;                                                                                  \
     }
-    mm_store(acc, red, out + (size_t)t * rows + row);
-}
+MM_KERNELS(q4_1, uchar, cols / 32, (cols / 32) * QB_Q4_1, (cols / 32) * QB_Q8_1)
 
 // Q5_0 (22 bytes: d f16, qh u32 fifth bits, qs [16] nibbles; w = d (q - 16)) times Q8_0.
-__kernel void mm_q5_0(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 32;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q5_0; // [nb] blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_0;  // [nb] blocks
-    for (uint b = lid; b < nb; b += MM_WG) {
-        __global const uchar *wb = wr + b * QB_Q5_0;
-        __global const uchar *xb = xr + b * QB_Q8_0;
-        float d = ld_f16(wb, 0) * ld_f16(xb, 0);
-        acc += d * (float)q_isum_nib(wb + 6, q_u32(wb, 2), 16, xb + 2);
-    }
-    mm_store(acc, red, out + (size_t)t * rows + row);
+inline float mmu_q5_0(__global const uchar *wb, __global const uchar *xb) {
+    float d = ld_f16(wb, 0) * ld_f16(xb, 0);
+    return d * (float)q_isum_nib(wb + 6, q_u32(wb, 2), 16, xb + 2);
 }
+#define MMU_q5_0(acc, wr, xr, b) acc += mmu_q5_0((wr) + (b) * QB_Q5_0, (xr) + (b) * QB_Q8_0)
+MM_KERNELS(q5_0, uchar, cols / 32, (cols / 32) * QB_Q5_0, (cols / 32) * QB_Q8_0)
 
 // Q5_1 (24 bytes: d f16, m f16, qh u32 fifth bits, qs [16] nibbles; w = d q + m) times Q8_1.
-__kernel void mm_q5_1(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 32;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q5_1; // [nb] blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_1;  // [nb] blocks
-    for (uint b = lid; b < nb; b += MM_WG) {
-        __global const uchar *wb = wr + b * QB_Q5_1;
-        __global const uchar *xb = xr + b * QB_Q8_1;
-        float d = ld_f16(wb, 0) * ld_f16(xb, 0);
-        float m = ld_f16(wb, 2) * ld_f16(xb, 2);
-        acc += d * (float)q_isum_nib(wb + 8, q_u32(wb, 4), 0, xb + 4);
-        acc += m;
+#define MMU_q5_1(acc, wr, xr, b)                                                                   \
+    {                                                                                              \
+        __global const uchar *wb = (wr) + (b) * QB_Q5_1, *xb = (xr) + (b) * QB_Q8_1;               \
+        float d = ld_f16(wb, 0) * ld_f16(xb, 0);                                                   \
+        float m = ld_f16(wb, 2) * ld_f16(xb, 2);                                                   \
+        acc += d * (float)q_isum_nib(wb + 8, q_u32(wb, 4), 0, xb + 4);                             \
+        acc += m;                                                                                  \
     }
-    mm_store(acc, red, out + (size_t)t * rows + row);
-}
+MM_KERNELS(q5_1, uchar, cols / 32, (cols / 32) * QB_Q5_1, (cols / 32) * QB_Q8_1)
 
 // Q8_0 (34 bytes: d f16, qs [32] i8; w = d q) times Q8_0.
-__kernel void mm_q8_0(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 32;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q8_0; // [nb] blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_0;  // [nb] blocks
-    for (uint b = lid; b < nb; b += MM_WG) {
-        __global const uchar *wb = wr + b * QB_Q8_0;
-        __global const uchar *xb = xr + b * QB_Q8_0;
-        int s = 0;
-        for (uint i = 0; i < 32; i++) {
-            s += q_i8(wb, 2 + i) * q_i8(xb, 2 + i);
-        }
-        acc += (ld_f16(wb, 0) * ld_f16(xb, 0)) * (float)s;
+inline float mmu_q8_0(__global const uchar *wb, __global const uchar *xb) {
+    int s = 0;
+    for (uint i = 0; i < 32; i++) {
+        s += q_i8(wb, 2 + i) * q_i8(xb, 2 + i);
     }
-    mm_store(acc, red, out + (size_t)t * rows + row);
+    return (ld_f16(wb, 0) * ld_f16(xb, 0)) * (float)s;
 }
+#define MMU_q8_0(acc, wr, xr, b) acc += mmu_q8_0((wr) + (b) * QB_Q8_0, (xr) + (b) * QB_Q8_0)
+MM_KERNELS(q8_0, uchar, cols / 32, (cols / 32) * QB_Q8_0, (cols / 32) * QB_Q8_0)
 
 // Value `l` (0..32) of sub-block `j` (0..8) of a Q4_K or Q5_K super-block `wb`: the low four bits
 // are nibbles at `qs_off` (32-byte chunk j / 2, low nibbles for even j), the fifth bit (Q5_K:
@@ -310,32 +330,16 @@ inline float mm_q45_k_sub(__global const uchar *wb, uint qs_off, uint five, __gl
     return v - (dx * ld_f16(wb, 2)) * (float)(scm.y * bsum);
 }
 
-// Q4_K (144 bytes, nibbles at 16) times Q8_K. Work unit: one 32-value sub-block j = u % 8 of
+// Q4_K (144 bytes, nibbles at 16) times Q8_K. A unit is one 32-value sub-block j = u % 8 of
 // super-block u / 8.
-__kernel void mm_q4_k(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 256;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q4_K; // [nb] super-blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_K;  // [nb] blocks
-    for (uint u = lid; u < nb * 8; u += MM_WG) {
-        acc += mm_q45_k_sub(wr + (u >> 3) * QB_Q4_K, 16, 0, xr + (u >> 3) * QB_Q8_K, u & 7);
-    }
-    mm_store(acc, red, out + (size_t)t * rows + row);
-}
+#define MMU_q4_k(acc, wr, xr, u)                                                                   \
+    acc += mm_q45_k_sub((wr) + ((u) >> 3) * QB_Q4_K, 16, 0, (xr) + ((u) >> 3) * QB_Q8_K, (u) & 7)
+MM_KERNELS(q4_k, uchar, (cols / 256) * 8, (cols / 256) * QB_Q4_K, (cols / 256) * QB_Q8_K)
 
-// Q5_K (176 bytes, high bits at 16, nibbles at 48) times Q8_K, as mm_q4_k.
-__kernel void mm_q5_k(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 256;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q5_K; // [nb] super-blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_K;  // [nb] blocks
-    for (uint u = lid; u < nb * 8; u += MM_WG) {
-        acc += mm_q45_k_sub(wr + (u >> 3) * QB_Q5_K, 48, 1, xr + (u >> 3) * QB_Q8_K, u & 7);
-    }
-    mm_store(acc, red, out + (size_t)t * rows + row);
-}
+// Q5_K (176 bytes, high bits at 16, nibbles at 48) times Q8_K, as Q4_K.
+#define MMU_q5_k(acc, wr, xr, u)                                                                   \
+    acc += mm_q45_k_sub((wr) + ((u) >> 3) * QB_Q5_K, 48, 1, (xr) + ((u) >> 3) * QB_Q8_K, (u) & 7)
+MM_KERNELS(q5_k, uchar, (cols / 256) * 8, (cols / 256) * QB_Q5_K, (cols / 256) * QB_Q8_K)
 
 // Value `l` (0..32) of 32-value group `g` (0..8) of a Q2_K super-block `wb` (84 bytes: scales
 // [16] (low nibble scale, high nibble minimum of each 16-value sub-block), qs [64], d f16,
@@ -345,33 +349,25 @@ inline int q_q2_k(__global const uchar *wb, uint g, uint l) {
     return (int)((wb[16 + 32 * (g >> 2) + l] >> (2 * (g & 3))) & 3);
 }
 
-// Q2_K (value l of sub-block s is (d sc_s) q - dmin m_s) times Q8_K. Work unit: one 32-value
-// group g (sub-blocks 2g and 2g + 1), contributing
+// Q2_K (value l of sub-block s is (d sc_s) q - dmin m_s) times Q8_K. A unit is one 32-value
+// group g of super-block u / 8 (sub-blocks 2g and 2g + 1), contributing
 // (d_x d) sum_s sc_s sum q_w q_x - (d_x dmin) sum_s m_s bsum_s.
-__kernel void mm_q2_k(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 256;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q2_K; // [nb] super-blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_K;  // [nb] blocks
-    for (uint u = lid; u < nb * 8; u += MM_WG) {
-        uint g = u & 7;
-        __global const uchar *wb = wr + (u >> 3) * QB_Q2_K;
-        __global const uchar *xb = xr + (u >> 3) * QB_Q8_K;
-        float dx = *(__global const float *)xb;
-        int s0 = 0, s1 = 0;
-        for (uint l = 0; l < 16; l++) {
-            s0 += q_q2_k(wb, g, l) * q_i8(xb, 4 + 32 * g + l);
-            s1 += q_q2_k(wb, g, l + 16) * q_i8(xb, 4 + 32 * g + l + 16);
-        }
-        uint sc0 = wb[2 * g], sc1 = wb[2 * g + 1];
-        int s = (int)(sc0 & 15) * s0 + (int)(sc1 & 15) * s1;
-        int m = (int)(sc0 >> 4) * q_i16(xb, 260 + 4 * g) + (int)(sc1 >> 4) * q_i16(xb, 262 + 4 * g);
-        float v = (dx * ld_f16(wb, 80)) * (float)s;
-        acc += v - (dx * ld_f16(wb, 82)) * (float)m;
+inline float mmu_q2_k(__global const uchar *wb, __global const uchar *xb, uint g) {
+    float dx = *(__global const float *)xb;
+    int s0 = 0, s1 = 0;
+    for (uint l = 0; l < 16; l++) {
+        s0 += q_q2_k(wb, g, l) * q_i8(xb, 4 + 32 * g + l);
+        s1 += q_q2_k(wb, g, l + 16) * q_i8(xb, 4 + 32 * g + l + 16);
     }
-    mm_store(acc, red, out + (size_t)t * rows + row);
+    uint sc0 = wb[2 * g], sc1 = wb[2 * g + 1];
+    int s = (int)(sc0 & 15) * s0 + (int)(sc1 & 15) * s1;
+    int m = (int)(sc0 >> 4) * q_i16(xb, 260 + 4 * g) + (int)(sc1 >> 4) * q_i16(xb, 262 + 4 * g);
+    float v = (dx * ld_f16(wb, 80)) * (float)s;
+    return v - (dx * ld_f16(wb, 82)) * (float)m;
 }
+#define MMU_q2_k(acc, wr, xr, u)                                                                   \
+    acc += mmu_q2_k((wr) + ((u) >> 3) * QB_Q2_K, (xr) + ((u) >> 3) * QB_Q8_K, (u) & 7)
+MM_KERNELS(q2_k, uchar, (cols / 256) * 8, (cols / 256) * QB_Q2_K, (cols / 256) * QB_Q8_K)
 
 // Value `l` (0..32) of 32-value group `g` (0..8) of a Q3_K super-block `wb` (110 bytes: hmask
 // [32], qs [64], scales [12], d f16): low bits (qs[32h + l] >> 2k) & 3 as in Q2_K, high bit g
@@ -391,29 +387,21 @@ inline int q_scale_q3_k(__global const uchar *s, uint j) {
     return (int)(lo | (hi << 4)) - 32;
 }
 
-// Q3_K (value l of sub-block s is (d scale_s) q) times Q8_K. Work unit: one 32-value group g,
+// Q3_K (value l of sub-block s is (d scale_s) q) times Q8_K. A unit is one 32-value group g,
 // contributing (d_x d) (scale_2g sum_lo + scale_2g+1 sum_hi).
-__kernel void mm_q3_k(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 256;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q3_K; // [nb] super-blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_K;  // [nb] blocks
-    for (uint u = lid; u < nb * 8; u += MM_WG) {
-        uint g = u & 7;
-        __global const uchar *wb = wr + (u >> 3) * QB_Q3_K;
-        __global const uchar *xb = xr + (u >> 3) * QB_Q8_K;
-        float dx = *(__global const float *)xb;
-        int s0 = 0, s1 = 0;
-        for (uint l = 0; l < 16; l++) {
-            s0 += q_q3_k(wb, g, l) * q_i8(xb, 4 + 32 * g + l);
-            s1 += q_q3_k(wb, g, l + 16) * q_i8(xb, 4 + 32 * g + l + 16);
-        }
-        int s = q_scale_q3_k(wb + 96, 2 * g) * s0 + q_scale_q3_k(wb + 96, 2 * g + 1) * s1;
-        acc += (dx * ld_f16(wb, 108)) * (float)s;
+inline float mmu_q3_k(__global const uchar *wb, __global const uchar *xb, uint g) {
+    float dx = *(__global const float *)xb;
+    int s0 = 0, s1 = 0;
+    for (uint l = 0; l < 16; l++) {
+        s0 += q_q3_k(wb, g, l) * q_i8(xb, 4 + 32 * g + l);
+        s1 += q_q3_k(wb, g, l + 16) * q_i8(xb, 4 + 32 * g + l + 16);
     }
-    mm_store(acc, red, out + (size_t)t * rows + row);
+    int s = q_scale_q3_k(wb + 96, 2 * g) * s0 + q_scale_q3_k(wb + 96, 2 * g + 1) * s1;
+    return (dx * ld_f16(wb, 108)) * (float)s;
 }
+#define MMU_q3_k(acc, wr, xr, u)                                                                   \
+    acc += mmu_q3_k((wr) + ((u) >> 3) * QB_Q3_K, (xr) + ((u) >> 3) * QB_Q8_K, (u) & 7)
+MM_KERNELS(q3_k, uchar, (cols / 256) * 8, (cols / 256) * QB_Q3_K, (cols / 256) * QB_Q8_K)
 
 // Value `l` (0..32) of 32-value group `g` (0..8) of a Q6_K super-block `wb` (210 bytes: ql [128]
 // low nibbles, qh [64] two high bits, scales [16] i8, d f16), minus 32. Half h = g / 4 of the
@@ -426,66 +414,31 @@ inline int q_q6_k(__global const uchar *wb, uint g, uint l) {
     return (int)(lo | (hi << 4)) - 32;
 }
 
-// Q6_K (value i of 16-value sub-block s is (d scale_s) (q - 32)) times Q8_K. Work unit: one
-// 32-value group g of super-block sb (sub-blocks 2g and 2g + 1), contributing
+// Q6_K (value i of 16-value sub-block s is (d scale_s) (q - 32)) times Q8_K. A unit is one
+// 32-value group g of super-block u / 8 (sub-blocks 2g and 2g + 1), contributing
 // (d_x d) (scale_2g sum_lo + scale_2g+1 sum_hi).
-__kernel void mm_q6_k(__global const uchar *w, __global const uchar *xq, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    uint nb = cols / 256;
-    __global const uchar *wr = w + (size_t)row * nb * QB_Q6_K; // [nb] super-blocks
-    __global const uchar *xr = xq + (size_t)t * nb * QB_Q8_K;  // [nb] blocks
-    for (uint u = lid; u < nb * 8; u += MM_WG) {
-        uint g = u & 7;
-        __global const uchar *wb = wr + (u >> 3) * QB_Q6_K;
-        __global const uchar *xb = xr + (u >> 3) * QB_Q8_K;
-        float dx = *(__global const float *)xb;
-        int s0 = 0, s1 = 0;
-        for (uint l = 0; l < 16; l++) {
-            s0 += q_q6_k(wb, g, l) * q_i8(xb, 4 + 32 * g + l);
-            s1 += q_q6_k(wb, g, l + 16) * q_i8(xb, 4 + 32 * g + l + 16);
-        }
-        int s = q_i8(wb, 192 + 2 * g) * s0 + q_i8(wb, 193 + 2 * g) * s1;
-        acc += (dx * ld_f16(wb, 208)) * (float)s;
+inline float mmu_q6_k(__global const uchar *wb, __global const uchar *xb, uint g) {
+    float dx = *(__global const float *)xb;
+    int s0 = 0, s1 = 0;
+    for (uint l = 0; l < 16; l++) {
+        s0 += q_q6_k(wb, g, l) * q_i8(xb, 4 + 32 * g + l);
+        s1 += q_q6_k(wb, g, l + 16) * q_i8(xb, 4 + 32 * g + l + 16);
     }
-    mm_store(acc, red, out + (size_t)t * rows + row);
+    int s = q_i8(wb, 192 + 2 * g) * s0 + q_i8(wb, 193 + 2 * g) * s1;
+    return (dx * ld_f16(wb, 208)) * (float)s;
 }
+#define MMU_q6_k(acc, wr, xr, u)                                                                   \
+    acc += mmu_q6_k((wr) + ((u) >> 3) * QB_Q6_K, (xr) + ((u) >> 3) * QB_Q8_K, (u) & 7)
+MM_KERNELS(q6_k, uchar, (cols / 256) * 8, (cols / 256) * QB_Q6_K, (cols / 256) * QB_Q8_K)
 
-// F32 weights (little-endian, byte-addressed) times f32 activations `x` [n, cols].
-__kernel void mm_f32(__global const uchar *w, __global const float *x, __global float *out, uint rows,
-                     uint cols) {
-    MM_HEAD
-    __global const uchar *wr = w + (size_t)row * cols * 4; // [cols] f32
-    __global const float *xr = x + (size_t)t * cols;       // [cols]
-    for (uint i = lid; i < cols; i += MM_WG) {
-        acc += ld_f32(wr, 4 * i) * xr[i];
-    }
-    mm_store(acc, red, out + (size_t)t * rows + row);
-}
-
-// F16 weights times f32 activations.
-__kernel void mm_f16(__global const uchar *w, __global const float *x, __global float *out, uint rows,
-                     uint cols) {
-    MM_HEAD
-    __global const uchar *wr = w + (size_t)row * cols * 2; // [cols] f16
-    __global const float *xr = x + (size_t)t * cols;       // [cols]
-    for (uint i = lid; i < cols; i += MM_WG) {
-        acc += ld_f16(wr, 2 * i) * xr[i];
-    }
-    mm_store(acc, red, out + (size_t)t * rows + row);
-}
-
-// BF16 weights times f32 activations.
-__kernel void mm_bf16(__global const uchar *w, __global const float *x, __global float *out, uint rows,
-                      uint cols) {
-    MM_HEAD
-    __global const uchar *wr = w + (size_t)row * cols * 2; // [cols] bf16
-    __global const float *xr = x + (size_t)t * cols;       // [cols]
-    for (uint i = lid; i < cols; i += MM_WG) {
-        acc += q_bf16(wr, 2 * i) * xr[i];
-    }
-    mm_store(acc, red, out + (size_t)t * rows + row);
-}
+// Float weights (little-endian, byte-addressed) times f32 activations `x` [n, cols]. A unit is
+// one value.
+#define MMU_f32(acc, wr, xr, i) acc += ld_f32(wr, 4 * (i)) * (xr)[i]
+MM_KERNELS(f32, float, cols, (size_t)cols * 4, cols)
+#define MMU_f16(acc, wr, xr, i) acc += ld_f16(wr, 2 * (i)) * (xr)[i]
+MM_KERNELS(f16, float, cols, (size_t)cols * 2, cols)
+#define MMU_bf16(acc, wr, xr, i) acc += q_bf16(wr, 2 * (i)) * (xr)[i]
+MM_KERNELS(bf16, float, cols, (size_t)cols * 2, cols)
 
 // ---- Gather ------------------------------------------------------------------------------
 //
