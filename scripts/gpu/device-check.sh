@@ -5,7 +5,8 @@
 #   STEPS   which steps, in order (default "info backend opencl tests serve bench"):
 #     info     the GPU, driver and NVRTC;
 #     backend  `ferrolm test-backend --backend cuda` (every operator within 1e-3 of the CPU);
-#     opencl   `ferrolm test-backend --backend opencl` on NVIDIA's OpenCL (a binary built with
+#     opencl   `ferrolm test-backend --backend opencl` (and pp512/tg32 of each model) on
+#              NVIDIA's OpenCL (a binary built with
 #              `--features cuda,opencl`; the ICD loader from the .deb in .gpu/ when the machine
 #              has none, and NVIDIA's ICD through OCL_ICD_VENDORS when its vendors folder lacks it);
 #     tests    the CUDA integration tests: operators, greedy parity with the CPU on the
@@ -16,7 +17,13 @@
 #              same request alone, aggregate tokens/s with 32 slots at least 10x one slot's;
 #     bench    `ferrolm bench -p 512 -n 128` on CUDA (and the CPU) next to llama.cpp's
 #              llama-bench built with CUDA (LLAMA_BENCH, from scripts/gpu/build-llama-cuda.sh),
-#              for each model in MODEL_DIR.
+#              for each model in MODEL_DIR, and OpenCL's pp512/tg32 once;
+#     llama-build  starts scripts/gpu/build-llama-cuda.sh in the background (about 4 minutes
+#              with 16 cores) unless LLAMA_BENCH is there;
+#     llama-wait   waits for that build (at most LLAMA_WAIT seconds, default 300);
+#     models   joins the parts that earlier calls left in PARTS (default MODEL_DIR/parts;
+#              numbered 1, 2, ...) into MODEL_DIR/MODEL_NAME and checks it against MODEL_SHA256
+#              when set.
 #   MODEL_DIR  folder of the test models (default /root/models).
 #   LLAMA_BENCH  llama-bench built for CUDA (default /root/llama-cuda/bin/llama-bench).
 set -uo pipefail
@@ -61,6 +68,11 @@ for step in ${STEPS}; do
         "${bin}" test-backend --backend opencl >"${OUT}/opencl-test-backend.md" 2>&1 || rc=1
         head -n 1 "${OUT}/opencl-test-backend.md"
         tail -n 1 "${OUT}/opencl-test-backend.md"
+        for m in "${MODEL_DIR}"/*.gguf; do
+            [[ -f "${m}" ]] || continue
+            timeout 120 "${bin}" bench -m "${m}" -p 512 -n 32 -r 1 --backend opencl 2>&1 \
+                | tee -a "${OUT}/bench-opencl.md" | grep -E "^\|" || rc=1
+        done
         ;;
     tests)
         FERROLM_MODEL_DIR="${MODEL_DIR}" /root/bin/cuda-tests --test-threads 1 --nocapture \
@@ -78,15 +90,40 @@ for step in ${STEPS}; do
         for m in "${MODEL_DIR}"/*.gguf; do
             [[ -f "${m}" ]] || continue
             echo "--- $(basename "${m}")"
-            "${bin}" bench -m "${m}" -p 512 -n 128 -r 3 --backend cuda,cpu -t 16 2>&1 \
+            "${bin}" bench -m "${m}" -p 512 -n 128 -r "${REPS:-5}" --backend cuda,cpu -t 16 2>&1 \
                 | tee -a "${OUT}/bench-ferrolm.md" | grep -E "^\|" || rc=1
             if [[ -x "${LLAMA_BENCH}" ]]; then
-                "${LLAMA_BENCH}" -m "${m}" -p 512 -n 128 -r 3 -ngl 99 2>&1 \
+                "${LLAMA_BENCH}" -m "${m}" -p 512 -n 128 -r "${LLAMA_REPS:-10}" -ngl 99 2>&1 \
                     | tee -a "${OUT}/bench-llama.md" | grep -E "^\|" || rc=1
             else
                 echo "no ${LLAMA_BENCH}: llama.cpp not measured" | tee -a "${OUT}/bench-llama.md"
             fi
         done
+        ;;
+    llama-build)
+        if [[ ! -x "${LLAMA_BENCH}" ]]; then
+            setsid bash scripts/gpu/build-llama-cuda.sh </dev/null >/dev/null 2>&1 &
+            echo "llama-bench build started"
+        fi
+        ;;
+    llama-wait)
+        for _ in $(seq 1 "${LLAMA_WAIT:-300}"); do
+            [[ -x "${LLAMA_BENCH}" ]] && break
+            grep -q FAILED "$(dirname "$(dirname "${LLAMA_BENCH}")")/build.log" 2>/dev/null && break
+            sleep 1
+        done
+        tail -n 2 "$(dirname "$(dirname "${LLAMA_BENCH}")")/build.log" 2>/dev/null
+        ;;
+    models)
+        name="${MODEL_NAME:-SmolLM2-135M-Instruct.Q4_1.gguf}"
+        parts="${PARTS:-${MODEL_DIR}/parts}"
+        cat $(ls "${parts}" | sort -n | sed "s|^|${parts}/|") >"${MODEL_DIR}/${name}"
+        rm -rf "${parts}"
+        got=$(sha256sum "${MODEL_DIR}/${name}" | cut -d' ' -f1)
+        echo "${name}: ${got}"
+        if [[ -n "${MODEL_SHA256:-}" && "${got}" != "${MODEL_SHA256}" ]]; then
+            echo "FAIL ${name}: sha256 ${got}, want ${MODEL_SHA256}"; rc=1
+        fi
         ;;
     *) echo "unknown step ${step}"; rc=1 ;;
     esac
