@@ -8,9 +8,10 @@ use super::{Model, ModelConfig};
 use crate::backend::{Backend, HostRange, PassId};
 use crate::batch::BatchEntry;
 use crate::batch::{Batch, Logits};
-use crate::kv::KvCache;
+use crate::kv::{KvCache, KvType, SeqId};
 use crate::ops::{AttentionShape, MatmulJob};
 use crate::{Error, Result};
+use half::f16;
 
 /// The buffers of one forward pass, grown to the largest batch seen and reused.
 #[derive(Debug, Default)]
@@ -53,6 +54,8 @@ pub(crate) struct Workspace {
     q_seq: Vec<f32>,
     /// Positions of those queries. `[m]`
     pos_seq: Vec<u32>,
+    /// The batch's keys and values as f16, for a cache of several sequences. `[2, n, kv_dim]`
+    kv16: Vec<f16>,
 }
 
 impl Workspace {
@@ -295,7 +298,7 @@ impl Model {
         let y = buf(&mut ws.y, n * d); // [n, d]
         let gate = buf(&mut ws.gate, n * ff); // [n, n_ff]
         let up = buf(&mut ws.up, n * ff); // [n, n_ff]
-        let (mass, q_seq, pos_seq) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq);
+        let (mass, q_seq, pos_seq, kv16) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq, &mut ws.kv16);
         // Whether an eviction policy wants this batch's attention (H2O) or its queries (SnapKV).
         let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
         let logging = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some()));
@@ -337,7 +340,7 @@ impl Model {
             let cs: &[(f32, f32)] = if has_local && cfg.swa_layers[il] { cs_local } else { cs_global };
             be.rope(q, n, hd, cs, cfg.rope_style)?;
             be.rope(k, n, hd, cs, cfg.rope_style)?;
-            store_kv(be, entries, slots, kv, il, (k, v), kvd)?;
+            store_kv(be, entries, slots, kv, il, (k, v), kvd, kv16)?;
             if logging || tracking {
                 be.to_host(q)?;
             }
@@ -382,9 +385,32 @@ fn release_slots(entries: &[BatchEntry], slots: &[usize], kv: &mut KvCache) {
     }
 }
 
+/// The runs of a batch: `(sequence, first entry, one past the last)` for each stretch of
+/// entries of one sequence in consecutive slots (a prompt chunk is one run).
+fn runs<'a>(
+    entries: &'a [BatchEntry],
+    slots: &'a [usize],
+) -> impl Iterator<Item = (SeqId, usize, usize)> + 'a {
+    let mut t = 0;
+    std::iter::from_fn(move || {
+        if t >= entries.len() {
+            return None;
+        }
+        let (seq, start) = (entries[t].seq, t);
+        t += 1;
+        while t < entries.len() && entries[t].seq == seq && slots[t] == slots[t - 1] + 1 {
+            t += 1;
+        }
+        Some((seq, start, t))
+    })
+}
+
 /// Writes each entry's key and value rows (`kv_rows`: `[n, kv_dim]` each) into its slot of
-/// `layer`. An f16 cache is written by the backend's copy, one call per run of consecutive
-/// slots of one sequence (a prompt chunk is one run); other storage types on the host.
+/// `layer`. An f16 cache is written by the backend's copy: one call per run of the batch when
+/// it has one run, else one call for the whole batch into `kv16` whose rows are then copied to
+/// each sequence's slots (on a GPU, one round trip per layer whatever the number of
+/// sequences). Other storage types are written on the host.
+#[allow(clippy::too_many_arguments)]
 fn store_kv(
     be: &dyn Backend,
     entries: &[BatchEntry],
@@ -393,15 +419,25 @@ fn store_kv(
     layer: usize,
     kv_rows: (&mut [f32], &mut [f32]),
     kvd: usize,
+    kv16: &mut Vec<f16>,
 ) -> Result<()> {
     let (k, v) = kv_rows;
-    let mut t = 0;
-    while t < entries.len() {
-        let seq = entries[t].seq;
-        let mut end = t + 1;
-        while end < entries.len() && entries[end].seq == seq && slots[end] == slots[end - 1] + 1 {
-            end += 1;
+    let n = entries.len();
+    if kv.types() == (KvType::F16, KvType::F16) && runs(entries, slots).nth(1).is_some() {
+        let (k16, v16) = buf(kv16, 2 * n * kvd).split_at_mut(n * kvd); // [n, kv_dim] each
+        be.copy_to_f16(&k[..n * kvd], k16)?;
+        be.copy_to_f16(&v[..n * kvd], v16)?;
+        for (seq, t, end) in runs(entries, slots) {
+            let rows = t * kvd..end * kvd;
+            let Some((kd, vd)) = kv.seq_mut(seq).rows_f16_mut(layer, slots[t]..slots[t] + (end - t)) else {
+                return Err(Error::InvalidInput(format!("sequence {seq} has no f16 rows for its slots")));
+            };
+            kd.copy_from_slice(&k16[rows.clone()]);
+            vd.copy_from_slice(&v16[rows]);
         }
+        return Ok(());
+    }
+    for (seq, t, end) in runs(entries, slots) {
         let rows = t * kvd..end * kvd;
         let cache = kv.seq_mut(seq);
         match cache.rows_f16_mut(layer, slots[t]..slots[t] + (end - t)) {
@@ -417,7 +453,6 @@ fn store_kv(
                 }
             }
         }
-        t = end;
     }
     Ok(())
 }
