@@ -269,6 +269,31 @@ impl Model {
         Ok(())
     }
 
+    /// The batch's RoPE angle tables into `ws.cs_global` and, when the sliding-window layers
+    /// rotate with their own parameters, `ws.cs_local`: they depend only on the position and
+    /// the layer kind, so they are computed once per batch. `n_ctx`: the cache's capacity.
+    fn rope_tables(
+        &self,
+        be: &dyn Backend,
+        entries: &[BatchEntry],
+        n_ctx: usize,
+        ws: &mut Workspace,
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let n = entries.len();
+        let half = (cfg.rope_dims / 2).max(1);
+        let factors = self.weights.rope_factors.for_context(n_ctx, cfg.rope_global.n_ctx_orig);
+        ws.pos.clear();
+        ws.pos.extend(entries.iter().map(|e| e.pos));
+        let cs_global = buf(&mut ws.cs_global, n * half); // [n, rope_dims / 2]
+        be.rope_cos_sin(&ws.pos, cfg.rope_dims, &cfg.rope_global, factors, cs_global)?;
+        if has_local_rope(cfg) {
+            let cs_local = buf(&mut ws.cs_local, n * half); // [n, rope_dims / 2]
+            be.rope_cos_sin(&ws.pos, cfg.rope_dims, &cfg.rope_local, factors, cs_local)?;
+        }
+        Ok(())
+    }
+
     /// The body of [`Model::forward_blocks`] once every token has its slot (`ws.slots`).
     fn compute_blocks(
         &self,
@@ -282,6 +307,7 @@ impl Model {
         let entries = batch.entries();
         let n = entries.len();
         let (d, qd, kvd, hd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.n_ff);
+        self.rope_tables(be, entries, kv.capacity(), ws)?;
         let slots = &ws.slots;
         // Token embeddings. [n, d]
         let x = buf(&mut ws.x, n * d);
@@ -302,19 +328,10 @@ impl Model {
         // Whether an eviction policy wants this batch's attention (H2O) or its queries (SnapKV).
         let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
         let logging = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some()));
-        // RoPE angles depend only on the position and the layer kind: computed once per batch.
-        let half = cfg.rope_dims / 2;
-        let rope_factors = w.rope_factors.for_context(kv.capacity(), cfg.rope_global.n_ctx_orig);
-        let pos = &mut ws.pos;
-        pos.clear();
-        pos.extend(entries.iter().map(|e| e.pos));
-        let cs_global = buf(&mut ws.cs_global, n * half.max(1)); // [n, rope_dims / 2]
-        be.rope_cos_sin(pos, cfg.rope_dims, &cfg.rope_global, rope_factors, cs_global)?;
+        let half = (cfg.rope_dims / 2).max(1);
         let has_local = has_local_rope(cfg);
-        let cs_local = buf(&mut ws.cs_local, if has_local { n * half.max(1) } else { 0 });
-        if has_local {
-            be.rope_cos_sin(pos, cfg.rope_dims, &cfg.rope_local, rope_factors, cs_local)?;
-        }
+        let cs_global = &ws.cs_global[..n * half]; // [n, rope_dims / 2]
+        let cs_local = &ws.cs_local[..if has_local { n * half } else { 0 }]; // [n, rope_dims / 2]
 
         for (il, lw) in w.layers.iter().enumerate() {
             // Attention.

@@ -127,7 +127,8 @@ pub(super) fn matmul<D: Device>(
         if tiled { (k.tiled, [rows * MM_WG, n.div_ceil(MM_TT)]) } else { (k.matmul, [rows * MM_WG, n]) };
     let local = [MM_WG, 1];
     let n_u = to_u32::<D>(n, "tokens")?;
-    match k.act {
+    // The kernel's activations: the f32 rows, or their blocks quantized to the vec_dot type.
+    let xmem = match k.act {
         Some((quantizer, block)) => {
             let rb = quant::act_row_bytes(w.ty, cols)
                 .ok_or_else(|| bad_shape::<D>(format!("{} activations of {cols} values", w.ty)))?;
@@ -139,28 +140,20 @@ pub(super) fn matmul<D: Device>(
                 &[blocks],
                 None,
             )?;
-            let args = [
-                Arg::Mem(wmem),
-                Arg::Mem(xq),
-                Arg::Mem(ov.mem()),
-                Arg::U32(rows_u),
-                Arg::U32(cols_u),
-                Arg::U32(n_u),
-            ];
-            dev.run(name, &args[..if tiled { 6 } else { 5 }], &global, Some(&local))?;
+            xq
         }
-        None => {
-            let args = [
-                Arg::Mem(wmem),
-                Arg::Mem(xv.mem()),
-                Arg::Mem(ov.mem()),
-                Arg::U32(rows_u),
-                Arg::U32(cols_u),
-                Arg::U32(n_u),
-            ];
-            dev.run(name, &args[..if tiled { 6 } else { 5 }], &global, Some(&local))?;
-        }
-    }
+        None => xv.mem(),
+    };
+    // The tiled kernels take the number of tokens as a sixth argument.
+    let args = [
+        Arg::Mem(wmem),
+        Arg::Mem(xmem),
+        Arg::Mem(ov.mem()),
+        Arg::U32(rows_u),
+        Arg::U32(cols_u),
+        Arg::U32(n_u),
+    ];
+    dev.run(name, &args[..if tiled { 6 } else { 5 }], &global, Some(&local))?;
     dev.sync(&ov)
 }
 
