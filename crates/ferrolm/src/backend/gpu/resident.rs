@@ -214,21 +214,25 @@ impl<B> Mirrors<B> {
         else {
             return Ok(Place::Host);
         };
-        let m = &mut self.mirrors[index];
+        let m = &self.mirrors[index];
         let offset = range.addr.saturating_sub(m.range.addr);
         if !m.range.contains(&range) || !offset_ok(offset) {
-            // The host views it: its copy must be current, and a write makes the device's stale.
-            if m.state == State::Device {
-                // SAFETY: the mirrored range is registered host memory, alive and unmoved during
-                // the pass, and not in use by the host while an operator runs.
-                unsafe { io.download(&m.buf, 0, m.range.addr as *mut u8, m.range.bytes)? };
-                m.state = State::Both;
-            }
-            if access != Access::Read {
-                m.state = State::Host;
+            // The host views it: the copy of every mirror it touches must be current there, and
+            // a write makes the device's stale.
+            for m in self.mirrors.iter_mut().filter(|m| !m.passes.is_empty() && m.range.overlaps(&range)) {
+                if m.state == State::Device {
+                    // SAFETY: the mirrored range is registered host memory, alive and unmoved
+                    // during the pass, and not in use by the host while an operator runs.
+                    unsafe { io.download(&m.buf, 0, m.range.addr as *mut u8, m.range.bytes)? };
+                    m.state = State::Both;
+                }
+                if access != Access::Read {
+                    m.state = State::Host;
+                }
             }
             return Ok(Place::Host);
         }
+        let m = &mut self.mirrors[index];
         let whole_write = access == Access::Write && range == m.range;
         if m.state == State::Host && !whole_write {
             // SAFETY: as above; the host holds the current bytes.
@@ -424,6 +428,24 @@ mod tests {
         m.access(r, Access::Read, only_zero, &io).expect("ok");
         assert_eq!(io.take(), ["up 0+16"]);
         assert_eq!(&m.buf(0).borrow()[..8], [9, 9, 9, 9, 1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_view_across_two_mirrors_brings_both_to_the_host() {
+        let io = FakeIo::default();
+        let mut m = Mirrors::default();
+        let x = vec![0u8; 16];
+        let (a, b) = (HostRange::of(&x[..8]), HostRange::of(&x[8..]));
+        m.begin(&[a, b], &[], &io).expect("ok");
+        for r in [a, b] {
+            let p = m.access(r, Access::Write, any, &io).expect("ok");
+            device_fill(&m, &p, 8, 3);
+        }
+        io.take();
+        assert_eq!(m.access(HostRange::of(&x[4..12]), Access::Read, any, &io).expect("ok"), Place::Host);
+        assert_eq!(io.take(), ["down 0+8", "down 0+8"]);
+        assert_eq!(x, [3; 16]);
+        assert_eq!((m.state_of(a), m.state_of(b)), (Some(State::Both), Some(State::Both)));
     }
 
     #[test]
