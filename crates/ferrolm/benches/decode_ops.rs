@@ -15,6 +15,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use ferrolm::backend::cpu::{MatmulJob, matmul, matmul_many};
 use ferrolm::model::Model;
+use ferrolm::model::weights::Ffn;
 use ferrolm::threads::ThreadPool;
 
 const THREADS: usize = 2;
@@ -63,9 +64,10 @@ fn decode_matvecs(c: &mut Criterion) {
     g.bench_function("attn_output_576x576", |b| {
         b.iter(|| matmul(&pool, &lw.wo, &x[..d], 1, &mut y, &mut xq))
     });
-    let mut down = vec![0f32; lw.w_down.rows];
+    let Ffn::Dense(ffn) = &lw.ffn else { panic!("SmolLM2 has a dense FFN") };
+    let mut down = vec![0f32; ffn.down.rows];
     g.bench_function("ffn_down_576x1536", |b| {
-        b.iter(|| matmul(&pool, &lw.w_down, &x[..lw.w_down.cols], 1, &mut down, &mut xq))
+        b.iter(|| matmul(&pool, &ffn.down, &x[..ffn.down.cols], 1, &mut down, &mut xq))
     });
     g.finish();
 }

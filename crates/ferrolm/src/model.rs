@@ -5,6 +5,7 @@ pub mod convert;
 mod embed;
 mod forward;
 pub mod hf;
+mod moe;
 pub mod quantize;
 mod split;
 pub mod tensors;
@@ -13,7 +14,7 @@ pub mod weights;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-pub use config::{Activation, Arch, ModelConfig, RopeParams, RopeStyle};
+pub use config::{Activation, Arch, Gating, ModelConfig, MoeConfig, QkNorm, RopeParams, RopeStyle};
 pub use embed::Pooling;
 pub use ferrolm_kernels::GgmlType;
 pub use tensors::{TensorMap, TensorRef};

@@ -216,10 +216,45 @@ fn absurd_sizes_fail_before_allocating() {
         let msg = load_with_key(key, MetaValue::U64(v));
         assert!(!msg.is_empty() && !msg.contains("panicked"), "{key}: {msg}");
     }
+    // A mixture needs its top k (and then its router and experts, which this dense file lacks).
     let msg = load_with_key("llama.expert_count", MetaValue::U32(8));
-    assert!(msg.contains("llama.expert_count") && msg.contains("mixture-of-experts"), "{msg}");
+    assert!(msg.contains("llama.expert_used_count") && msg.contains("missing"), "{msg}");
+
     let msg = load_with_key("llama.vocab_size", MetaValue::U32(9));
     assert!(msg.contains("llama.vocab_size"), "{msg}");
+}
+
+#[test]
+fn a_broken_mixture_of_experts_is_named() {
+    let with = |extra: Vec<(&str, u32)>| {
+        let bytes = tiny_llama_edited("llama", None, None, |m, _| {
+            for (k, v) in extra {
+                set(m, k, MetaValue::U32(v));
+            }
+        });
+        load(bytes).map(|_| ()).expect_err("broken mixture").to_string()
+    };
+    let msg = with(vec![("llama.expert_count", 4), ("llama.expert_used_count", 5)]);
+    assert!(msg.contains("4 experts with 5 used"), "{msg}");
+    let msg = with(vec![
+        ("llama.expert_count", 4),
+        ("llama.expert_used_count", 2),
+        ("llama.expert_gating_func", 9),
+    ]);
+    assert!(msg.contains("llama.expert_gating_func = 9"), "{msg}");
+    let msg = with(vec![
+        ("llama.expert_count", 4),
+        ("llama.expert_used_count", 2),
+        ("llama.expert_group_count", 2),
+    ]);
+    assert!(msg.contains("grouped expert routing"), "{msg}");
+    // Valid keys on a file without experts: the router is missing.
+    let msg = with(vec![("llama.expert_count", 4), ("llama.expert_used_count", 2)]);
+    assert!(msg.contains("blk.0.ffn_gate_inp.weight"), "{msg}");
+    // A dense architecture does not take experts; a mixture architecture needs them.
+    let bytes = tiny_llama_edited("qwen2moe", None, None, |_, _| {});
+    let msg = load(bytes).map(|_| ()).expect_err("qwen2moe without experts").to_string();
+    assert!(msg.contains("qwen2moe.expert_count is missing"), "{msg}");
 }
 
 #[test]

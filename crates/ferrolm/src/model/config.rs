@@ -109,12 +109,31 @@ pub enum Arch {
     Gemma2,
     /// Gemma 3 (text).
     Gemma3,
+    /// Qwen 1.5/2 MoE: Qwen 2 attention, softmax-routed experts plus a gated shared expert.
+    Qwen2Moe,
+    /// Qwen 3 MoE: Qwen 3 attention, softmax-routed experts with normalised top-k weights.
+    Qwen3Moe,
+    /// OLMoE: RMSNorm of the whole query and key rows, softmax-routed experts.
+    Olmoe,
+    /// SmolLM 3: Llama with every fourth layer attending without RoPE.
+    SmolLM3,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 7] =
-        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Phi3, Arch::Gemma, Arch::Gemma2, Arch::Gemma3];
+    pub const ALL: [Arch; 11] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Phi3,
+        Arch::Gemma,
+        Arch::Gemma2,
+        Arch::Gemma3,
+        Arch::Qwen2Moe,
+        Arch::Qwen3Moe,
+        Arch::Olmoe,
+        Arch::SmolLM3,
+    ];
 
     /// The `general.architecture` name.
     pub fn name(self) -> &'static str {
@@ -126,6 +145,10 @@ impl Arch {
             Arch::Gemma => "gemma",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Qwen2Moe => "qwen2moe",
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Olmoe => "olmoe",
+            Arch::SmolLM3 => "smollm3",
         }
     }
 
@@ -183,8 +206,8 @@ pub struct ModelConfig {
     pub embed_scale: Option<f32>,
     /// Biases on the query, key and value projections (Qwen 2).
     pub qkv_bias: bool,
-    /// Per-head RMSNorm of queries and keys before RoPE.
-    pub qk_norm: bool,
+    /// RMSNorm of queries and keys before RoPE.
+    pub qk_norm: Option<QkNorm>,
     /// Extra RMSNorms after attention and after the FFN, before the residual add.
     pub post_norms: bool,
     /// Scale applied to attention scores.
@@ -197,6 +220,48 @@ pub struct ModelConfig {
     pub swa_layers: Vec<bool>,
     /// Final logit soft-capping (`cap * tanh(x / cap)`).
     pub final_logit_softcap: Option<f32>,
+    /// Which layers rotate queries and keys (SmolLM 3 leaves every fourth layer unrotated).
+    pub rope_layers: Vec<bool>,
+    /// The mixture-of-experts feed-forward blocks, when the model has them (every layer).
+    pub moe: Option<MoeConfig>,
+}
+
+/// Over what an RMSNorm of queries and keys normalises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QkNorm {
+    /// Each head on its own (Qwen 3, Gemma 3): weights `[head_dim]`.
+    PerHead,
+    /// A token's whole query (key) row (OLMoE): weights `[n_head * head_dim]` (`[kv_dim]`).
+    Whole,
+}
+
+/// How a router turns its logits into expert probabilities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts, then the top k.
+    Softmax,
+    /// Each logit's sigmoid, then the top k.
+    Sigmoid,
+}
+
+/// A mixture-of-experts feed-forward block: a router picks `n_used` of `n_expert` gated FFNs
+/// for each token and sums their outputs weighted by the router's probabilities.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Experts per layer.
+    pub n_expert: usize,
+    /// Experts each token uses (top k).
+    pub n_used: usize,
+    /// Inner size of one expert's FFN.
+    pub n_ff_expert: usize,
+    /// Inner size of the shared expert every token also goes through, if any.
+    pub n_ff_shared: Option<usize>,
+    /// Router probabilities.
+    pub gating: Gating,
+    /// Whether the k chosen weights are divided by their sum.
+    pub norm_topk: bool,
+    /// Factor applied to the chosen weights (1 when none).
+    pub weight_scale: f32,
 }
 
 /// Which layers use sliding-window attention: from `key` (a per-layer bool array, or a period
@@ -213,6 +278,73 @@ fn swa_pattern(f: &GgufFile, key: &str, n_layer: usize, default_period: u64) -> 
     }
     let period = f.opt_u64(key)?.unwrap_or(default_period);
     Ok((0..n_layer as u64).map(|il| period == 0 || il % period < period - 1).collect())
+}
+
+/// The mixture-of-experts block from `{arch}.expert_*` keys (`None` for a dense model), with
+/// llama.cpp's per-architecture defaults where a key is absent: softmax routing, top-k weights
+/// normalised for Mixtral (`llama`) and Qwen 3 MoE but not for Qwen 2 MoE and OLMoE.
+fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Result<Option<MoeConfig>> {
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let count = |k: &str| -> Result<Option<usize>> {
+        f.opt_u64(&key(k))?
+            .map(|v| usize::try_from(v).map_err(|_| Error::Config(format!("{} = {v} is too large", key(k)))))
+            .transpose()
+    };
+    let n_expert = count("expert_count")?.unwrap_or(0);
+    let is_moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe);
+    if n_expert == 0 {
+        if is_moe_arch {
+            return Err(Error::Config(format!(
+                "{} is missing: {arch_name} needs experts",
+                key("expert_count")
+            )));
+        }
+        return Ok(None);
+    }
+    if !(is_moe_arch || arch == Arch::Llama) {
+        return Err(Error::Config(format!(
+            "{} = {n_expert}: {arch_name} with experts is not supported",
+            key("expert_count")
+        )));
+    }
+    if let Some(g) = count("expert_group_count")?
+        && g > 1
+    {
+        return Err(Error::Config(format!(
+            "{} = {g}: grouped expert routing is not supported",
+            key("expert_group_count")
+        )));
+    }
+    let n_used = count("expert_used_count")?
+        .ok_or_else(|| Error::Config(format!("{} is missing", key("expert_used_count"))))?;
+    let gating = match count("expert_gating_func")? {
+        None | Some(1) => Gating::Softmax,
+        Some(2) => Gating::Sigmoid,
+        Some(v) => {
+            return Err(Error::Config(format!(
+                "{} = {v}: this expert gating is not supported",
+                key("expert_gating_func")
+            )));
+        }
+    };
+    let default_norm = matches!(arch, Arch::Llama | Arch::Qwen3Moe);
+    let norm_topk = match f.opt_bool(&key("expert_weights_norm"))? {
+        Some(b) => b,
+        None => default_norm,
+    };
+    let weight_scale = opt_positive_or_unset(f, &key("expert_weights_scale"))?.unwrap_or(1.0);
+    // llama.cpp: without its own key an expert's FFN is the dense size split over the used experts
+    // (Mixtral's experts are `feed_forward_length` wide and have no such key).
+    let n_ff_expert = match count("expert_feed_forward_length")? {
+        Some(n) => n,
+        None if arch == Arch::Llama || arch == Arch::Olmoe => n_ff,
+        None => n_ff / n_used.max(1),
+    };
+    let n_ff_shared = match count("expert_shared_count")? {
+        Some(0) => None,
+        _ => count("expert_shared_feed_forward_length")?,
+    };
+    Ok(Some(MoeConfig { n_expert, n_used, n_ff_expert, n_ff_shared, gating, norm_topk, weight_scale }))
 }
 
 impl ModelConfig {
@@ -246,12 +378,7 @@ impl ModelConfig {
         }
         let norm_eps = norm_eps_from(f, &key("attention.layer_norm_rms_epsilon"))?;
         let n_ctx_train = opt("context_length")?.unwrap_or(2048);
-        if let Some(n) = opt("expert_count")?
-            && n > 0
-        {
-            let k = key("expert_count");
-            return Err(Error::Config(format!("{k} = {n}: mixture-of-experts models are not supported")));
-        }
+        let moe = moe_from_gguf(f, arch, arch_name, n_ff)?;
         let rope_dims = opt("rope.dimension_count")?.unwrap_or(head_dim);
         let rope_global = rope_from_gguf(f, arch_name, n_ctx_train)?;
         let n_vocab = match tensors.get("token_embd.weight") {
@@ -290,7 +417,7 @@ impl ModelConfig {
             rope_local: rope_global,
             embed_scale: None,
             qkv_bias: false,
-            qk_norm: false,
+            qk_norm: None,
             post_norms: false,
             attn_scale,
             attn_softcap: None,
@@ -298,19 +425,29 @@ impl ModelConfig {
             // Filled below, once `n_layer` is known to be sane.
             swa_layers: Vec::new(),
             final_logit_softcap: opt_positive_or_unset(f, &key("final_logit_softcapping"))?,
+            // Filled below, once `n_layer` is known to be sane.
+            rope_layers: Vec::new(),
+            moe,
         };
         // Every size is checked before anything is allocated from it (a per-layer table below).
         cfg.validate()?;
         // Unless the architecture says otherwise, a window applies to every layer (Mistral).
         cfg.swa_layers = vec![sliding_window.is_some(); n_layer];
+        cfg.rope_layers = vec![true; n_layer];
         if arch.is_gemma() {
             cfg.activation = Activation::GeluTanh;
             cfg.embed_scale = Some((n_embd as f32).sqrt());
         }
         match arch {
             Arch::Llama => cfg.rope_style = RopeStyle::Interleaved,
-            Arch::Qwen2 => cfg.qkv_bias = true,
-            Arch::Qwen3 => cfg.qk_norm = true,
+            Arch::SmolLM3 => {
+                cfg.rope_style = RopeStyle::Interleaved;
+                // llama.cpp's fixed step: layers 3, 7, 11, … attend without RoPE.
+                cfg.rope_layers = (0..n_layer).map(|il| (il + 1) % 4 != 0).collect();
+            }
+            Arch::Qwen2 | Arch::Qwen2Moe => cfg.qkv_bias = true,
+            Arch::Qwen3 | Arch::Qwen3Moe => cfg.qk_norm = Some(QkNorm::PerHead),
+            Arch::Olmoe => cfg.qk_norm = Some(QkNorm::Whole),
             Arch::Phi3 | Arch::Gemma => {}
             Arch::Gemma2 => {
                 cfg.post_norms = true;
@@ -318,7 +455,7 @@ impl ModelConfig {
                 cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
             }
             Arch::Gemma3 => {
-                cfg.qk_norm = true;
+                cfg.qk_norm = Some(QkNorm::PerHead);
                 cfg.post_norms = true;
                 // Local layers use their own base (10k unless the file says otherwise) and no scaling.
                 let local_base = opt_positive(f, &key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
@@ -367,6 +504,27 @@ impl ModelConfig {
                 "model dimensions are implausibly large: n_embd {}, n_ff {}, n_layer {}, n_head {}, head_dim {}",
                 self.n_embd, self.n_ff, self.n_layer, self.n_head, self.head_dim
             ));
+        }
+        if let Some(m) = &self.moe {
+            if m.n_expert == 0 || m.n_expert > 4096 || m.n_used == 0 || m.n_used > m.n_expert {
+                return bad(format!(
+                    "{} experts with {} used per token is not a valid mixture",
+                    m.n_expert, m.n_used
+                ));
+            }
+            let ff_ok = |n: usize| n > 0 && n <= 4 * limit;
+            if !ff_ok(m.n_ff_expert) || m.n_ff_shared.is_some_and(|n| !ff_ok(n)) {
+                return bad(format!(
+                    "expert feed-forward sizes {} (shared {:?}) are out of range",
+                    m.n_ff_expert, m.n_ff_shared
+                ));
+            }
+            if !(m.weight_scale.is_finite() && m.weight_scale > 0.0) {
+                return bad(format!(
+                    "expert weight scale {} is not a finite positive number",
+                    m.weight_scale
+                ));
+            }
         }
         if self.n_ctx_train == 0 || self.n_ctx_train > MAX_CONTEXT {
             return bad(format!("context length {} is out of range (1..={MAX_CONTEXT})", self.n_ctx_train));

@@ -116,37 +116,116 @@ pub fn convert_hf_to_gguf(
     let total = hf.tensors.len();
     let mut types: Vec<(GgmlType, usize)> = Vec::new();
     let mut matrices = QuantizeSummary::new(outtype);
+    let mut n_written = 0;
     for (i, (name, t)) in hf.tensors.iter().enumerate() {
-        let t = if layout.arch == Arch::Llama
-            && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"))
-        {
-            let heads = if name.ends_with("attn_q.weight") { layout.n_head } else { layout.n_head_kv };
-            let rows = t.dims.get(1).copied().unwrap_or(1) as usize;
-            let rb = t.data().len() / rows.max(1);
-            TensorRef::owned(t.ty, t.dims.clone(), permute_qk_rows(t.data(), rows, rb, heads))
-        } else {
-            t.clone()
-        };
-        let target = if t.dims.len() == 1 { GgmlType::F32 } else { effective_type(outtype, t.dims[0]) };
-        if t.dims.len() == 2 {
-            matrices.record(t.dims[0], Some(target));
-        }
-        let t = if t.ty == target {
-            t
-        } else if t.dims.len() == 1 {
-            TensorRef::from_f32(t.dims.clone(), &t.to_f32(name)?)
-        } else {
-            convert_matrix(name, &t, target)?
+        progress(i + 1, total);
+        let (name, t) = match expert_part(name) {
+            // Experts are written as llama.cpp's 3-D `ffn_*_exps` tensors, when the first is met.
+            Some((_, _, e)) if e > 0 => continue,
+            Some((layer, proj, _)) => {
+                let merged = format!("blk.{layer}.{proj}_exps.weight");
+                (merged, merge_experts(&hf, layer, proj, outtype, &mut matrices)?)
+            }
+            None => {
+                let t = gguf_layout(layout, name, t);
+                let t = convert_one(name, &t, outtype, &mut matrices)?;
+                (name.to_string(), t)
+            }
         };
         match types.iter_mut().find(|(ty, _)| *ty == t.ty) {
             Some((_, n)) => *n += 1,
             None => types.push((t.ty, 1)),
         }
-        w.add_tensor(name, &t.dims, t.ty, t.data().to_vec())
+        w.add_tensor(&name, &t.dims, t.ty, t.data().to_vec())
             .map_err(|e| Error::Config(format!("{name}: {e}")))?;
-        progress(i + 1, total);
+        n_written += 1;
     }
     w.write(out).map_err(|e| Error::Config(format!("writing {}: {e}", out.display())))?;
     let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
-    Ok(ConvertReport { n_tensors: total, bytes, types, matrices })
+    Ok(ConvertReport { n_tensors: n_written, bytes, types, matrices })
+}
+
+/// A tensor as GGUF stores it: for the architectures whose GGUF RoPE pairs adjacent dimensions
+/// (llama, SmolLM 3) the Q and K rows are permuted, as llama.cpp's converter does.
+fn gguf_layout(layout: &super::hf::HfLayout, name: &str, t: &TensorRef) -> TensorRef {
+    let interleaved = matches!(layout.arch, Arch::Llama | Arch::SmolLM3);
+    if !(interleaved && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"))) {
+        return t.clone();
+    }
+    let heads = if name.ends_with("attn_q.weight") { layout.n_head } else { layout.n_head_kv };
+    let rows = t.dims.get(1).copied().unwrap_or(1) as usize;
+    let rb = t.data().len() / rows.max(1);
+    TensorRef::owned(t.ty, t.dims.clone(), permute_qk_rows(t.data(), rows, rb, heads))
+}
+
+/// One tensor in the output type: vectors as F32, routers (`ffn_gate_inp*`, which llama.cpp
+/// never quantizes) as stored or F32, matrices in `outtype` or its fallback.
+fn convert_one(
+    name: &str,
+    t: &TensorRef,
+    outtype: GgmlType,
+    matrices: &mut QuantizeSummary,
+) -> Result<TensorRef> {
+    let router = name.contains(".ffn_gate_inp");
+    let target = if t.dims.len() == 1 {
+        GgmlType::F32
+    } else if router {
+        if matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) { t.ty } else { GgmlType::F32 }
+    } else {
+        effective_type(outtype, t.dims[0])
+    };
+    if t.dims.len() == 2 && !router {
+        matrices.record(t.dims[0], Some(target));
+    }
+    if t.ty == target {
+        Ok(t.clone())
+    } else if t.dims.len() == 1 {
+        Ok(TensorRef::from_f32(t.dims.clone(), &t.to_f32(name)?))
+    } else {
+        convert_matrix(name, t, target)
+    }
+}
+
+/// `(layer, "ffn_gate" | "ffn_up" | "ffn_down", expert)` of a per-expert tensor name
+/// (`blk.3.ffn_up.7.weight`).
+fn expert_part(name: &str) -> Option<(usize, &str, usize)> {
+    let rest = name.strip_prefix("blk.")?.strip_suffix(".weight")?;
+    let (layer, rest) = rest.split_once('.')?;
+    let (proj, e) = rest.split_once('.')?;
+    if !matches!(proj, "ffn_gate" | "ffn_up" | "ffn_down") {
+        return None;
+    }
+    Some((layer.parse().ok()?, proj, e.parse().ok()?))
+}
+
+/// The experts' `proj` matrices of `layer`, each in the output type, as one 3-D tensor
+/// `[n_expert, rows, cols]` (GGUF dims `[cols, rows, n_expert]`).
+fn merge_experts(
+    hf: &HfModel,
+    layer: usize,
+    proj: &str,
+    outtype: GgmlType,
+    matrices: &mut QuantizeSummary,
+) -> Result<TensorRef> {
+    let mut bytes = Vec::new();
+    let mut first: Option<(GgmlType, Vec<u64>)> = None;
+    let mut n = 0u64;
+    while let Some(t) = hf.tensors.get(&format!("blk.{layer}.{proj}.{n}.weight")) {
+        let name = format!("blk.{layer}.{proj}.{n}.weight");
+        let t = convert_one(&name, t, outtype, matrices)?;
+        match &first {
+            None => first = Some((t.ty, t.dims.clone())),
+            Some((ty, dims)) if *ty != t.ty || *dims != t.dims => {
+                return Err(Error::Config(format!("{name}: experts of one layer differ in shape or type")));
+            }
+            Some(_) => {}
+        }
+        bytes.extend_from_slice(t.data());
+        n += 1;
+    }
+    let Some((ty, mut dims)) = first else {
+        return Err(Error::MissingTensor(format!("blk.{layer}.{proj}.0.weight")));
+    };
+    dims.push(n);
+    Ok(TensorRef::owned(ty, dims, bytes))
 }

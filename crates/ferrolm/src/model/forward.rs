@@ -4,6 +4,8 @@
 //! `x += attn(norm(x))` and `x += ffn(norm(x))`, then norm and the LM head. Every buffer lives
 //! in a [`Workspace`] kept by the model between passes, so a decode step allocates nothing.
 
+use super::moe::{MoeBuffers, gated_ffn, moe_ffn};
+use super::weights::Ffn;
 use super::{Model, ModelConfig};
 use crate::backend::{Backend, HostRange, PassId};
 use crate::batch::BatchEntry;
@@ -56,6 +58,8 @@ pub(crate) struct Workspace {
     pos_seq: Vec<u32>,
     /// The batch's keys and values as f16, for a cache of several sequences. `[2, n, kv_dim]`
     kv16: Vec<f16>,
+    /// The mixture-of-experts blocks' buffers.
+    moe: MoeBuffers,
 }
 
 impl Workspace {
@@ -63,7 +67,7 @@ impl Workspace {
     /// reallocating, and returns those slices' memory: what the backend may keep on its device
     /// during the pass. `h` is reserved for every row (the LM head takes its first rows).
     fn reserve(&mut self, cfg: &ModelConfig, n: usize) -> [HostRange; 12] {
-        let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+        let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), dense_ff(cfg));
         let half = (cfg.rope_dims / 2).max(1);
         let local = if has_local_rope(cfg) { n * half } else { 0 };
         [
@@ -81,6 +85,11 @@ impl Workspace {
             HostRange::of(buf(&mut self.h, n * d)),
         ]
     }
+}
+
+/// Inner size of the dense FFN buffers (none for a mixture of experts: its blocks have their own).
+fn dense_ff(cfg: &ModelConfig) -> usize {
+    if cfg.moe.is_some() { 0 } else { cfg.n_ff }
 }
 
 /// Whether the sliding-window layers rotate with their own RoPE parameters.
@@ -101,7 +110,7 @@ impl Drop for PassGuard<'_> {
 }
 
 /// `v[..len]`, growing `v` (zero-filled) when shorter.
-fn buf<T: Default + Clone>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+pub(super) fn buf<T: Default + Clone>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     if v.len() < len {
         v.resize(len, T::default());
     }
@@ -306,7 +315,7 @@ impl Model {
         let w = &self.weights;
         let entries = batch.entries();
         let n = entries.len();
-        let (d, qd, kvd, hd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, cfg.n_ff);
+        let (d, qd, kvd, hd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, dense_ff(cfg));
         self.rope_tables(be, entries, kv.capacity(), ws)?;
         let slots = &ws.slots;
         // Token embeddings. [n, d]
@@ -325,6 +334,7 @@ impl Model {
         let gate = buf(&mut ws.gate, n * ff); // [n, n_ff]
         let up = buf(&mut ws.up, n * ff); // [n, n_ff]
         let (mass, q_seq, pos_seq, kv16) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq, &mut ws.kv16);
+        let moe_bufs = &mut ws.moe;
         // Whether an eviction policy wants this batch's attention (H2O) or its queries (SnapKV).
         let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
         let logging = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some()));
@@ -355,8 +365,10 @@ impl Model {
                 be.rms_norm_inplace(k, kn, cfg.norm_eps)?;
             }
             let cs: &[(f32, f32)] = if has_local && cfg.swa_layers[il] { cs_local } else { cs_global };
-            be.rope(q, n, hd, cs, cfg.rope_style)?;
-            be.rope(k, n, hd, cs, cfg.rope_style)?;
+            if cfg.rope_layers[il] {
+                be.rope(q, n, hd, cs, cfg.rope_style)?;
+                be.rope(k, n, hd, cs, cfg.rope_style)?;
+            }
             store_kv(be, entries, slots, kv, il, (k, v), kvd, kv16)?;
             if logging || tracking {
                 be.to_host(q)?;
@@ -379,13 +391,15 @@ impl Model {
 
             // Feed-forward.
             be.rms_norm(x, &lw.ffn_norm, cfg.norm_eps, xn)?;
-            be.matmul_many(
-                xn,
-                n,
-                &mut [MatmulJob { w: &lw.w_gate, out: gate }, MatmulJob { w: &lw.w_up, out: up }],
-            )?;
-            be.gated_activation(gate, up, cfg.activation, self.exact_f32)?;
-            be.matmul(&lw.w_down, gate, n, y)?;
+            match (&lw.ffn, &cfg.moe) {
+                (Ffn::Dense(f), _) => gated_ffn(be, f, cfg.activation, self.exact_f32, xn, n, (gate, up), y)?,
+                (Ffn::Moe(m), Some(mc)) => {
+                    moe_ffn(be, m, mc, cfg.activation, self.exact_f32, xn, n, y, moe_bufs)?;
+                }
+                (Ffn::Moe(_), None) => {
+                    return Err(Error::Config("expert weights in a model configured without experts".into()));
+                }
+            }
             if let Some(pn) = &lw.post_ffn_norm {
                 be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
             }

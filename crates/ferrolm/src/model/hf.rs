@@ -58,6 +58,9 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
     let (layer, name) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (stem, suffix) = name.rsplit_once('.')?;
+    if let Some(g) = expert_name(stem) {
+        return Some(format!("blk.{layer}.{g}.{suffix}"));
+    }
     let gemma_sandwich = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
     let g = match stem {
         "input_layernorm" => "attn_norm",
@@ -79,6 +82,34 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
+/// The GGUF stem of a mixture-of-experts tensor stem of a layer: routers, per-expert
+/// projections (`mlp.experts.3.gate_proj` → `ffn_gate.3`, Mixtral's `w1`/`w3`/`w2` too) and
+/// Qwen 2 MoE's shared expert.
+fn expert_name(stem: &str) -> Option<String> {
+    let fixed = match stem {
+        "mlp.gate" | "block_sparse_moe.gate" => Some("ffn_gate_inp"),
+        "mlp.shared_expert_gate" => Some("ffn_gate_inp_shexp"),
+        "mlp.shared_expert.gate_proj" => Some("ffn_gate_shexp"),
+        "mlp.shared_expert.up_proj" => Some("ffn_up_shexp"),
+        "mlp.shared_expert.down_proj" => Some("ffn_down_shexp"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let rest =
+        stem.strip_prefix("mlp.experts.").or_else(|| stem.strip_prefix("block_sparse_moe.experts."))?;
+    let (e, proj) = rest.split_once('.')?;
+    let e: usize = e.parse().ok()?;
+    let g = match proj {
+        "gate_proj" | "w1" => "ffn_gate",
+        "up_proj" | "w3" => "ffn_up",
+        "down_proj" | "w2" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("{g}.{e}"))
 }
 
 /// Adds one to a norm weight (Gemma stores `w` and computes `x̂ · (1 + w)`), as an F32 tensor.

@@ -23,10 +23,14 @@ pub fn effective_type(target: GgmlType, cols: u64) -> GgmlType {
     chain.iter().copied().find(|&t| fits(t)).unwrap_or(GgmlType::F32)
 }
 
-/// Whether a tensor is a weight matrix that quantization applies to: two dimensions, stored as
-/// floats. Norms, biases and RoPE factors (one dimension) stay as they are.
-fn is_quantizable(t: &TensorRef) -> bool {
-    t.dims.len() == 2 && matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+/// Whether a tensor is a weight matrix that quantization applies to: two dimensions (or three:
+/// a mixture's experts), stored as floats, and not a router (`ffn_gate_inp*`, which llama.cpp
+/// keeps as stored too: its few rows pick the experts). Norms, biases and RoPE factors (one
+/// dimension) stay as they are.
+fn is_quantizable(name: &str, t: &TensorRef) -> bool {
+    matches!(t.dims.len(), 2 | 3)
+        && matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+        && !name.contains(".ffn_gate_inp")
 }
 
 /// What quantizing a set of tensors did to its weight matrices (two-dimensional tensors).
@@ -117,8 +121,8 @@ pub fn quantize_tensors_summarized(
     let mut out = TensorMap::new();
     let mut summary = QuantizeSummary::new(target);
     for (name, t) in tensors.iter() {
-        if !is_quantizable(t) {
-            if t.dims.len() == 2 {
+        if !is_quantizable(name, t) {
+            if matches!(t.dims.len(), 2 | 3) {
                 summary.record(t.dims[0], None);
             }
             out.insert(name, t.clone());
@@ -135,10 +139,15 @@ pub fn quantize_tensors_summarized(
     Ok((out, summary))
 }
 
-/// Re-encodes a `[rows, cols]` matrix in block format `ty`.
+/// Re-encodes a `[rows, cols]` matrix (or a stack of them: `[n, rows, cols]`) in block format
+/// `ty`.
 pub fn convert_matrix(name: &str, t: &TensorRef, ty: GgmlType) -> Result<TensorRef> {
     let bad = |e: String| Error::Config(format!("{name}: {e}"));
-    let (cols, rows) = (t.dims[0] as usize, t.dims[1] as usize);
+    let cols = t.dims[0] as usize;
+    let rows = t.dims[1..]
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d as usize))
+        .ok_or_else(|| bad("too large".into()))?;
     let src_rb = t.ty.row_bytes(cols as u64).ok_or_else(|| bad("bad row length".into()))? as usize;
     let dst_rb =
         ty.row_bytes(cols as u64).ok_or_else(|| bad(format!("rows of {cols} do not fit {ty}")))? as usize;

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use ferrolm_kernels::{GgmlType, quant};
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, QkNorm};
 use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
 use crate::ops::WeightBytes;
@@ -52,12 +52,8 @@ pub struct LayerWeights {
     pub post_attn_norm: Option<Vec<f32>>,
     /// RMSNorm before the FFN. `[n_embd]`
     pub ffn_norm: Vec<f32>,
-    /// FFN gate projection. `[n_ff, n_embd]`
-    pub w_gate: Weight,
-    /// FFN up projection. `[n_ff, n_embd]`
-    pub w_up: Weight,
-    /// FFN down projection. `[n_embd, n_ff]`
-    pub w_down: Weight,
+    /// The feed-forward network: one gated FFN, or a mixture of experts.
+    pub ffn: Ffn,
     /// Norm of the FFN output before the residual add (Gemma 2/3). `[n_embd]`
     pub post_ffn_norm: Option<Vec<f32>>,
 }
@@ -74,6 +70,66 @@ impl LayerWeights {
             self.post_ffn_norm.as_ref(),
         ];
         norms.into_iter().flatten().chain(self.qkv_bias.iter().flatten()).map(Vec::as_slice)
+    }
+}
+
+/// A gated feed-forward network's projections.
+#[derive(Debug)]
+pub struct FfnWeights {
+    /// Gate projection. `[n_ff, n_embd]`
+    pub gate: Weight,
+    /// Up projection. `[n_ff, n_embd]`
+    pub up: Weight,
+    /// Down projection. `[n_embd, n_ff]`
+    pub down: Weight,
+}
+
+impl FfnWeights {
+    fn matrices(&self) -> [(&'static str, &Weight); 3] {
+        [("gate", &self.gate), ("up", &self.up), ("down", &self.down)]
+    }
+}
+
+/// The experts of a mixture-of-experts block ([`super::config::MoeConfig`]).
+#[derive(Debug)]
+pub struct MoeWeights {
+    /// Router: one logit per expert. `[n_expert, n_embd]`
+    pub router: Weight,
+    /// The experts' FFNs, `[n_ff_expert, n_embd]` gates and ups, `[n_embd, n_ff_expert]` downs:
+    /// row blocks of the file's 3-D tensors (or its per-expert matrices), zero-copy.
+    pub experts: Vec<FfnWeights>,
+    /// The FFN every token also goes through (Qwen 2 MoE). `[n_ff_shared, n_embd]` …
+    pub shared: Option<FfnWeights>,
+    /// The shared expert's gate: its output is scaled by `sigmoid(gate · x)`. `[1, n_embd]`
+    pub shared_gate: Option<Weight>,
+}
+
+/// A block's feed-forward network.
+#[derive(Debug)]
+pub enum Ffn {
+    /// One gated FFN.
+    Dense(FfnWeights),
+    /// A mixture of experts.
+    Moe(MoeWeights),
+}
+
+impl Ffn {
+    /// Every matrix with its name's stem (`ffn_gate`, `ffn_gate.3` for expert 3, …).
+    fn matrices(&self) -> Vec<(String, &Weight)> {
+        match self {
+            Ffn::Dense(f) => f.matrices().into_iter().map(|(n, w)| (format!("ffn_{n}"), w)).collect(),
+            Ffn::Moe(m) => {
+                let mut out = vec![("ffn_gate_inp".to_string(), &m.router)];
+                for (e, f) in m.experts.iter().enumerate() {
+                    out.extend(f.matrices().into_iter().map(|(n, w)| (format!("ffn_{n}_exps.{e}"), w)));
+                }
+                if let Some(f) = &m.shared {
+                    out.extend(f.matrices().into_iter().map(|(n, w)| (format!("ffn_{n}_shexp"), w)));
+                }
+                out.extend(m.shared_gate.iter().map(|w| ("ffn_gate_inp_shexp".to_string(), w)));
+                out
+            }
+        }
     }
 }
 
@@ -125,16 +181,9 @@ impl ModelWeights {
     pub fn matrices(&self) -> Vec<(String, &Weight)> {
         let mut out = vec![("token_embd.weight".to_string(), &self.token_embd)];
         for (i, l) in self.layers.iter().enumerate() {
-            let named = [
-                ("attn_q", &l.wq),
-                ("attn_k", &l.wk),
-                ("attn_v", &l.wv),
-                ("attn_output", &l.wo),
-                ("ffn_gate", &l.w_gate),
-                ("ffn_up", &l.w_up),
-                ("ffn_down", &l.w_down),
-            ];
+            let named = [("attn_q", &l.wq), ("attn_k", &l.wk), ("attn_v", &l.wv), ("attn_output", &l.wo)];
             out.extend(named.into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
+            out.extend(l.ffn.matrices().into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
         }
         out.push(("output.weight".to_string(), &self.output));
         out
@@ -144,11 +193,11 @@ impl ModelWeights {
     /// unless tied: then they are the LM head): the weights a backend prepares
     /// ([`crate::backend::Backend::prepare_weights`]).
     pub fn matmul_weights(&self) -> Vec<&Weight> {
-        let mut ws: Vec<&Weight> = self
-            .layers
-            .iter()
-            .flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down])
-            .collect();
+        let mut ws: Vec<&Weight> = Vec::new();
+        for l in &self.layers {
+            ws.extend([&l.wq, &l.wk, &l.wv, &l.wo]);
+            ws.extend(l.ffn.matrices().into_iter().map(|(_, w)| w));
+        }
         ws.push(&self.output);
         ws
     }
@@ -202,6 +251,37 @@ impl Loader<'_> {
         Weight::new(t.storage.clone(), t.range.clone(), t.ty, rows, cols).ok_or_else(shape_err)
     }
 
+    /// The `n` matrices `[rows, cols]` of a 3-D tensor (GGUF dims `[cols, rows, n]`), zero-copy.
+    fn matrices3(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>> {
+        let t = self.get(name)?;
+        let shape_err = || Error::TensorShape {
+            name: name.to_string(),
+            actual: t.dims.clone(),
+            expected: vec![cols as u64, rows as u64, n as u64],
+        };
+        if t.dims != [cols as u64, rows as u64, n as u64] {
+            return Err(shape_err());
+        }
+        let all =
+            Weight::new(t.storage.clone(), t.range.clone(), t.ty, n * rows, cols).ok_or_else(shape_err)?;
+        Ok((0..n).map(|e| all.row_block(e * rows, rows)).collect())
+    }
+
+    /// A one-row matrix stored as a vector `[cols]` or a matrix `[1, cols]` (Qwen 2 MoE's
+    /// shared-expert gate: the converter writes the first, a Hugging Face folder the second).
+    fn row(&self, name: &str, cols: usize) -> Result<Weight> {
+        let t = self.get(name)?;
+        let shape_err = || Error::TensorShape {
+            name: name.to_string(),
+            actual: t.dims.clone(),
+            expected: vec![cols as u64],
+        };
+        if t.dims != [cols as u64] && t.dims != [cols as u64, 1] {
+            return Err(shape_err());
+        }
+        Weight::new(t.storage.clone(), t.range.clone(), t.ty, 1, cols).ok_or_else(shape_err)
+    }
+
     /// Consecutive row blocks of a fused matrix (`[sum(parts), cols]`), zero-copy.
     fn split_rows<const N: usize>(&self, name: &str, parts: [usize; N], cols: usize) -> Result<[Weight; N]> {
         let fused = self.matrix(name, parts.iter().sum(), cols)?;
@@ -245,6 +325,65 @@ impl Loader<'_> {
     fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
         if self.tensors.contains(name) { self.vector(name, n).map(Some) } else { Ok(None) }
     }
+
+    /// A dense gated FFN `ffn_{gate,up,down}{suffix}` of inner size `ff`; without a gate
+    /// matrix, `ffn_up` holds gate and up (Phi-3: `[2 * ff, n_embd]`, gate rows first).
+    fn dense(&self, layer: usize, suffix: &str, d: usize, ff: usize) -> Result<FfnWeights> {
+        let n = |s: &str| format!("blk.{layer}.{s}{suffix}.weight");
+        let [gate, up] = if self.tensors.contains(&n("ffn_gate")) {
+            [self.matrix(&n("ffn_gate"), ff, d)?, self.matrix(&n("ffn_up"), ff, d)?]
+        } else {
+            self.split_rows(&n("ffn_up"), [ff, ff], d)?
+        };
+        Ok(FfnWeights { gate, up, down: self.matrix(&n("ffn_down"), d, ff)? })
+    }
+
+    /// Layer `layer`'s feed-forward network: dense, or the experts `cfg.moe` describes.
+    fn ffn(&self, layer: usize, cfg: &ModelConfig) -> Result<Ffn> {
+        let d = cfg.n_embd;
+        let Some(m) = &cfg.moe else {
+            return Ok(Ffn::Dense(self.dense(layer, "", d, cfg.n_ff)?));
+        };
+        let n = |s: &str| format!("blk.{layer}.{s}.weight");
+        let router = self.matrix(&n("ffn_gate_inp"), m.n_expert, d)?;
+        let experts = self.experts(layer, m.n_expert, d, m.n_ff_expert)?;
+        let shared = match m.n_ff_shared {
+            Some(ff) => Some(self.dense(layer, "_shexp", d, ff)?),
+            None => None,
+        };
+        let shared_gate = match self.tensors.contains(&n("ffn_gate_inp_shexp")) {
+            true => Some(self.row(&n("ffn_gate_inp_shexp"), d)?),
+            false => None,
+        };
+        Ok(Ffn::Moe(MoeWeights { router, experts, shared, shared_gate }))
+    }
+
+    /// The experts of a layer in any of the layouts llama.cpp reads: 3-D `ffn_{gate,up,down}_exps`,
+    /// 3-D `ffn_gate_up_exps` (each expert's gate rows, then its up rows) with `ffn_down_exps`,
+    /// or one matrix per expert (`ffn_gate.{e}`, as older Mixtral files and Hugging Face folders
+    /// store them).
+    fn experts(&self, layer: usize, n_expert: usize, d: usize, ff: usize) -> Result<Vec<FfnWeights>> {
+        let n = |s: &str| format!("blk.{layer}.{s}.weight");
+        if self.tensors.contains(&n("ffn_gate.0")) {
+            return (0..n_expert).map(|e| self.dense(layer, &format!(".{e}"), d, ff)).collect();
+        }
+        let (gates, ups) = if self.tensors.contains(&n("ffn_gate_up_exps")) {
+            let both = self.matrices3(&n("ffn_gate_up_exps"), n_expert, 2 * ff, d)?;
+            both.iter().map(|w| (w.row_block(0, ff), w.row_block(ff, ff))).unzip()
+        } else {
+            (
+                self.matrices3(&n("ffn_gate_exps"), n_expert, ff, d)?,
+                self.matrices3(&n("ffn_up_exps"), n_expert, ff, d)?,
+            )
+        };
+        let downs = self.matrices3(&n("ffn_down_exps"), n_expert, d, ff)?;
+        Ok(gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((gate, up), down)| FfnWeights { gate, up, down })
+            .collect())
+    }
 }
 
 impl ModelWeights {
@@ -254,7 +393,7 @@ impl ModelWeights {
     /// row blocks without copying.
     pub fn from_tensors(tensors: &TensorMap, cfg: &ModelConfig) -> Result<Self> {
         let l = Loader { tensors, used: RefCell::new(BTreeSet::new()) };
-        let (d, q, kv, ff, hd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff, cfg.head_dim);
+        let (d, q, kv, hd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
         let token_embd = l.matrix("token_embd.weight", cfg.n_vocab, d)?;
         let output = if tensors.contains("output.weight") {
             l.matrix("output.weight", cfg.n_vocab, d)?
@@ -264,10 +403,14 @@ impl ModelWeights {
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
-            let (q_norm, k_norm) = if cfg.qk_norm {
-                (Some(l.vector(&n("attn_q_norm"), hd)?), Some(l.vector(&n("attn_k_norm"), hd)?))
-            } else {
-                (None, None)
+            let (q_norm, k_norm) = match cfg.qk_norm {
+                Some(QkNorm::PerHead) => {
+                    (Some(l.vector(&n("attn_q_norm"), hd)?), Some(l.vector(&n("attn_k_norm"), hd)?))
+                }
+                Some(QkNorm::Whole) => {
+                    (Some(l.vector(&n("attn_q_norm"), q)?), Some(l.vector(&n("attn_k_norm"), kv)?))
+                }
+                None => (None, None),
             };
             let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
                 (Some(l.vector(&n("post_attention_norm"), d)?), Some(l.vector(&n("post_ffw_norm"), d)?))
@@ -283,12 +426,7 @@ impl ModelWeights {
                     l.matrix(&n("attn_v"), kv, d)?,
                 ]
             };
-            let [w_gate, w_up] = if tensors.contains(&n("ffn_gate")) {
-                [l.matrix(&n("ffn_gate"), ff, d)?, l.matrix(&n("ffn_up"), ff, d)?]
-            } else {
-                // Phi-3: one `[2 * n_ff, n_embd]` matrix, gate rows first.
-                l.split_rows(&n("ffn_up"), [ff, ff], d)?
-            };
+            let ffn = l.ffn(i, cfg)?;
             let qkv_bias = if cfg.qkv_bias {
                 let b = |s: &str| format!("blk.{i}.{s}.bias");
                 Some([l.vector(&b("attn_q"), q)?, l.vector(&b("attn_k"), kv)?, l.vector(&b("attn_v"), kv)?])
@@ -306,9 +444,7 @@ impl ModelWeights {
                 k_norm,
                 post_attn_norm,
                 ffn_norm: l.vector(&n("ffn_norm"), d)?,
-                w_gate,
-                w_up,
-                w_down: l.matrix(&n("ffn_down"), d, ff)?,
+                ffn,
                 post_ffn_norm,
             });
         }

@@ -31,6 +31,58 @@ pub struct HfLayout {
     pub longrope: Option<(Vec<f32>, Vec<f32>)>,
 }
 
+/// The `expert_*` keys of a mixture-of-experts config (none for a dense model): experts, top k,
+/// expert and shared-expert sizes, and whether the top-k weights are normalised (transformers'
+/// `norm_topk_prob`; Mixtral always normalises).
+fn experts(c: &Cfg<'_>, arch: Arch, model_type: &str, put: &mut impl FnMut(&str, MetaValue)) -> Result<()> {
+    let n_expert = match c.opt_usize("num_local_experts")? {
+        Some(n) => Some(n),
+        None => c.opt_usize("num_experts")?,
+    };
+    let moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe) || model_type == "mixtral";
+    let Some(n_expert) = n_expert.filter(|_| moe_arch) else {
+        if moe_arch {
+            return Err(Error::Config(format!("config.json: {model_type} without num_experts")));
+        }
+        return Ok(());
+    };
+    if c.opt_usize("decoder_sparse_step")?.is_some_and(|s| s != 1)
+        || c.get("mlp_only_layers").and_then(Value::as_array).is_some_and(|l| !l.is_empty())
+    {
+        return Err(Error::Config(
+            "config.json: dense layers between expert layers (decoder_sparse_step, mlp_only_layers) are not supported"
+                .into(),
+        ));
+    }
+    let u32v = |n: usize| MetaValue::U32(n.min(u32::MAX as usize) as u32);
+    put("expert_count", u32v(n_expert));
+    put("expert_used_count", u32v(c.usize("num_experts_per_tok")?));
+    let ff = match c.opt_usize("moe_intermediate_size")? {
+        Some(n) => n,
+        None => c.usize("intermediate_size")?,
+    };
+    put("expert_feed_forward_length", u32v(ff));
+    if let Some(n) = c.opt_usize("shared_expert_intermediate_size")?.filter(|&n| n > 0) {
+        put("expert_shared_feed_forward_length", u32v(n));
+    }
+    let norm = model_type == "mixtral" || c.opt_bool("norm_topk_prob")?.unwrap_or(false);
+    put("expert_weights_norm", MetaValue::Bool(norm));
+    Ok(())
+}
+
+/// Checks that SmolLM 3's unrotated layers are the ones llama.cpp assumes (every fourth).
+fn smollm3_rope_layers(c: &Cfg<'_>, n_layer: usize) -> Result<()> {
+    let Some(Value::Array(flags)) = c.get("no_rope_layers") else { return Ok(()) };
+    let ok = flags.len() == n_layer
+        && flags.iter().enumerate().all(|(il, f)| f.as_i64().map(|v| v != 0) == Some((il + 1) % 4 != 0));
+    if !ok {
+        return Err(Error::Config(
+            "config.json: no_rope_layers must leave every fourth layer without RoPE (layers 3, 7, …)".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Reads `config.json` fields with errors that name the key.
 struct Cfg<'a> {
     map: &'a Map<String, Value>,
@@ -152,6 +204,11 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "gemma" => Arch::Gemma,
         "gemma2" => Arch::Gemma2,
         "gemma3_text" => Arch::Gemma3,
+        "mixtral" => Arch::Llama,
+        "qwen2_moe" => Arch::Qwen2Moe,
+        "qwen3_moe" => Arch::Qwen3Moe,
+        "olmoe" => Arch::Olmoe,
+        "smollm3" => Arch::SmolLM3,
         other => return Err(Error::UnsupportedArchitecture(format!("{other} (config.json model_type)"))),
     };
     let a = arch.name();
@@ -301,16 +358,23 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
             lt.len()
         )));
     }
+    experts(&c, arch, model_type, &mut put)?;
     let mut swa_pattern =
         |flags: Vec<bool>| put("attention.sliding_window_pattern", MetaValue::Array(MetaArray::Bool(flags)));
     match arch {
+        Arch::SmolLM3 => smollm3_rope_layers(&c, n_layer)?,
+        Arch::Olmoe => {
+            if c.get("clip_qkv").is_some_and(|v| !v.is_null()) {
+                return Err(Error::Config("config.json: OLMoE's clip_qkv is not supported".into()));
+            }
+        }
         Arch::Llama | Arch::Phi3 => {
             if let Some(w) = window {
                 swa_pattern(layer_types.clone().unwrap_or_else(|| vec![true; n_layer]));
                 put("attention.sliding_window", u32v(w, "sliding_window")?);
             }
         }
-        Arch::Qwen2 | Arch::Qwen3 => {
+        Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
             if c.opt_bool("use_sliding_window")?.unwrap_or(false) {
                 return Err(Error::Config(
                     "config.json: use_sliding_window is not supported for Qwen".into(),
