@@ -13,7 +13,20 @@ For each model in MODELS this script
 3. loads that folder back in float32 with eager attention, so that the reference is computed from
    exactly the stored bf16 values, and records for each prompt the last-position logits and 8
    greedy tokens (`generate(do_sample=False)`), checking that every greedy step has a top-1/top-2
-   logit margin of at least MIN_MARGIN (a prompt that fails is replaced by another one);
+   logit margin of at least MIN_MARGIN (a prompt that fails is replaced by another one); for
+   mixture-of-experts models (experts run with `experts_implementation="eager"`, the plain
+   per-expert loop) it also checks the routing: forward hooks on the router modules (`mlp.gate`,
+   transformers' `*TopKRouter`) capture the router logits of the uncached forward over the whole
+   sequence (prompt + greedy tokens, i.e. every position the model is ever fed), and for every
+   position and MoE layer the gap between the k-th and (k+1)-th largest router probability
+   (k = num_experts_per_tok), divided by the largest probability, must be at least
+   MIN_ROUTER_GAP, and the gap between the k-th and (k+1)-th largest router logit at least
+   MIN_ROUTER_LOGIT_GAP -- otherwise an implementation with other rounding could pick a
+   different expert set; such prompts are replaced too. The logit-gap bound is the binding one,
+   sized for engines with bf16 activations: llama.cpp's CPU backend (activations rounded to bf16
+   before bf16 matmuls, K/V cached in f16) chose another expert at a logit gap of 0.008 (relative
+   probability gap 1.8e-3), and a float64 simulation of that rounding moves these models' router
+   logits by up to ~0.1; an engine with f32 activations is ~1e-5 from the reference;
 4. converts the folder to GGUF with llama.cpp's own `convert_hf_to_gguf.py --outtype bf16`, run
    with llama.cpp's own `gguf-py` first on the path;
 5. where llama.cpp reads the GGUF with different semantics than transformers reads config.json
@@ -61,6 +74,9 @@ OUT = ROOT / "crates" / "ferrolm" / "tests" / "fixtures" / "conformance"
 SUMMARY = Path("/tmp/conformance-summary.txt")
 
 MIN_MARGIN = 1e-2  # minimal top-1/top-2 logit gap at every greedy step
+MIN_ROUTER_GAP = 1e-3  # MoE: minimal (p_k - p_{k+1}) / p_1 of the router probabilities
+MIN_ROUTER_LOGIT_GAP = 0.1  # MoE: minimal l_k - l_{k+1} of the router logits (see docstring)
+MAX_DRAWS = 400  # random prompts tried per prompt length (MoE models need many more than 50)
 N_NEW = 8  # greedy tokens per prompt
 PROMPT_LENS = (5, 12, 20)
 SIG_DIGITS = 7
@@ -438,7 +454,103 @@ MODELS: list[Spec] = [
          gguf_overrides=lambda c: {"query_pre_attn_scalar": c["head_dim"]},
          gguf_reason="the GGUF has no key for query_pre_attn_scalar; llama.cpp's gemma3 uses "
                      "1/sqrt(head_dim) (1/sqrt(n_embd/n_head) only for the 62-layer 27B)."),
+    # ---- mixture-of-experts models and SmolLM3 ----
+    Spec("qwen3moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "bpe-qwen2",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+              num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+              norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+              tie_word_embeddings=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+         seed=1212,
+         notes=["Qwen3-MoE: every layer is a sparse MoE block (decoder_sparse_step 1, "
+                "mlp_only_layers []): 8 experts, top-2, expert FFN width moe_intermediate_size "
+                "32 (SwiGLU); intermediate_size (96) is unused. Router: softmax over all 8 "
+                "router logits (in f32), top-2, then the two weights renormalised to sum 1 "
+                "(norm_topk_prob true; llama.cpp's qwen3moe graph always renormalises).",
+                "Attention as Qwen3: per-head RMSNorm q_norm/k_norm (over head_dim 32) before "
+                "RoPE (NeoX/half-split), GQA 4/2, head_dim 32 != 64/4 (q width 128, o_proj "
+                "128 -> 64), no biases; untied lm_head.",
+                "transformers 5 writes the expert count as config.json `num_local_experts` "
+                "(Qwen3MoeConfig maps num_experts to it); real Qwen3-MoE checkpoints say "
+                "`num_experts`."]),
+    Spec("qwen2moe", "Qwen2MoeConfig", "Qwen2MoeForCausalLM", "bpe-qwen2",
+         dict(BASE, num_attention_heads=4, num_key_value_heads=2,
+              num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+              shared_expert_intermediate_size=48, norm_topk_prob=False,
+              decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+         seed=1313,
+         notes=["Qwen2-MoE (Qwen1.5-MoE style): every layer sparse: 8 routed experts, top-2, "
+                "width 32, weights = softmax probabilities of the chosen experts NOT renormalised "
+                "(norm_topk_prob false; llama.cpp's qwen2moe never renormalises), plus a shared "
+                "expert (SwiGLU, width shared_expert_intermediate_size 48) whose output is "
+                "multiplied by sigmoid(shared_expert_gate . x) (a [1, 64] weight; GGUF "
+                "blk.N.ffn_gate_inp_shexp.weight, f32, ne [64, 1]) and added; intermediate_size "
+                "(96) is unused.",
+                "Attention as Qwen2: q/k/v biases (qkv_bias true), no o_proj bias, GQA 4/2, "
+                "head_dim 16, NeoX RoPE base 1e6; untied lm_head (llama.cpp's qwen2moe requires "
+                "output.weight)."]),
+    Spec("mixtral", "MixtralConfig", "MixtralForCausalLM", "spm-llama",
+         dict(BASE, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+              num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+              router_jitter_noise=0.0, tie_word_embeddings=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+         seed=1414,
+         notes=["Mixtral: every layer sparse, 4 experts (num_local_experts), top-2, expert width "
+                "intermediate_size 48 (SwiGLU: w1 = gate, w3 = up, w2 = down); router softmax "
+                "over all 4, top-2, renormalised to sum 1 (always, in transformers and in "
+                "llama.cpp's llama graph). No shared expert, no biases.",
+                "Safetensors use Mixtral's original names: model.layers.N.block_sparse_moe."
+                "experts.E.{w1,w2,w3}.weight and model.layers.N.block_sparse_moe.gate.weight "
+                "(not mlp.experts / mlp.gate).",
+                "Converted as GGUF arch `llama` (llama.expert_count / llama.expert_used_count "
+                "present, expert width = llama.feed_forward_length, no "
+                "expert_feed_forward_length key), so q/k rows are permuted like Llama; "
+                "sliding_window is None in config.json (the converter writes no window for "
+                "MixtralForCausalLM anyway). GQA 4/2, head_dim 16, RoPE base 1e6; untied "
+                "lm_head; Llama 2 style SentencePiece vocab."]),
+    Spec("olmoe", "OlmoeConfig", "OlmoeForCausalLM", "bpe-qwen2",
+         dict(BASE, intermediate_size=32, num_attention_heads=4, num_key_value_heads=4,
+              num_experts=8, num_experts_per_tok=2, norm_topk_prob=False, clip_qkv=None,
+              tie_word_embeddings=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+         seed=1515,
+         notes=["OLMoE: every layer sparse, 8 experts, top-2, expert width intermediate_size 32 "
+                "(SwiGLU), router softmax over all 8, top-2, NOT renormalised (norm_topk_prob "
+                "false, as in OLMoE-1B-7B and llama.cpp's olmoe graph).",
+                "q_norm/k_norm are RMSNorms over the WHOLE projected q (width n_head*head_dim = "
+                "64) and k (n_kv_head*head_dim), applied before splitting into heads and before "
+                "RoPE (NeoX/half-split in llama.cpp's olmoe) -- not per head as in Qwen3. "
+                "MHA 4/4 heads, head_dim 16: llama.cpp creates attn_k_norm with n_embd entries, "
+                "so GQA would not load there (OLMoE-1B-7B is MHA too). clip_qkv None (when set, "
+                "transformers clamps q, k, v to [-clip, clip] after the norms; the converter "
+                "writes no key for it).",
+                "The converter hard-codes olmoe.attention.layer_norm_rms_epsilon = 1e-5, which is "
+                "also config.json's rms_norm_eps here. Untied lm_head (llama.cpp's olmoe "
+                "requires output.weight). Tokenizer: byte-level BPE with the Qwen2 regex, no BOS "
+                "(like the real OLMoE's GPT-NeoX-style BPE; OlmoeConfig's default bos_token_id "
+                "is None)."]),
+    Spec("smollm3", "SmolLM3Config", "SmolLM3ForCausalLM", "bpe-llama3",
+         dict(BASE, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+              no_rope_layers=[1, 1, 1, 0], no_rope_layer_interval=4, use_sliding_window=False,
+              tie_word_embeddings=True,
+              rope_parameters={"rope_type": "default", "rope_theta": 2000000.0}),
+         seed=1616,
+         emb_std=0.15, final_norm_gain=3.0,
+         notes=["SmolLM3: Llama architecture where every 4th layer has no RoPE (NoPE). "
+                "config.json `no_rope_layers` = [1, 1, 1, 0] is a per-layer USE-RoPE flag "
+                "(1 = apply RoPE): layers 0-2 rotate q/k, layer 3 does not. transformers' "
+                "default for no_rope_layers is int((i + 1) % no_rope_layer_interval != 0) with "
+                "interval 4, the same as llama.cpp's smollm3 graph (use_rope = (il + 1) % 4 != 0, "
+                "n_no_rope_layer_step hard-coded to 4; the converter writes no key for it), "
+                "hence 4 layers here.",
+                "GGUF arch `smollm3`: q/k rows permuted like Llama (adjacent-pair RoPE in GGML); "
+                "GQA 4/2, head_dim 16, RoPE base 2e6, tied embeddings, byte-level BPE with the "
+                "Llama 3 regex and BOS."]),
 ]
+
+
+ROUTER_SUFFIXES = ("mlp.gate.weight", "mlp.shared_expert_gate.weight")
 
 
 def randomize(model: torch.nn.Module, seed: int, emb_std: float,
@@ -446,6 +558,14 @@ def randomize(model: torch.nn.Module, seed: int, emb_std: float,
     """Wide random init: linear weights N(0, (1.5/sqrt(fan_in))^2), biases N(0, 0.2^2),
     embeddings / lm_head N(0, emb_std^2), norm weights with an effective multiplier (w, or 1+w
     for Gemma's norms) of 1 + N(0, 0.15^2) -- times final_norm_gain for the final norm.
+
+    Mixture-of-experts parameters: transformers 5 keeps the experts of a layer fused in 3-D
+    parameters (`mlp.experts.gate_up_proj` [E, 2*ff, d], `mlp.experts.down_proj` [E, d, ff]),
+    scaled like linear weights with fan_in = the last dim; the router (`mlp.gate.weight`
+    [E, d]) and Qwen2-MoE's `mlp.shared_expert_gate.weight` [1, d] get the wider
+    N(0, (3/sqrt(d))^2), so that router probabilities are well separated (no near-ties in the
+    top-k choice, see MIN_ROUTER_GAP). Parameters are visited in the same order and drawn from
+    the same generator as before these branches existed, so dense models are unchanged.
 
     Tied-embedding models get a small emb_std (the token's own embedding would otherwise dominate
     the residual stream, and e_t . norm(e_t) makes a random tied model repeat its last token)
@@ -465,8 +585,12 @@ def randomize(model: torch.nn.Module, seed: int, emb_std: float,
                 p.copy_(0.2 * r)
             elif "embed_tokens" in name or "lm_head" in name:
                 p.copy_(emb_std * r)
+            elif p.ndim == 2 and name.endswith(ROUTER_SUFFIXES):  # MoE router, shared-expert gate
+                p.copy_(3.0 / math.sqrt(p.shape[1]) * r)
             elif p.ndim == 2:
                 p.copy_(1.5 / math.sqrt(p.shape[1]) * r)
+            elif p.ndim == 3 and ".experts." in name:  # fused experts [E, out, in]
+                p.copy_(1.5 / math.sqrt(p.shape[-1]) * r)
             else:
                 raise ValueError(f"unexpected parameter {name} {tuple(p.shape)}")
 
@@ -475,16 +599,61 @@ def sig(x: float) -> float:
     return float(f"{x:.{SIG_DIGITS}g}")
 
 
+def is_moe_config(cfg: Any) -> bool:
+    return getattr(cfg, "num_experts_per_tok", None) is not None
+
+
 def load_f32(hf_dir: Path, overrides: dict[str, Any] | None = None):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.from_pretrained(hf_dir)
     for k, v in (overrides or {}).items():
         setattr(cfg, k, v)
+    # MoE: the plain per-expert loop (the default would be "grouped_mm" where available)
+    extra = {"experts_implementation": "eager"} if is_moe_config(cfg) else {}
     m = AutoModelForCausalLM.from_pretrained(
-        hf_dir, config=cfg, dtype=torch.float32, attn_implementation="eager")
+        hf_dir, config=cfg, dtype=torch.float32, attn_implementation="eager", **extra)
     m.eval()
+    if extra:
+        assert routers(m), "MoE config but no router modules found"
     return m
+
+
+def routers(model) -> list[tuple[str, Any]]:
+    """The MoE router modules (transformers 5: `model.layers.N.mlp.gate`, a *TopKRouter whose
+    forward returns (router_logits, top-k weights, top-k indices))."""
+    return [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("TopKRouter")]
+
+
+def router_min_gaps(model, seq: torch.Tensor) -> tuple[float, float] | None:
+    """Uncached forward over `seq` with hooks on the routers: the minima over positions and MoE
+    layers of (p_k - p_{k+1}) / p_1, p sorted router probabilities (softmax of the router
+    logits in f32), and of l_k - l_{k+1}, l the sorted router logits; k = top_k. None for a
+    model without routers."""
+    rs = routers(model)
+    if not rs:
+        return None
+    gaps: list[tuple[float, float]] = []
+
+    def hook(mod, _inp, out):
+        logits = out[0] if isinstance(out, tuple) else out
+        logits = logits.detach().float().reshape(-1, logits.shape[-1])
+        probs = torch.softmax(logits, dim=-1)
+        k = int(mod.top_k)
+        top = torch.topk(probs, k + 1, dim=-1).values
+        topl = torch.topk(logits, k + 1, dim=-1).values
+        gaps.append((float(((top[:, k - 1] - top[:, k]) / top[:, 0]).min()),
+                     float((topl[:, k - 1] - topl[:, k]).min())))
+
+    handles = [m.register_forward_hook(hook) for _, m in rs]
+    try:
+        with torch.no_grad():
+            model(seq)
+    finally:
+        for h in handles:
+            h.remove()
+    assert len(gaps) == len(rs), (len(gaps), len(rs))
+    return min(g[0] for g in gaps), min(g[1] for g in gaps)
 
 
 def run_prompt(model, tokens: list[int]) -> dict[str, Any]:
@@ -510,23 +679,31 @@ def run_prompt(model, tokens: list[int]) -> dict[str, Any]:
         argmax = full[len(tokens) - 1: -1].argmax(-1).tolist()
     assert len(greedy) == N_NEW
     assert torch.allclose(out.logits[0][0].float(), last, atol=1e-4, rtol=1e-4)
-    return {
+    rec = {
         "tokens": tokens,
         "last_logits": [sig(x) for x in last.tolist()],
         "greedy": greedy,
         "greedy_margins": [round(m, 5) for m in margins],
         "_uncached_argmax_agrees": argmax == greedy,
     }
+    # MoE: routing robustness over every position the model is fed (prompt + greedy[:-1])
+    gaps = router_min_gaps(model, out.sequences[:, :-1])
+    if gaps is not None:
+        rec["router_min_gap"] = float(f"{gaps[0]:.4g}")
+        rec["router_min_logit_gap"] = float(f"{gaps[1]:.4g}")
+        rec["_router_gaps"] = gaps  # unrounded, for the acceptance test
+    return rec
 
 
 def make_prompts(spec: Spec, tok: Tok, models: list[Any]) -> list[list[dict[str, Any]]]:
     """For each prompt length, draw random prompts until every greedy step of every reference
-    model (HF, and the GGUF-semantics variant if any) has margin >= MIN_MARGIN and no greedy
-    token is a special token."""
+    model (HF, and the GGUF-semantics variant if any) has margin >= MIN_MARGIN, no greedy
+    token is a special token, and (MoE) every routing decision has a relative top-k probability
+    gap >= MIN_ROUTER_GAP and a top-k logit gap >= MIN_ROUTER_LOGIT_GAP."""
     results: list[list[dict[str, Any]]] = [[] for _ in models]
     g = np.random.default_rng(spec.seed)
     for n in PROMPT_LENS:
-        for attempt in range(50):
+        for attempt in range(MAX_DRAWS):
             body = g.integers(*tok.normal, size=n - (1 if tok.add_bos else 0))
             tokens = ([tok.bos] if tok.add_bos else []) + [int(x) for x in body]
             recs = [run_prompt(m, tokens) for m in models]
@@ -535,10 +712,13 @@ def make_prompts(spec: Spec, tok: Tok, models: list[Any]) -> list[list[dict[str,
                 min(r["greedy_margins"]) >= MIN_MARGIN
                 and r["_uncached_argmax_agrees"]
                 and not set(r["greedy"]) & avoid
+                and r.get("_router_gaps", (1.0, 1.0))[0] >= MIN_ROUTER_GAP
+                and r.get("_router_gaps", (1.0, 1.0))[1] >= MIN_ROUTER_LOGIT_GAP
                 for r in recs)
             if ok:
                 for i, r in enumerate(recs):
                     del r["_uncached_argmax_agrees"]
+                    r.pop("_router_gaps", None)
                     results[i].append(r)
                 if attempt:
                     print(f"  prompt len {n}: accepted after {attempt} rejected draw(s)")
@@ -754,6 +934,14 @@ def gen_model(spec: Spec, llamacpp: Path, work: Path, summary: list[str]) -> dic
         summary.append("converter warnings/notes:")
         summary.extend("  " + m for m in conv_msgs)
     summary.append("greedy margins (HF): " + str([min(p["greedy_margins"]) for p in runs[0]]))
+    gaps = [p["router_min_gap"] for rr in runs for p in rr if "router_min_gap" in p]
+    if gaps:
+        entry["router_min_gap"] = min(gaps)
+        entry["router_min_logit_gap"] = min(
+            p["router_min_logit_gap"] for rr in runs for p in rr)
+        for key in ("router_min_gap", "router_min_logit_gap"):
+            summary.append(f"{key} per prompt (HF): {[p[key] for p in runs[0]]}")
+            print(f"  {key}={[p[key] for p in runs[0]]}")
     OVERVIEW.append(overview(spec.name, hf_cfg, kv, tensors))
     print(f"  arch={arch} greedy={[p['greedy'] for p in runs[0]]}")
     print(f"  min margins={[min(p['greedy_margins']) for p in runs[0]]}")
@@ -828,10 +1016,10 @@ def main() -> None:
 
     manifest_path = OUT / "manifest.json"
     old = {}
+    old_manifest = None
     if args.only and manifest_path.exists():
-        old = {m["name"]: m for m in json.loads(manifest_path.read_text())["models"]}
-    for e in entries:
-        old[e["name"]] = e
+        old_manifest = json.loads(manifest_path.read_text())
+        old = {m["name"]: m for m in old_manifest["models"]}
     order = [s.name for s in MODELS]
     versions = {
         "python": platform.python_version(),
@@ -844,12 +1032,26 @@ def main() -> None:
                      f"(ggml {_ggml_version(llamacpp)})",
         "convert_hf_to_gguf_sha256": file_sha256(llamacpp / "convert_hf_to_gguf.py"),
     }
+    if old_manifest is not None and set(old) - {e["name"] for e in entries}:
+        # merging into fixtures made with other versions: the top-level versions stay those of
+        # the existing fixtures, the new entries record what differs
+        top = old_manifest["versions"]
+        diff = {k: v for k, v in versions.items() if top.get(k) != v}
+        for e in entries:
+            e.pop("versions", None)
+            if diff:
+                e["versions"] = diff
+        versions = top
+    for e in entries:
+        old[e["name"]] = e
     manifest = {
         "description": "Tiny random models with reference outputs from transformers (CPU, "
                        "float32 from bf16 weights, eager attention); see README.md.",
         "generator": "scripts/gen_conformance.py",
         "versions": versions,
         "min_greedy_margin": MIN_MARGIN,
+        "min_router_gap": MIN_ROUTER_GAP,
+        "min_router_logit_gap": MIN_ROUTER_LOGIT_GAP,
         "n_new": N_NEW,
         "models": [old[n] for n in order if n in old],
     }
@@ -874,6 +1076,16 @@ def readme(versions: dict[str, Any], models: list[dict[str, Any]]) -> str:
         f"{', '.join(m.get('extra_references') or []) or '-'} |"
         for m in models)
     vers = "\n".join(f"- {k}: `{v}`" for k, v in versions.items())
+    later = [m for m in models if m.get("versions")]
+    tf_versions = " and ".join(dict.fromkeys(
+        [versions["transformers"]] + [m["versions"]["transformers"] for m in later
+                                      if "transformers" in m["versions"]]))
+    if later:
+        vers += ("\n\nGenerated later with other versions (`versions` in their manifest entry; "
+                 "the other models were not regenerated):\n\n" + "\n".join(
+                     f"- `{m['name']}`: "
+                     + ", ".join(f"{k} `{v}`" for k, v in m["versions"].items())
+                     for m in later))
     return f"""# Conformance fixtures
 
 Tiny random models whose expected outputs come from the reference implementation itself:
@@ -928,6 +1140,14 @@ Per-model details (head layout, RoPE variant, what is being exercised) are in `m
     over the whole sequence;
   - `prompts[i].greedy_margins`: top-1 minus top-2 logit at each greedy step; prompts are
     redrawn until all are >= {MIN_MARGIN};
+  - `prompts[i].router_min_gap` / `router_min_logit_gap` (mixture-of-experts models only): the
+    smallest `(p_k - p_(k+1)) / p_1` / `l_k - l_(k+1)` over every position fed to the model
+    (prompt and greedy tokens but the last) and every MoE layer, `p` / `l` the sorted router
+    probabilities / logits, k = experts per token; prompts are redrawn until they are
+    >= {MIN_ROUTER_GAP} / >= {MIN_ROUTER_LOGIT_GAP}, so that no expert choice is a near-tie (the
+    logit bound is sized for engines with bf16 activations such as llama.cpp's CPU backend,
+    whose rounding moves router logits by up to ~0.1 here (estimated by simulating it); with f32
+    activations they are ~1e-5 off);
   - `prompts[i].prompt_fits_in_window` / `greedy_fits_in_window`: whether the sliding window
     (if any) cuts the prompt / the longest sequence that greedy decoding looks at
     (`len(tokens) + {N_NEW} - 1` positions);
@@ -937,7 +1157,9 @@ Per-model details (head layout, RoPE variant, what is being exercised) are in `m
     `greedy_margins`.
   - `extra_references` (phi3): further references with the same shape, e.g. `long_factors`.
 - `manifest.json`: versions, the model list and per-model notes (`gguf_has_window`,
-  `gguf_sliding_window`, `gguf_reference`, ...).
+  `gguf_sliding_window`, `gguf_reference`, `router_min_gap` / `router_min_logit_gap` (MoE:
+  minima over the prompts),
+  `versions` (only where they differ from the top-level ones), ...).
 
 ## How the models are made
 
@@ -946,8 +1168,15 @@ Per-model details (head layout, RoPE variant, what is being exercised) are in `m
   smaller for tied ones (0.15, Gemma 0.03), norm weights with an effective multiplier
   (`w`, or `1 + w` for Gemma) of 1 + N(0, 0.15^2), the final norm's multiplier scaled by 3-10 in
   tied models to spread the logits again (see `randomize` in the script for why).
+- Mixture-of-experts models: transformers 5 holds each layer's experts as fused 3-D parameters
+  (`mlp.experts.gate_up_proj` [E, 2*ff, d], `mlp.experts.down_proj` [E, d, ff]), randomised like
+  linear weights (fan_in = last dim); router weights (`mlp.gate.weight`, [E, d]) and Qwen2-MoE's
+  `shared_expert_gate` ([1, d]) get N(0, (3/sqrt(d))^2) so that router probabilities are well
+  separated. `save_pretrained` writes the experts back in the original checkpoint layout (one
+  2-D tensor per expert, see below).
 - Saved with `save_pretrained` in bfloat16; the reference is computed after loading that folder
-  back with `dtype=torch.float32, attn_implementation="eager"`, so from exactly the stored values.
+  back with `dtype=torch.float32, attn_implementation="eager"` (MoE models also with
+  `experts_implementation="eager"`, the plain per-expert loop), so from exactly the stored values.
 - Tokenizers are tiny and trained on a few paragraphs of text: SentencePiece BPE with byte
   fallback, vocab 512 (`spm-llama`: `<unk>`=0, `<s>`=1, `</s>`=2, dummy prefix; `spm-phi3`: the
   same with 508 pieces plus `<|endoftext|>` (EOS), `<|assistant|>`, `<|end|>`, `<|user|>` --
@@ -985,6 +1214,33 @@ Per-model details (head layout, RoPE variant, what is being exercised) are in `m
   `rope.freq_base` (1e6).
 - Sliding window semantics (transformers and llama.cpp agree): query position i attends to key
   positions j with i - window < j <= i.
+- Mixture-of-experts safetensors hold one 2-D tensor per expert, in the original checkpoints'
+  names: `model.layers.N.mlp.experts.E.{{gate,up,down}}_proj.weight` (Qwen2-MoE, Qwen3-MoE,
+  OLMoE; router `model.layers.N.mlp.gate.weight` [E, d]) and, for Mixtral,
+  `model.layers.N.block_sparse_moe.experts.E.{{w1,w2,w3}}.weight` (w1 = gate, w3 = up, w2 =
+  down; router `model.layers.N.block_sparse_moe.gate.weight`). The GGUF stacks them per layer:
+  `blk.N.ffn_{{gate,up}}_exps.weight` ne [d, ff, E], `blk.N.ffn_down_exps.weight` ne [ff, d, E]
+  (bf16), router `blk.N.ffn_gate_inp.weight` ne [d, E] in f32 (exact widening). Routing in all
+  four: softmax over all E router logits, top-k; `qwen3moe` (norm_topk_prob true) and `mixtral`
+  renormalise the k weights to sum 1, `qwen2moe` and `olmoe` (norm_topk_prob false) do not; no
+  GGUF key says which -- llama.cpp hard-codes it per architecture.
+- `qwen3moe`: transformers 5 writes the expert count as `num_local_experts` in config.json (real
+  Qwen3-MoE checkpoints say `num_experts`); `intermediate_size` is unused (every layer sparse) but
+  the converter still writes it as `feed_forward_length`; the expert width is
+  `expert_feed_forward_length` (`moe_intermediate_size`).
+- `qwen2moe`: the shared expert (`blk.N.ffn_{{gate,up,down}}_shexp`, width
+  `expert_shared_feed_forward_length`) is added after being scaled by
+  sigmoid(`ffn_gate_inp_shexp` . x) (ne [d, 1], f32).
+- `mixtral`: converted as GGUF arch `llama` (with `llama.expert_count` /
+  `llama.expert_used_count`; the expert width is `llama.feed_forward_length`), q/k rows permuted
+  like Llama; no sliding window (None in config.json, none in the GGUF).
+- `olmoe`: `q_norm` / `k_norm` are RMSNorms over the whole q (n_head*head_dim) / k
+  (n_kv_head*head_dim) projections, before the head split and RoPE (Qwen3 normalises per head);
+  MHA because llama.cpp creates `attn_k_norm` with n_embd entries; the converter hard-codes
+  `olmoe.attention.layer_norm_rms_epsilon` = 1e-5 (equal to config.json's here).
+- `smollm3`: GGUF arch `smollm3` (Llama layout, q/k permuted). config.json's `no_rope_layers`
+  is a per-layer use-RoPE flag ([1, 1, 1, 0]: layer 3 has no RoPE); the GGUF has no key for it
+  and llama.cpp hard-codes "no RoPE when (layer + 1) % 4 == 0", which is the same pattern.
 
 ## Cross-check with llama.cpp
 
@@ -999,19 +1255,29 @@ identical tokenizations. An engine that multiplies the bf16 weights with f32 act
 be within ~1e-4 of the reference (a float64 recomputation of the references differs from them by
 at most 2e-5), where the {MIN_MARGIN} minimum greedy margin is ample.
 
+The models added later (`qwen3moe`, `qwen2moe`, `mixtral`, `olmoe`, `smollm3`; same llama.cpp)
+also matched: logits within 0.06-0.20 absolute (1.6-4.8 % of the standard deviation), the same
+argmax, the same greedy tokens except two steps whose reference margin (0.109 for `qwen2moe`,
+0.074 for `smollm3`) is below that noise, identical tokenizations; and a float64
+re-implementation that reads only `model.gguf` reproduces their `last_logits` within 2.1e-5 and
+their greedy tokens exactly. With only the {MIN_ROUTER_GAP} relative-probability bound, llama.cpp
+picked another expert at one position (router logit gap 0.008) and missed a `qwen2moe` reference
+by 1.4 in the logits; hence the {MIN_ROUTER_LOGIT_GAP} router-logit bound.
+
 ## Workarounds
 
 - The converter identifies BPE pre-tokenizers by hashing the token ids of a fixed text
   (`TextModel.get_vocab_base_pre`) and refuses unknown hashes. The tiny byte-level BPE
   vocabularies are unknown, so the script runs the converter through a wrapper that, only when
   the original raises NotImplementedError, returns the llama.cpp pre-tokenizer with the same
-  split regex (`llama-bpe` for `llama3-rope`, `qwen2` for `qwen2`/`qwen3`). Nothing else in the
-  converter is changed; it otherwise works with transformers {versions['transformers']} as is.
+  split regex (`llama-bpe` for the `bpe-llama3` models, `qwen2` for the `bpe-qwen2` ones).
+  Nothing else in the converter is changed; it otherwise works with transformers
+  {tf_versions} as is.
 - transformers 5 needs `protobuf` to turn a SentencePiece model into a tokenizer.json.
 - Benign converter warnings: "Unknown RoPE type: default", "Unknown separator token ... in
   TemplateProcessing<pair>", Gemma's "No handler for special token type prefix/suffix/...",
-  Gemma 3's "Duplicated key name ..., overwriting" (the Gemma 3 class sets some keys twice with
-  the same values). transformers warns that Phi-3's `rope_parameters` holds
+  Gemma 3's and OLMoE's "Duplicated key name ..., overwriting" (those classes set some keys twice
+  with the same values). transformers warns that Phi-3's `rope_parameters` holds
   `original_max_position_embeddings` instead of `factor`; the scaling factor it derives
   (4096/1024 = 4) is the one intended and the one the converter uses.
 """
