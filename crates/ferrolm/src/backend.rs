@@ -236,6 +236,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     /// Adds `bias` to each `bias.len()`-wide row of `x` (Qwen 2's QKV biases).
     fn add_bias(&self, x: &mut [f32], bias: &[f32]) -> BackendResult;
 
+    /// `x *= s`, element-wise (Granite's residual and logit scales).
+    fn scale(&self, x: &mut [f32], s: f32) -> BackendResult;
+
     /// `x = cap * tanh(x / cap)`, element-wise (Gemma 2's final logit soft-capping).
     fn softcap(&self, x: &mut [f32], cap: f32) -> BackendResult;
 
@@ -441,6 +444,11 @@ impl Backend for CpuBackend {
 
     fn add_bias(&self, x: &mut [f32], bias: &[f32]) -> BackendResult {
         cpu::add_bias_rows(x, bias);
+        Ok(())
+    }
+
+    fn scale(&self, x: &mut [f32], s: f32) -> BackendResult {
+        x.iter_mut().for_each(|v| *v *= s);
         Ok(())
     }
 

@@ -138,6 +138,10 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
             b.add(x, &y)?;
             Ok(x.clone())
         })?;
+        r.check("scale", format!("[{n}, {d}]"), &x, |b, x| {
+            b.scale(x, 0.22)?;
+            Ok(x.clone())
+        })?;
         r.check("add_bias", format!("[{n}, {d}]"), &x, |b, x| {
             b.add_bias(x, &w)?;
             Ok(x.clone())

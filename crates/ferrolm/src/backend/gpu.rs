@@ -396,6 +396,13 @@ impl<D: Device> Backend for GpuBackend<D> {
         ops::add_bias(&mut *self.dev(), x, bias)
     }
 
+    fn scale(&self, x: &mut [f32], s: f32) -> BackendResult {
+        if x.is_empty() {
+            return Ok(());
+        }
+        ops::scale(&mut *self.dev(), x, s)
+    }
+
     fn softcap(&self, x: &mut [f32], cap: f32) -> BackendResult {
         // Rare (Gemma 2's final logits): on the host, as the CPU computes it.
         let dev = self.dev();

@@ -117,11 +117,15 @@ pub enum Arch {
     Olmoe,
     /// SmolLM 3: Llama with every fourth layer attending without RoPE.
     SmolLM3,
+    /// Granite 3: Llama with scaled embeddings, residual branches and logits.
+    Granite,
+    /// Granite 3 MoE: Granite with softmax-routed experts (and a shared expert, "MoE shared").
+    GraniteMoe,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 11] = [
+    pub const ALL: [Arch; 13] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -133,6 +137,8 @@ impl Arch {
         Arch::Qwen3Moe,
         Arch::Olmoe,
         Arch::SmolLM3,
+        Arch::Granite,
+        Arch::GraniteMoe,
     ];
 
     /// The `general.architecture` name.
@@ -149,6 +155,8 @@ impl Arch {
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Olmoe => "olmoe",
             Arch::SmolLM3 => "smollm3",
+            Arch::Granite => "granite",
+            Arch::GraniteMoe => "granitemoe",
         }
     }
 
@@ -220,6 +228,10 @@ pub struct ModelConfig {
     pub swa_layers: Vec<bool>,
     /// Final logit soft-capping (`cap * tanh(x / cap)`).
     pub final_logit_softcap: Option<f32>,
+    /// Multiplies each attention and FFN output before its residual add (Granite).
+    pub residual_scale: Option<f32>,
+    /// Divides the logits (Granite).
+    pub logit_scale: Option<f32>,
     /// Which layers rotate queries and keys (SmolLM 3 leaves every fourth layer unrotated).
     pub rope_layers: Vec<bool>,
     /// The mixture-of-experts feed-forward blocks, when the model has them (every layer).
@@ -282,7 +294,7 @@ fn swa_pattern(f: &GgufFile, key: &str, n_layer: usize, default_period: u64) -> 
 
 /// The mixture-of-experts block from `{arch}.expert_*` keys (`None` for a dense model), with
 /// llama.cpp's per-architecture defaults where a key is absent: softmax routing, top-k weights
-/// normalised for Mixtral (`llama`) and Qwen 3 MoE but not for Qwen 2 MoE and OLMoE.
+/// normalised for Mixtral (`llama`), Qwen 3 MoE and Granite MoE but not for Qwen 2 MoE and OLMoE.
 fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Result<Option<MoeConfig>> {
     let key = |k: &str| format!("{arch_name}.{k}");
     let count = |k: &str| -> Result<Option<usize>> {
@@ -291,7 +303,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
             .transpose()
     };
     let n_expert = count("expert_count")?.unwrap_or(0);
-    let is_moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe);
+    let is_moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe);
     if n_expert == 0 {
         if is_moe_arch {
             return Err(Error::Config(format!(
@@ -327,7 +339,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
             )));
         }
     };
-    let default_norm = matches!(arch, Arch::Llama | Arch::Qwen3Moe);
+    let default_norm = matches!(arch, Arch::Llama | Arch::Qwen3Moe | Arch::GraniteMoe);
     let norm_topk = match f.opt_bool(&key("expert_weights_norm"))? {
         Some(b) => b,
         None => default_norm,
@@ -337,7 +349,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     // (Mixtral's experts are `feed_forward_length` wide and have no such key).
     let n_ff_expert = match count("expert_feed_forward_length")? {
         Some(n) => n,
-        None if arch == Arch::Llama || arch == Arch::Olmoe => n_ff,
+        None if matches!(arch, Arch::Llama | Arch::Olmoe | Arch::GraniteMoe) => n_ff,
         None => n_ff / n_used.max(1),
     };
     let n_ff_shared = match count("expert_shared_count")? {
@@ -425,6 +437,8 @@ impl ModelConfig {
             // Filled below, once `n_layer` is known to be sane.
             swa_layers: Vec::new(),
             final_logit_softcap: opt_positive_or_unset(f, &key("final_logit_softcapping"))?,
+            residual_scale: opt_positive_or_unset(f, &key("residual_scale"))?,
+            logit_scale: opt_positive_or_unset(f, &key("logit_scale"))?,
             // Filled below, once `n_layer` is known to be sane.
             rope_layers: Vec::new(),
             moe,
@@ -440,6 +454,10 @@ impl ModelConfig {
         }
         match arch {
             Arch::Llama => cfg.rope_style = RopeStyle::Interleaved,
+            Arch::Granite | Arch::GraniteMoe => {
+                cfg.rope_style = RopeStyle::Interleaved;
+                cfg.embed_scale = opt_positive_or_unset(f, &key("embedding_scale"))?;
+            }
             Arch::SmolLM3 => {
                 cfg.rope_style = RopeStyle::Interleaved;
                 // llama.cpp's fixed step: layers 3, 7, 11, … attend without RoPE.
@@ -534,6 +552,11 @@ impl ModelConfig {
         }
         if !(self.norm_eps.is_finite() && self.norm_eps > 0.0 && self.norm_eps < 1.0) {
             return bad(format!("norm epsilon {} is not in (0, 1)", self.norm_eps));
+        }
+        for (what, v) in [("residual", self.residual_scale), ("logit", self.logit_scale)] {
+            if v.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return bad(format!("{what} scale {v:?} is not a finite positive number"));
+            }
         }
         if !(self.attn_scale.is_finite() && self.attn_scale > 0.0) {
             return bad(format!("attention scale {} is not a finite positive number", self.attn_scale));

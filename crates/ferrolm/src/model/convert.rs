@@ -119,26 +119,27 @@ pub fn convert_hf_to_gguf(
     let mut n_written = 0;
     for (i, (name, t)) in hf.tensors.iter().enumerate() {
         progress(i + 1, total);
-        let (name, t) = match expert_part(name) {
+        let out = match expert_part(name) {
             // Experts are written as llama.cpp's 3-D `ffn_*_exps` tensors, when the first is met.
             Some((_, _, e)) if e > 0 => continue,
             Some((layer, proj, _)) => {
                 let merged = format!("blk.{layer}.{proj}_exps.weight");
-                (merged, merge_experts(&hf, layer, proj, outtype, &mut matrices)?)
+                vec![(merged, merge_experts(&hf, layer, proj, outtype, &mut matrices)?)]
             }
             None => {
                 let t = gguf_layout(layout, name, t);
-                let t = convert_one(name, &t, outtype, &mut matrices)?;
-                (name.to_string(), t)
+                split_gate_up(&hf, name, convert_one(name, &t, outtype, &mut matrices)?)
             }
         };
-        match types.iter_mut().find(|(ty, _)| *ty == t.ty) {
-            Some((_, n)) => *n += 1,
-            None => types.push((t.ty, 1)),
+        for (name, t) in out {
+            match types.iter_mut().find(|(ty, _)| *ty == t.ty) {
+                Some((_, n)) => *n += 1,
+                None => types.push((t.ty, 1)),
+            }
+            w.add_tensor(&name, &t.dims, t.ty, t.data().to_vec())
+                .map_err(|e| Error::Config(format!("{name}: {e}")))?;
+            n_written += 1;
         }
-        w.add_tensor(&name, &t.dims, t.ty, t.data().to_vec())
-            .map_err(|e| Error::Config(format!("{name}: {e}")))?;
-        n_written += 1;
     }
     w.write(out).map_err(|e| Error::Config(format!("writing {}: {e}", out.display())))?;
     let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
@@ -146,9 +147,9 @@ pub fn convert_hf_to_gguf(
 }
 
 /// A tensor as GGUF stores it: for the architectures whose GGUF RoPE pairs adjacent dimensions
-/// (llama, SmolLM 3) the Q and K rows are permuted, as llama.cpp's converter does.
+/// (llama, SmolLM 3, Granite) the Q and K rows are permuted, as llama.cpp's converter does.
 fn gguf_layout(layout: &super::hf::HfLayout, name: &str, t: &TensorRef) -> TensorRef {
-    let interleaved = matches!(layout.arch, Arch::Llama | Arch::SmolLM3);
+    let interleaved = matches!(layout.arch, Arch::Llama | Arch::SmolLM3 | Arch::Granite | Arch::GraniteMoe);
     if !(interleaved && (name.ends_with("attn_q.weight") || name.ends_with("attn_k.weight"))) {
         return t.clone();
     }
@@ -158,8 +159,8 @@ fn gguf_layout(layout: &super::hf::HfLayout, name: &str, t: &TensorRef) -> Tenso
     TensorRef::owned(t.ty, t.dims.clone(), permute_qk_rows(t.data(), rows, rb, heads))
 }
 
-/// One tensor in the output type: vectors as F32, routers (`ffn_gate_inp*`, which llama.cpp
-/// never quantizes) as stored or F32, matrices in `outtype` or its fallback.
+/// One tensor in the output type: vectors and routers (`ffn_gate_inp*`, which llama.cpp's
+/// converter writes as F32 and never quantizes) as F32, matrices in `outtype` or its fallback.
 fn convert_one(
     name: &str,
     t: &TensorRef,
@@ -167,19 +168,13 @@ fn convert_one(
     matrices: &mut QuantizeSummary,
 ) -> Result<TensorRef> {
     let router = name.contains(".ffn_gate_inp");
-    let target = if t.dims.len() == 1 {
-        GgmlType::F32
-    } else if router {
-        if matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) { t.ty } else { GgmlType::F32 }
-    } else {
-        effective_type(outtype, t.dims[0])
-    };
-    if t.dims.len() == 2 && !router {
+    let target = if t.dims.len() == 1 || router { GgmlType::F32 } else { effective_type(outtype, t.dims[0]) };
+    if matches!(t.dims.len(), 2 | 3) && !router {
         matrices.record(t.dims[0], Some(target));
     }
     if t.ty == target {
         Ok(t.clone())
-    } else if t.dims.len() == 1 {
+    } else if t.dims.len() == 1 || router {
         Ok(TensorRef::from_f32(t.dims.clone(), &t.to_f32(name)?))
     } else {
         convert_matrix(name, t, target)
@@ -228,4 +223,38 @@ fn merge_experts(
     };
     dims.push(n);
     Ok(TensorRef::owned(ty, dims, bytes))
+}
+
+/// A fused gate-up tensor split the way llama.cpp's loader wants it: Granite MoE's experts
+/// (`ffn_gate_up_exps`, `[n_expert, 2 * ff, n_embd]`, each expert's gate rows first) into
+/// `ffn_gate_exps` and `ffn_up_exps`, and a shared expert's `ffn_up_shexp` of `2 * ff` rows
+/// (when there is no `ffn_gate_shexp`) into gate and up. Any other tensor is kept whole.
+/// (Phi-3's dense fused `ffn_up` stays fused: llama.cpp reads it so.)
+fn split_gate_up(hf: &HfModel, name: &str, t: TensorRef) -> Vec<(String, TensorRef)> {
+    let shared_fused = name.ends_with(".ffn_up_shexp.weight")
+        && !hf.tensors.contains(&name.replace(".ffn_up_shexp.", ".ffn_gate_shexp."));
+    let (stem, gate, up) = if name.ends_with(".ffn_gate_up_exps.weight") {
+        (".ffn_gate_up_exps.", ".ffn_gate_exps.", ".ffn_up_exps.")
+    } else if shared_fused {
+        (".ffn_up_shexp.", ".ffn_gate_shexp.", ".ffn_up_shexp.")
+    } else {
+        return vec![(name.to_string(), t)];
+    };
+    // dims [cols, 2 * ff] or [cols, 2 * ff, n]: blocks of 2 * ff rows, gate half first.
+    let rows = t.dims.get(1).copied().unwrap_or(0) as usize;
+    let blocks = t.dims.get(2).copied().unwrap_or(1) as usize;
+    let block_bytes = t.data().len() / blocks.max(1);
+    let half = block_bytes / 2;
+    let mut dims = t.dims.clone();
+    dims[1] = (rows / 2) as u64;
+    let part = |first: bool| {
+        let bytes: Vec<u8> = t
+            .data()
+            .chunks_exact(block_bytes)
+            .flat_map(|b| if first { &b[..half] } else { &b[half..] })
+            .copied()
+            .collect();
+        TensorRef::owned(t.ty, dims.clone(), bytes)
+    };
+    vec![(name.replace(stem, gate), part(true)), (name.replace(stem, up), part(false))]
 }

@@ -194,6 +194,9 @@ impl Model {
         if m > 0 {
             be.matmul(&w.output, h, m, out)?;
         }
+        if let Some(s) = cfg.logit_scale {
+            be.scale(out, 1.0 / s)?;
+        }
         if let Some(c) = cfg.final_logit_softcap {
             be.softcap(out, c)?;
         }
@@ -387,6 +390,9 @@ impl Model {
             if let Some(pn) = &lw.post_attn_norm {
                 be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
             }
+            if let Some(s) = cfg.residual_scale {
+                be.scale(y, s)?;
+            }
             be.add(x, y)?;
 
             // Feed-forward.
@@ -402,6 +408,9 @@ impl Model {
             }
             if let Some(pn) = &lw.post_ffn_norm {
                 be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
+            }
+            if let Some(s) = cfg.residual_scale {
+                be.scale(y, s)?;
             }
             be.add(x, y)?;
         }

@@ -85,8 +85,9 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
 }
 
 /// The GGUF stem of a mixture-of-experts tensor stem of a layer: routers, per-expert
-/// projections (`mlp.experts.3.gate_proj` → `ffn_gate.3`, Mixtral's `w1`/`w3`/`w2` too) and
-/// Qwen 2 MoE's shared expert.
+/// projections (`mlp.experts.3.gate_proj` → `ffn_gate.3`, Mixtral's `w1`/`w3`/`w2` too),
+/// Granite MoE's 3-D fused experts and the shared experts (Qwen 2 MoE's; Granite's, whose fused
+/// `[2 * ff, n_embd]` gate-up matrix the loader splits like Phi-3's).
 fn expert_name(stem: &str) -> Option<String> {
     let fixed = match stem {
         "mlp.gate" | "block_sparse_moe.gate" => Some("ffn_gate_inp"),
@@ -94,6 +95,12 @@ fn expert_name(stem: &str) -> Option<String> {
         "mlp.shared_expert.gate_proj" => Some("ffn_gate_shexp"),
         "mlp.shared_expert.up_proj" => Some("ffn_up_shexp"),
         "mlp.shared_expert.down_proj" => Some("ffn_down_shexp"),
+        // Granite MoE: each expert's gate and up rows fused (gate first), one 3-D tensor a layer.
+        "block_sparse_moe.router.layer" => Some("ffn_gate_inp"),
+        "block_sparse_moe.input_linear" => Some("ffn_gate_up_exps"),
+        "block_sparse_moe.output_linear" => Some("ffn_down_exps"),
+        "shared_mlp.input_linear" => Some("ffn_up_shexp"),
+        "shared_mlp.output_linear" => Some("ffn_down_shexp"),
         _ => None,
     };
     if let Some(f) = fixed {

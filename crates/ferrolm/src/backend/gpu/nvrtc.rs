@@ -98,6 +98,7 @@ mod tests {
             "mmt_q6_k",
             "mmt_bf16",
             "op_add_bias",
+            "op_scale",
             "op_zero",
             "mm_f16",
             "mm_bf16",

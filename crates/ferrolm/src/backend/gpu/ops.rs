@@ -137,6 +137,14 @@ pub(super) fn add<D: Device>(dev: &mut D, x: &mut [f32], y: &[f32]) -> BackendRe
     dev.sync(&xv)
 }
 
+/// `x *= s`.
+pub(super) fn scale<D: Device>(dev: &mut D, x: &mut [f32], s: f32) -> BackendResult {
+    let n = x.len();
+    let xv = dev.view_mut(x)?;
+    dev.run("op_scale", &[Arg::Mem(xv.mem()), Arg::F32(s)], &[n], None)?;
+    dev.sync(&xv)
+}
+
 /// f32 → f16, rounded to nearest even (as `half::f16::from_f32`).
 pub(super) fn copy_to_f16<D: Device>(dev: &mut D, src: &[f32], dst: &mut [f16]) -> BackendResult {
     let n = src.len().min(dst.len());

@@ -39,7 +39,8 @@ fn experts(c: &Cfg<'_>, arch: Arch, model_type: &str, put: &mut impl FnMut(&str,
         Some(n) => Some(n),
         None => c.opt_usize("num_experts")?,
     };
-    let moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe) || model_type == "mixtral";
+    let moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe)
+        || model_type == "mixtral";
     let Some(n_expert) = n_expert.filter(|_| moe_arch) else {
         if moe_arch {
             return Err(Error::Config(format!("config.json: {model_type} without num_experts")));
@@ -62,10 +63,16 @@ fn experts(c: &Cfg<'_>, arch: Arch, model_type: &str, put: &mut impl FnMut(&str,
         None => c.usize("intermediate_size")?,
     };
     put("expert_feed_forward_length", u32v(ff));
-    if let Some(n) = c.opt_usize("shared_expert_intermediate_size")?.filter(|&n| n > 0) {
+    let shared = match c.opt_usize("shared_expert_intermediate_size")? {
+        Some(n) => Some(n),
+        None => c.opt_usize("shared_intermediate_size")?,
+    };
+    if let Some(n) = shared.filter(|&n| n > 0) {
         put("expert_shared_feed_forward_length", u32v(n));
     }
-    let norm = model_type == "mixtral" || c.opt_bool("norm_topk_prob")?.unwrap_or(false);
+    // Mixtral and Granite MoE always normalise; the others say so in `norm_topk_prob`.
+    let always = model_type == "mixtral" || arch == Arch::GraniteMoe;
+    let norm = always || c.opt_bool("norm_topk_prob")?.unwrap_or(false);
     put("expert_weights_norm", MetaValue::Bool(norm));
     Ok(())
 }
@@ -209,6 +216,8 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "qwen3_moe" => Arch::Qwen3Moe,
         "olmoe" => Arch::Olmoe,
         "smollm3" => Arch::SmolLM3,
+        "granite" => Arch::Granite,
+        "granitemoe" | "granitemoeshared" => Arch::GraniteMoe,
         other => return Err(Error::UnsupportedArchitecture(format!("{other} (config.json model_type)"))),
     };
     let a = arch.name();
@@ -363,6 +372,18 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         |flags: Vec<bool>| put("attention.sliding_window_pattern", MetaValue::Array(MetaArray::Bool(flags)));
     match arch {
         Arch::SmolLM3 => smollm3_rope_layers(&c, n_layer)?,
+        Arch::Granite | Arch::GraniteMoe => {
+            for (src, dst) in [
+                ("embedding_multiplier", "embedding_scale"),
+                ("residual_multiplier", "residual_scale"),
+                ("attention_multiplier", "attention.scale"),
+                ("logits_scaling", "logit_scale"),
+            ] {
+                if let Some(v) = c.opt_f64(src)? {
+                    put(dst, MetaValue::F32(v as f32));
+                }
+            }
+        }
         Arch::Olmoe => {
             if c.get("clip_qkv").is_some_and(|v| !v.is_null()) {
                 return Err(Error::Config("config.json: OLMoE's clip_qkv is not supported".into()));

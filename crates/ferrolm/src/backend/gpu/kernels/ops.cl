@@ -131,6 +131,12 @@ __kernel void op_add(__global float *x, __global const float *y) {
     x[i] = x[i] + y[i];
 }
 
+// x *= s (Granite's residual and logit scales).
+__kernel void op_scale(__global float *x, float s) {
+    size_t i = get_global_id(0);
+    x[i] = x[i] * s;
+}
+
 // x[i] += bias[i % width]: a bias added to every row of `width` (Qwen 2's QKV biases).
 __kernel void op_add_bias(__global float *x, __global const float *bias, uint width) {
     size_t i = get_global_id(0);
