@@ -280,11 +280,20 @@ def weight_bytes_per_token(ferrolm, model):
     """Bytes of weights one generated token reads, from `ferrolm inspect --json`.
 
     Every tensor is read once per token, except the token-embedding table when the model has a
-    separate output matrix (then only one embedding row is read, counted here). With tied
-    embeddings the table is the output matrix and is read in full.
+    separate output matrix (then only one embedding row is read, counted here), and the experts
+    of a mixture-of-experts model: a token reads `expert_used_count` of `expert_count` experts,
+    so each 3-D `*_exps` tensor counts for that share of its size. With tied embeddings the
+    table is the output matrix and is read in full.
     """
     info = json.loads(run_checked([ferrolm, "inspect", "--json", model], "ferrolm inspect"))
     sizes = {t["name"]: int(t["size"]) for t in info["tensors"]}
+    meta = {m["key"]: m["value"] for m in info["metadata"]}
+    arch = meta.get("general.architecture", "")
+    n_expert, n_used = meta.get(f"{arch}.expert_count", 0), meta.get(f"{arch}.expert_used_count", 0)
+    if n_expert and n_used:
+        for name in sizes:
+            if "_exps." in name:
+                sizes[name] = sizes[name] * n_used // n_expert
     total = sum(sizes.values())
     if "output.weight" in sizes and "token_embd.weight" in sizes:
         embd = next(t for t in info["tensors"] if t["name"] == "token_embd.weight")
