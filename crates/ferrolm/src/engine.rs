@@ -57,7 +57,7 @@ pub use plan::{CustomStrategy, Demand, Plan};
 
 use crate::decoder::{Decoder, FinishReason, GenerateParams, TokenLogprob};
 use crate::kv::{CacheOptions, KvType};
-use crate::model::{Model, Pooling};
+use crate::model::{Model, Pooling, Relevance};
 
 /// How the scheduler fills each tick's batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -398,6 +398,11 @@ pub(crate) enum Job {
         normalize: bool,
         tx: std::sync::mpsc::Sender<Result<Vec<Vec<f32>>, EngineError>>,
     },
+    Rerank {
+        query: String,
+        documents: Vec<String>,
+        tx: std::sync::mpsc::Sender<Result<Vec<Relevance>, EngineError>>,
+    },
 }
 
 /// A handle to the running engine (cheap to clone).
@@ -533,6 +538,19 @@ impl Engine {
             .send(Job::Embed { texts, pooling, normalize, tx })
             .map_err(|_| EngineError::Stopped)?;
         rx.recv().map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Scores each document's relevance to `query` with a reranker model (run on the engine
+    /// thread between ticks; see [`crate::model::Model::rerank`]). Blocks until done.
+    pub fn rerank(&self, query: String, documents: Vec<String>) -> Result<Vec<Relevance>, EngineError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.inner.jobs.send(Job::Rerank { query, documents, tx }).map_err(|_| EngineError::Stopped)?;
+        rx.recv().map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Whether the model can rerank ([`crate::model::Model::is_reranker`]).
+    pub fn is_reranker(&self) -> bool {
+        self.inner.model.is_reranker()
     }
 
     /// The counters now.

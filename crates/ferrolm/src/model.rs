@@ -7,6 +7,7 @@ mod forward;
 pub mod hf;
 mod moe;
 pub mod quantize;
+mod rerank;
 mod split;
 pub mod tensors;
 pub mod weights;
@@ -17,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 pub use config::{Activation, Arch, Gating, ModelConfig, MoeConfig, QkNorm, RopeParams, RopeStyle};
 pub use embed::Pooling;
 pub use ferrolm_kernels::GgmlType;
+pub use rerank::Relevance;
 pub use tensors::{TensorMap, TensorRef};
 
 use crate::backend::Placement;

@@ -214,6 +214,12 @@ impl Worker {
                 }
                 let _ = tx.send(result);
             }
+            Job::Rerank { query, documents, tx } => {
+                let t0 = Instant::now();
+                let result = self.model.rerank(&query, &documents).map_err(EngineError::from);
+                tracing::debug!(n = documents.len(), ms = t0.elapsed().as_millis() as u64, "reranked");
+                let _ = tx.send(result);
+            }
         }
     }
 

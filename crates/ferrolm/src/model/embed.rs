@@ -66,6 +66,21 @@ impl Model {
             .iter()
             .map(|t| Ok(tok.encode(t.as_ref(), true, false)?))
             .collect::<Result<Vec<Vec<u32>>>>()?;
+        let mut out = self.embed_tokens(&inputs, pooling)?;
+        if normalize {
+            for v in &mut out {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                if norm > 0.0 {
+                    v.iter_mut().for_each(|x| *x /= norm);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The pooled final hidden states (after the output norm) of token sequences, one
+    /// `[n_embd]` vector each; see [`Model::embed`].
+    pub(crate) fn embed_tokens(&self, inputs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
         if let Some(i) = inputs.iter().position(Vec::is_empty) {
             return Err(Error::InvalidInput(format!("text {i} has no tokens to embed")));
         }
@@ -83,14 +98,6 @@ impl Model {
             }
             self.embed_group(&inputs[start..end], pooling, &mut out[start..end])?;
             start = end;
-        }
-        if normalize {
-            for v in &mut out {
-                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                if norm > 0.0 {
-                    v.iter_mut().for_each(|x| *x /= norm);
-                }
-            }
         }
         Ok(out)
     }

@@ -167,6 +167,9 @@ pub struct ModelWeights {
     pub output: Weight,
     /// RoPE frequency factors, when the model has them.
     pub rope_factors: RopeFactors,
+    /// A classifier head over the pooled hidden state (`cls.output`: a reranker's "yes"/"no"
+    /// rows), with its bias if any. `[n_labels, n_embd]`, `[n_labels]`
+    pub cls_out: Option<(Weight, Option<Vec<f32>>)>,
 }
 
 impl ModelWeights {
@@ -455,7 +458,22 @@ impl ModelWeights {
             short: l.opt_vector("rope_factors_short.weight", half)?,
         };
         let output_norm = l.vector("output_norm.weight", d)?;
+        let cls_out = match tensors.get("cls.output.weight") {
+            Some(t) if t.dims.len() == 2 && t.dims[0] == d as u64 => {
+                let n_labels = t.dims[1] as usize;
+                let w = l.matrix("cls.output.weight", n_labels, d)?;
+                Some((w, l.opt_vector("cls.output.bias", n_labels)?))
+            }
+            Some(t) => {
+                return Err(Error::TensorShape {
+                    name: "cls.output.weight".into(),
+                    actual: t.dims.clone(),
+                    expected: vec![d as u64, 2],
+                });
+            }
+            None => None,
+        };
         l.check_all_used()?;
-        Ok(Self { token_embd, layers, output_norm, output, rope_factors })
+        Ok(Self { token_embd, layers, output_norm, output, rope_factors, cls_out })
     }
 }
