@@ -13,6 +13,7 @@ mod model_args;
 mod models;
 mod perplexity;
 mod pull;
+mod rerank;
 mod sampling_args;
 mod serve;
 mod speculative_args;
@@ -49,6 +50,8 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Print embedding vectors of texts (pooled final hidden states).
     Embed(embed::Args),
+    /// Score documents' relevance to a query with a reranker model (Qwen3-Reranker GGUFs).
+    Rerank(rerank::Args),
     /// Convert a Hugging Face model folder to GGUF (F16, BF16, F32 or quantized).
     Convert(convert::Args),
     /// Render conversations with chat templates.
@@ -90,6 +93,7 @@ fn main() -> std::process::ExitCode {
         Command::Convert(a) => convert::run(a),
         Command::Template(a) => template::run(a),
         Command::Embed(a) => embed::run(a),
+        Command::Rerank(a) => rerank::run(a),
         Command::Bench(a) => bench::run(a),
         Command::TestBackend(a) => test_backend::run(a),
         Command::Perplexity(a) => perplexity::run(a),

@@ -11,7 +11,7 @@ use ferrolm::chat::ChatTemplate;
 use ferrolm::engine::{
     Engine, EngineError, GenRequest, MetricsSnapshot, RequestHandle, SlotInfo, SubmitError,
 };
-use ferrolm::model::Pooling;
+use ferrolm::model::{Pooling, Relevance};
 
 /// A boxed `Send` future.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -44,6 +44,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>>;
+    /// Whether the model can rerank.
+    fn is_reranker(&self) -> bool {
+        false
+    }
+    /// Scores each document's relevance to the query (a reranker model).
+    fn rerank(
+        &self,
+        query: String,
+        documents: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Relevance>, EngineError>> {
+        let _ = (query, documents);
+        Box::pin(async { Err(ferrolm::Error::InvalidInput("the served model cannot rerank".into()).into()) })
+    }
     /// Counters.
     fn metrics(&self) -> MetricsSnapshot;
     /// Slots.
@@ -129,6 +142,23 @@ impl Backend for EngineBackend {
         Box::pin(async move {
             // The engine thread embeds between ticks; wait for it off the async workers.
             tokio::task::spawn_blocking(move || engine.embed(texts, pooling, normalize))
+                .await
+                .map_err(|_| EngineError::Stopped)?
+        })
+    }
+
+    fn is_reranker(&self) -> bool {
+        self.engine.is_reranker()
+    }
+
+    fn rerank(
+        &self,
+        query: String,
+        documents: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<Relevance>, EngineError>> {
+        let engine = self.engine.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || engine.rerank(query, documents))
                 .await
                 .map_err(|_| EngineError::Stopped)?
         })

@@ -68,6 +68,11 @@ impl ApiError {
         }
     }
 
+    /// 501 `not_supported_error`: the served model cannot do what the route does.
+    pub fn not_supported(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_supported_error", message)
+    }
+
     /// 401: missing or wrong API key.
     pub fn unauthorized() -> ApiError {
         ApiError {

@@ -36,6 +36,10 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/completion", post(native_completion))
         .route("/completions", post(native_completion))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/rerank", post(rerank))
+        .route("/rerank", post(rerank))
+        .route("/v1/reranking", post(rerank))
+        .route("/reranking", post(rerank))
         .route("/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/models", get(models))
@@ -470,6 +474,134 @@ async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Respon
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     });
     Ok(json_response(StatusCode::OK, &body))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct RerankFields {
+    model: Option<String>,
+    query: Option<Value>,
+    documents: Option<Value>,
+    /// Hugging Face TEI's name for `documents` (then the answer is TEI's bare list).
+    texts: Option<Value>,
+    top_n: Option<i64>,
+    /// TEI: put each text in its result.
+    return_text: Option<bool>,
+    /// Jina/Cohere: put each document in its result.
+    return_documents: Option<bool>,
+}
+
+/// `POST /v1/rerank` (also `/rerank`, `/v1/reranking`, `/reranking`): llama-server's shape —
+/// `{query, documents, top_n}` in, `{model, object, usage, results: [{index, relevance_score}]}`
+/// out, best first — or Hugging Face TEI's (`texts` in, `[{index, score}]` out).
+async fn rerank(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let f: RerankFields = fields(&v)?;
+    let b = state.backend.as_ref();
+    if !b.is_reranker() {
+        return Err(ApiError::not_supported(
+            "the served model cannot rerank: it needs a classifier head and a rerank template \
+             (a Qwen3-Reranker GGUF converted by llama.cpp)",
+        ));
+    }
+    let query = match f.query {
+        Some(Value::String(q)) => q,
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "query",
+                format!("`query` must be a string, not {}", type_name(&other)),
+            ));
+        }
+        None => return Err(ApiError::invalid_param("query", "`query` is required")),
+    };
+    let tei = f.documents.is_none() && f.texts.is_some();
+    let (param, docs) = match (f.documents, f.texts) {
+        (Some(d), _) => ("documents", d),
+        (None, Some(t)) => ("texts", t),
+        (None, None) => return Err(ApiError::invalid_param("documents", "`documents` is required")),
+    };
+    let documents = rerank_documents(param, &docs)?;
+    // Each pair runs as one sequence: it must fit a slot's context like a prompt does.
+    let n_query = b.tokenize(&query, false, false).map_err(ApiError::invalid)?.len();
+    for (i, d) in documents.iter().enumerate() {
+        let n = n_query + b.tokenize(d, false, false).map_err(ApiError::invalid)?.len();
+        if n > b.n_ctx() {
+            return Err(ApiError::context_length(format!(
+                "{param}[{i}] with the query has {n} tokens, more than the context length of {}",
+                b.n_ctx()
+            )));
+        }
+    }
+    let top_n = match f.top_n {
+        None => documents.len(),
+        Some(n) if n >= 1 => (n as usize).min(documents.len()),
+        Some(n) => {
+            return Err(ApiError::invalid_param("top_n", format!("`top_n` must be at least 1, not {n}")));
+        }
+    };
+    let scores = b.rerank(query, documents.clone()).await?;
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&x, &y| scores[y].score.total_cmp(&scores[x].score));
+    order.truncate(top_n);
+    let label = if tei { "score" } else { "relevance_score" };
+    let with_text = if tei { f.return_text.unwrap_or(false) } else { f.return_documents.unwrap_or(false) };
+    let results: Vec<Value> = order
+        .iter()
+        .map(|&i| {
+            let mut r = json!({"index": i, label: scores[i].score});
+            if with_text {
+                if tei {
+                    r["text"] = json!(documents[i]);
+                } else {
+                    r["document"] = json!({"text": documents[i]});
+                }
+            }
+            r
+        })
+        .collect();
+    if tei {
+        return Ok(json_response(StatusCode::OK, &Value::Array(results)));
+    }
+    let n_tokens: usize = scores.iter().map(|s| s.n_tokens).sum();
+    let body = json!({
+        "model": state.cfg.answer_model(f.model),
+        "object": "list",
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+        "results": results,
+    });
+    Ok(json_response(StatusCode::OK, &body))
+}
+
+/// The documents to rerank: a non-empty array of strings (or of `{"text": …}` objects, as
+/// Cohere and Jina clients send them).
+fn rerank_documents(param: &str, v: &Value) -> Result<Vec<String>, ApiError> {
+    let Value::Array(items) = v else {
+        return Err(ApiError::invalid_param(
+            param,
+            format!("`{param}` must be an array of strings, not {}", type_name(v)),
+        ));
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid_param(param, format!("`{param}` must not be empty")));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match d {
+            Value::String(s) => Ok(s.clone()),
+            Value::Object(o) => match o.get("text") {
+                Some(Value::String(s)) => Ok(s.clone()),
+                _ => Err(ApiError::invalid_param(
+                    format!("{param}[{i}]"),
+                    "a document object needs a string `text`",
+                )),
+            },
+            other => Err(ApiError::invalid_param(
+                format!("{param}[{i}]"),
+                format!("a document must be a string, not {}", type_name(other)),
+            )),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -70,6 +70,8 @@ pub(crate) struct Fake {
     pub cancelled_all: AtomicBool,
     /// What `wait_idle` answers.
     pub idle: AtomicBool,
+    /// Whether the model reranks (scores: 1 / (1 + document length)).
+    pub reranker: AtomicBool,
 }
 
 impl Fake {
@@ -85,6 +87,7 @@ impl Fake {
             shut_down: AtomicBool::new(false),
             cancelled_all: AtomicBool::new(false),
             idle: AtomicBool::new(true),
+            reranker: AtomicBool::new(false),
         }
     }
 
@@ -260,6 +263,25 @@ impl Backend for Fake {
         let vectors = texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect();
         self.embed_calls.lock().expect("lock").push((texts, pooling, normalize));
         Box::pin(async move { Ok(vectors) })
+    }
+
+    fn is_reranker(&self) -> bool {
+        self.reranker.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn rerank(
+        &self,
+        query: String,
+        documents: Vec<String>,
+    ) -> BoxFuture<'_, Result<Vec<ferrolm::model::Relevance>, EngineError>> {
+        let scores = documents
+            .iter()
+            .map(|d| ferrolm::model::Relevance {
+                score: 1.0 / (1.0 + d.len() as f32),
+                n_tokens: query.len() + d.len(),
+            })
+            .collect();
+        Box::pin(async move { Ok(scores) })
     }
 
     fn metrics(&self) -> MetricsSnapshot {

@@ -226,6 +226,66 @@ async fn embeddings() {
     assert_eq!(v["model"], "smol");
 }
 
+/// `/v1/rerank` in llama-server's shape (and TEI's), best first; a model that cannot rerank
+/// answers 501.
+#[tokio::test]
+async fn rerank() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app_with(fake.clone(), config());
+    let body = r#"{"query": "q", "documents": ["aaaa", "a", "aa"]}"#;
+    let v = post(&app, "/v1/rerank", body).await.assert_error(501, "not_supported_error");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("cannot rerank")), "{v}");
+    fake.reranker.store(true, Ordering::Relaxed);
+    let v = post(&app, "/v1/rerank", body).await.json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["model"], "smol");
+    let order: Vec<i64> = v["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["index"].as_i64().expect("index"))
+        .collect();
+    assert_eq!(order, [1, 2, 0], "best first");
+    assert_eq!(v["results"][0], json!({"index": 1, "relevance_score": 0.5}));
+    // (1 + 4) + (1 + 1) + (1 + 2) tokens.
+    assert_eq!(v["usage"], json!({"prompt_tokens": 10, "total_tokens": 10}));
+    for path in ["/rerank", "/reranking", "/v1/reranking"] {
+        let v = post(
+            &app,
+            path,
+            r#"{"query": "q", "documents": ["aa", {"text": "a"}], "top_n": 1, "return_documents": true}"#,
+        )
+        .await
+        .json();
+        assert_eq!(
+            v["results"],
+            json!([{"index": 1, "relevance_score": 0.5, "document": {"text": "a"}}]),
+            "{path}"
+        );
+    }
+    // Hugging Face TEI: `texts` in, a bare list with `score` out.
+    let v =
+        post(&app, "/rerank", r#"{"query": "q", "texts": ["aaa", "a"], "return_text": true}"#).await.json();
+    assert_eq!(
+        v,
+        json!([{"index": 1, "score": 0.5, "text": "a"}, {"index": 0, "score": 0.25, "text": "aaa"}])
+    );
+    for bad in [
+        r#"{"documents": ["a"]}"#,
+        r#"{"query": 3, "documents": ["a"]}"#,
+        r#"{"query": "q"}"#,
+        r#"{"query": "q", "documents": []}"#,
+        r#"{"query": "q", "documents": "a"}"#,
+        r#"{"query": "q", "documents": [1]}"#,
+        r#"{"query": "q", "documents": ["a"], "top_n": 0}"#,
+    ] {
+        post(&app, "/v1/rerank", bad).await.assert_error(400, "invalid_request_error");
+    }
+    let long = json!({"query": "q", "documents": ["a".repeat(600)]}).to_string();
+    let v = post(&app, "/v1/rerank", &long).await.assert_error(400, "invalid_request_error");
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+}
+
 /// An embeddings input longer than the context is refused before it reaches the engine.
 #[tokio::test]
 async fn embeddings_longer_than_the_context_are_refused() {
