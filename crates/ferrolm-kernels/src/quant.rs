@@ -6,9 +6,9 @@
 //! functions here, which validate lengths and never panic:
 //!
 //! - [`supports`] / [`dequantize_row`] / [`dot_f32`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1,
-//!   Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS;
-//! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
-//!   and Q4_K, following GGML's reference (non-imatrix) quantizers (bit-exact with the `gguf`
+//!   Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4;
+//! - [`supports_quantize`] / [`quantize_row`] for F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//!   Q4_K and MXFP4, following GGML's reference (non-imatrix) quantizers (bit-exact with the `gguf`
 //!   Python package for the 32-value formats);
 //! - [`vec_dot_type`] / [`act_row_bytes`] / [`quantize_activations`] / [`vec_dot_q`]: GGML-style
 //!   integer dot products of quantized weight rows with activations quantized once to 8 bits
@@ -37,11 +37,13 @@ mod x86;
 
 pub use float_kernel::FloatDot;
 pub use formats::{
-    bf16, fp16, fp32, iq4_nl, iq4_xs, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0, q8_act,
+    bf16, fp16, fp32, iq4_nl, iq4_xs, mxfp4, q2_k, q3_k, q4_0, q4_1, q4_k, q5_0, q5_1, q5_k, q6_k, q8_0,
+    q8_act,
 };
 pub use iq4_nl::BlockIQ4NL;
 pub use iq4_xs::BlockIQ4XS;
 pub use kernel::VecDot;
+pub use mxfp4::{BlockMXFP4, quantize_row_mxfp4};
 pub use packed::{PackedActs, PackedRows};
 pub use q2_k::BlockQ2K;
 pub use q3_k::BlockQ3K;
@@ -150,13 +152,14 @@ pub fn supports(ty: GgmlType) -> bool {
             | Q6_K
             | IQ4_NL
             | IQ4_XS
+            | MXFP4
     )
 }
 
 /// Whether `ty` has a reference quantizer ([`quantize_row`]) here.
 pub fn supports_quantize(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K)
+    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | MXFP4)
 }
 
 /// Dequantizes one row: `dst.len()` elements of type `ty` stored in `src`.
@@ -193,6 +196,7 @@ fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         Q6_K => dequantize_blocks::<BlockQ6K>(src, dst),
         IQ4_NL => dequantize_blocks::<BlockIQ4NL>(src, dst),
         IQ4_XS => dequantize_blocks::<BlockIQ4XS>(src, dst),
+        MXFP4 => dequantize_blocks::<BlockMXFP4>(src, dst),
         _ => return Err(QuantError::UnsupportedType(ty)),
     }
     Ok(())
@@ -229,6 +233,7 @@ pub fn quantize_row(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         Q5_1 => quantize_blocks_into::<BlockQ5_1>(src, dst),
         Q8_0 => quantize_blocks_into::<BlockQ8_0>(src, dst),
         Q4_K => quantize_blocks_into::<BlockQ4K>(src, dst),
+        MXFP4 => quantize_blocks_into::<BlockMXFP4>(src, dst),
         _ => return Err(QuantError::UnsupportedType(ty)),
     }
     Ok(())
@@ -285,6 +290,7 @@ fn dot_any(ty: GgmlType, src: &[u8], x: &[f32]) -> Result<f32, QuantError> {
         Q6_K => dot_blocks::<BlockQ6K>(src, x),
         IQ4_NL => dot_blocks::<BlockIQ4NL>(src, x),
         IQ4_XS => dot_blocks::<BlockIQ4XS>(src, x),
+        MXFP4 => dot_blocks::<BlockMXFP4>(src, x),
         _ => return Err(QuantError::UnsupportedType(ty)),
     })
 }

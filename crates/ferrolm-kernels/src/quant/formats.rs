@@ -4,7 +4,7 @@
 //! paths.
 //!
 //! - element formats: [`fp32`], [`fp16`], [`bf16`];
-//! - 32-value blocks: [`q4_0`], [`q4_1`], [`q5_0`], [`q5_1`], [`q8_0`], [`iq4_nl`];
+//! - 32-value blocks: [`q4_0`], [`q4_1`], [`q5_0`], [`q5_1`], [`q8_0`], [`iq4_nl`], [`mxfp4`];
 //! - 256-value super-blocks (K-quants): [`q2_k`], [`q3_k`], [`q4_k`], [`q5_k`], [`q6_k`],
 //!   [`iq4_xs`];
 //! - [`q8_act`]: the 8-bit formats activations are quantized to for the integer dot products
@@ -15,6 +15,7 @@ pub mod fp16;
 pub mod fp32;
 pub mod iq4_nl;
 pub mod iq4_xs;
+pub mod mxfp4;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;

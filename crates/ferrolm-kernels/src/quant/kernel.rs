@@ -129,6 +129,7 @@ kernels! {
     Q6_K => q6_k_portable, q6_k_portable_gemm, q6_k_avx2, q6_k_avx2_gemm;
     IQ4_NL => iq4_nl_portable, iq4_nl_portable_gemm, iq4_nl_avx2, iq4_nl_avx2_gemm;
     IQ4_XS => iq4_xs_portable, iq4_xs_portable_gemm, iq4_xs_avx2, iq4_xs_avx2_gemm;
+    MXFP4 => mxfp4_portable, mxfp4_portable_gemm, mxfp4_avx2, mxfp4_avx2_gemm;
 }
 
 /// The kernels of level `isa` for `ty`, falling back level by level (a level without a kernel

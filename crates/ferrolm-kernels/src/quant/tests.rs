@@ -5,9 +5,9 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use super::*;
 
-const SUPPORTED: [GgmlType; 15] = {
+const SUPPORTED: [GgmlType; 16] = {
     use GgmlType::*;
-    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
+    [F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4]
 };
 
 fn all_types() -> Vec<GgmlType> {
@@ -32,6 +32,7 @@ fn block_geometry_matches_type_table() {
     geo::<BlockQ5K>(GgmlType::Q5_K);
     geo::<BlockIQ4NL>(GgmlType::IQ4_NL);
     geo::<BlockIQ4XS>(GgmlType::IQ4_XS);
+    geo::<BlockMXFP4>(GgmlType::MXFP4);
 }
 
 #[test]
@@ -133,6 +134,8 @@ fn random_row(ty: GgmlType, blocks: usize, rng: &mut StdRng) -> Vec<u8> {
             }
             GgmlType::Q3_K => put(&mut blk[108..110], 0.0, 0.01, rng),
             GgmlType::IQ4_XS => put(&mut blk[0..2], -0.01, 0.01, rng),
+            // E8M0 exponent: scales 2^-10 .. 2^-4 (levels up to 12).
+            GgmlType::MXFP4 => blk[0] = rng.random_range(118..=124),
             _ => unreachable!(),
         }
     }
@@ -204,6 +207,9 @@ fn quantize_row_round_trips_within_half_a_step() {
             GgmlType::Q5_1 => 4.0 / 31.0 * 0.51 + 4e-3,
             // The least-squares scale search may trade the extremes' error for the bulk's.
             GgmlType::Q4_K => 4.0 / 15.0 * 0.75,
+            // GGML's scale puts the largest level at 1.5 · 2^floor(log2 max|x|): with
+            // 1 <= max|x| < 2 the levels are 0, 1/8, ..., 1, 1.5, so values up to 2 clip to 1.5.
+            GgmlType::MXFP4 => 0.5,
             _ => unreachable!(),
         };
         for (a, b) in x.iter().zip(&back) {
@@ -233,4 +239,52 @@ fn block_bytes_round_trip() {
     rt::<BlockQ5K>(&random(176));
     rt::<BlockIQ4NL>(&random(18));
     rt::<BlockIQ4XS>(&random(136));
+    rt::<BlockMXFP4>(&random(17));
+}
+
+#[test]
+fn e8m0_half_scale_matches_ggml() {
+    use mxfp4::e8m0_to_f32_half;
+    // 2^(e - 128) for every e, including the two subnormals and e = 255 (finite in GGML).
+    for e in 0..=255u8 {
+        assert_eq!(e8m0_to_f32_half(e), 2f64.powi(i32::from(e) - 128) as f32, "e = {e}");
+    }
+    assert_eq!(e8m0_to_f32_half(0).to_bits(), 0x0020_0000);
+    assert_eq!(e8m0_to_f32_half(1).to_bits(), 0x0040_0000);
+    assert_eq!(e8m0_to_f32_half(2).to_bits(), 0x0080_0000);
+    assert_eq!(e8m0_to_f32_half(127), 0.5);
+    assert_eq!(e8m0_to_f32_half(128), 1.0);
+    assert_eq!(e8m0_to_f32_half(255), 2f32.powi(127));
+}
+
+#[test]
+fn mxfp4_reference_quantizer_edge_cases() {
+    let q = |x: [f32; 32]| BlockMXFP4::quantize(&x);
+    // All zeros: e = 0 and zero codes.
+    assert_eq!(q([0.0; 32]), BlockMXFP4 { e: 0, qs: [0; 16] });
+    // max|x| = 12: e = floor(log2 12) - 2 + 127 = 128 (scale 1), the levels themselves. Ties go
+    // to the first code: 0.5 → 0, 5 → 4, -5 → -4, 10 → 8, -0.5 → 0 (code 0, not -1).
+    let mut x = [0f32; 32];
+    let vals = [12.0, -12.0, 0.5, 5.0, -5.0, 10.0, -0.5, 1.5, -7.0, 3.0, 100.0 / 8.0];
+    x[..vals.len()].copy_from_slice(&vals);
+    let b = q(x);
+    assert_eq!(b.e, 128);
+    let mut out = [0f32; 32];
+    b.dequantize(&mut out);
+    assert_eq!(&out[..vals.len()], &[12.0, -12.0, 0.0, 4.0, -4.0, 8.0, 0.0, 1.0, -6.0, 3.0, 12.0]);
+    assert_eq!(b.qs[6] & 0x0f, 0, "-0.5 rounds to code 0");
+    // max|x| below 2^-125 makes GGML's exponent negative; its uint8_t cast wraps (x86-64).
+    let mut x = [0f32; 32];
+    x[0] = 1e-38; // floor(log2) = -127 → e = -2 → 254
+    assert_eq!(q(x).e, 254);
+    assert_eq!(q(x).qs, [0; 16]);
+    // NaNs are ignored by the maximum and quantize to code 0.
+    let mut x = [1f32; 32];
+    x[3] = f32::NAN;
+    let b = q(x);
+    assert_eq!(b.e, 125);
+    assert_eq!(b.qs[3] & 0x0f, 0);
+    // An infinity: GGML's cast gives e = 0 on x86-64.
+    x[3] = f32::INFINITY;
+    assert_eq!(q(x).e, 0);
 }

@@ -15,10 +15,10 @@
 //! - Q4_1 and Q5_1 add `Σ m_w · s_x` (accumulated separately), Q4_K adds
 //!   `Σ -(d_x · dmin) · Σ m · bsum` (four lanes, reduced as `(a0+a2) + (a1+a3)`), Q5_K adds the
 //!   same term accumulated in one scalar, Q2_K accumulates it into the eight main lanes;
-//! - IQ4_NL alternates two sets of eight accumulators between consecutive blocks (summed
-//!   lane-wise before the reduction), a last odd block added as a scalar.
+//! - IQ4_NL and MXFP4 alternate two sets of eight accumulators between consecutive blocks
+//!   (summed lane-wise before the reduction), a last odd block added as a scalar.
 //!
-//! Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS have no hand-written AVX2 kernel: their portable
+//! Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS and MXFP4 have no hand-written AVX2 kernel: their portable
 //! kernels (Q5_1 here, the others in `vec_dot/kquants.rs`) follow the operation order of GGML's
 //! AVX2 kernels and are compiled for AVX2 like the others.
 //!
@@ -40,13 +40,13 @@ use super::{QK_K, QuantError, check_len};
 use crate::GgmlType;
 
 /// The 8-bit type GGML quantizes activations to before dotting them with weights of type `ty`:
-/// Q4_0, Q5_0, Q8_0, IQ4_NL → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS →
-/// Q8_K. `None` for float types (which use the f32 path, [`super::dot_f32`]) and for types
+/// Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4 → Q8_0; Q4_1, Q5_1 → Q8_1; Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+/// IQ4_XS → Q8_K. `None` for float types (which use the f32 path, [`super::dot_f32`]) and for types
 /// without an integer kernel here.
 pub fn vec_dot_type(ty: GgmlType) -> Option<GgmlType> {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Some(Q8_0),
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL | MXFP4 => Some(Q8_0),
         Q4_1 | Q5_1 => Some(Q8_1),
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS => Some(Q8_K),
         _ => None,
@@ -310,6 +310,7 @@ pub(super) fn vec_dot_any<const FMA: bool, const AVX2: bool>(ty: GgmlType, w: &[
         Q6_K => dot_q6_k::<FMA, AVX2>(w, xq),
         IQ4_NL => kquants::dot_iq4_nl::<FMA, AVX2>(w, xq),
         IQ4_XS => kquants::dot_iq4_xs::<FMA, AVX2>(w, xq),
+        MXFP4 => kquants::dot_mxfp4::<FMA, AVX2>(w, xq),
         _ => 0.0,
     }
 }

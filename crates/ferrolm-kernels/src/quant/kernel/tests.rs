@@ -6,14 +6,14 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use super::*;
 use crate::quant::{VecDot, act_row_bytes, quantize_activations, quantize_row};
 
-const WEIGHT_TYPES: [GgmlType; 12] = {
+const WEIGHT_TYPES: [GgmlType; 13] = {
     use GgmlType::*;
-    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
+    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4]
 };
 
 /// Random weight rows: quantized from uniform data where a quantizer exists (unless `raw`),
 /// otherwise random bytes (every value of the format, extremes included) with every block's f16
-/// scales set to moderate values.
+/// scales (MXFP4: E8M0 exponent) set to moderate values.
 fn weights(ty: GgmlType, n: usize, rows: usize, raw: bool, rng: &mut StdRng) -> Vec<u8> {
     let rb = ty.row_bytes(n as u64).expect("whole blocks") as usize;
     let mut out = vec![0u8; rb * rows];
@@ -23,6 +23,13 @@ fn weights(ty: GgmlType, n: usize, rows: usize, raw: bool, rng: &mut StdRng) -> 
             continue;
         }
         rng.fill(&mut row[..]);
+        if ty == GgmlType::MXFP4 {
+            // An E8M0 exponent instead of an f16 scale: 2^-10 .. 2^-4, like the f16 scales below.
+            for b in row.chunks_exact_mut(ty.type_size()) {
+                b[0] = rng.random_range(118..=124);
+            }
+            continue;
+        }
         let fields: &[usize] = match ty {
             GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q4_1 | GgmlType::Q5_1 => &[0, 2],
             GgmlType::Q6_K => &[208],

@@ -1,5 +1,5 @@
 //! Integer dot products of Q2_K, Q3_K, Q5_K and IQ4_XS weights with Q8_K activations, and of
-//! IQ4_NL weights with Q8_0 activations.
+//! IQ4_NL and MXFP4 weights with Q8_0 activations.
 //!
 //! Each kernel follows the structure of GGML's x86 AVX2 kernel for the type: exact i32 lanes
 //! (lane `l` of a 32-value group sums its elements `4l..4l+4`, as `maddubs`/`madd` leave them;
@@ -12,6 +12,7 @@ use super::{Q8_0_BYTES, Q8_K_BYTES, acc8, as_i8, f16_at, hsum8, lanes8, madd, q8
 use crate::quant::as_array;
 use crate::quant::iq4_nl::iq4_levels;
 use crate::quant::iq4_xs::unpack_scales_iq4xs;
+use crate::quant::mxfp4::{e8m0_to_f32_half, mxfp4_levels};
 use crate::quant::q3_k::unpack_scales_q3k;
 use crate::quant::q4_k::{K_SCALE_SIZE, scale_min_k4};
 
@@ -159,15 +160,37 @@ pub(super) fn dot_iq4_xs<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8])
 /// `d_x d_w · Σ level_w q_x`.
 #[inline(always)]
 pub(super) fn dot_iq4_nl<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
+    dot_lut4_q8_0::<FMA, AVX2, 18>(w, xq, f16_at::<AVX2>, |b| iq4_levels(as_array(&b[2..18])))
+}
+
+/// MXFP4 · Q8_0, as GGML's AVX2 kernel (the same loop as IQ4_NL's): the weight scale is the E8M0
+/// exponent's `2^(e - 128)` and the levels are the doubled E2M1 values.
+#[inline(always)]
+pub(super) fn dot_mxfp4<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8]) -> f32 {
+    dot_lut4_q8_0::<FMA, AVX2, 17>(w, xq, |b| e8m0_to_f32_half(b[0]), |b| mxfp4_levels(as_array(&b[1..17])))
+}
+
+/// The loop of GGML's AVX2 kernels for the 32-value formats of 4-bit table indices dotted with
+/// Q8_0 (IQ4_NL, MXFP4): `WB`-byte weight blocks with the scale `scale` reads and the levels
+/// `levels` unpacks. Blocks alternate between two sets of eight lanes
+/// (`acc[l] += d_x d_w · lane`), which are added lane-wise and reduced; an odd last block is
+/// added as `d_x d_w · Σ level_w q_x`.
+#[inline(always)]
+fn dot_lut4_q8_0<const FMA: bool, const AVX2: bool, const WB: usize>(
+    w: &[u8],
+    xq: &[u8],
+    scale: impl Fn(&[u8]) -> f32,
+    levels: impl Fn(&[u8]) -> [i8; 32],
+) -> f32 {
     let mut acc = [[0f32; 8]; 2];
-    let pw = w.chunks_exact(2 * 18);
+    let pw = w.chunks_exact(2 * WB);
     let px = xq.chunks_exact(2 * Q8_0_BYTES);
     let (tail_w, tail_x) = (pw.remainder(), px.remainder());
     for (bw2, bx2) in pw.zip(px) {
         for (k, a) in acc.iter_mut().enumerate() {
-            let (bw, bx) = (&bw2[18 * k..18 * k + 18], &bx2[Q8_0_BYTES * k..Q8_0_BYTES * (k + 1)]);
-            let d = f16_at::<AVX2>(bx) * f16_at::<AVX2>(bw);
-            let lanes = lanes8::<AVX2>(&iq4_levels(as_array(&bw[2..18])), as_i8(&bx[2..]));
+            let (bw, bx) = (&bw2[WB * k..WB * (k + 1)], &bx2[Q8_0_BYTES * k..Q8_0_BYTES * (k + 1)]);
+            let d = f16_at::<AVX2>(bx) * scale(bw);
+            let lanes = lanes8::<AVX2>(&levels(bw), as_i8(&bx[2..]));
             acc8::<FMA>(a, d, &lanes);
         }
     }
@@ -176,11 +199,10 @@ pub(super) fn dot_iq4_nl<const FMA: bool, const AVX2: bool>(w: &[u8], xq: &[u8])
         *s = acc[0][l] + acc[1][l];
     }
     let mut sumf = hsum8(&sum);
-    if tail_w.len() == 18 && tail_x.len() == Q8_0_BYTES {
-        let d = f16_at::<AVX2>(tail_x) * f16_at::<AVX2>(tail_w);
-        let levels = iq4_levels(as_array(&tail_w[2..18]));
+    if tail_w.len() == WB && tail_x.len() == Q8_0_BYTES {
+        let d = f16_at::<AVX2>(tail_x) * scale(tail_w);
         let sumi: i32 =
-            levels.iter().zip(as_i8(&tail_x[2..])).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum();
+            levels(tail_w).iter().zip(as_i8(&tail_x[2..])).map(|(&a, &b)| i32::from(a) * i32::from(b)).sum();
         sumf = madd::<FMA>(d, sumi as f32, sumf);
     }
     sumf

@@ -7,9 +7,9 @@ use super::*;
 use crate::quant::VecDot;
 use crate::quant::{dequantize_row, quantize_row};
 
-const WEIGHT_TYPES: [GgmlType; 12] = {
+const WEIGHT_TYPES: [GgmlType; 13] = {
     use GgmlType::*;
-    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS]
+    [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4]
 };
 
 /// Byte offsets of the f16 scale fields of the formats tested with random blocks (the types
@@ -251,15 +251,16 @@ fn unit_activations(ty: GgmlType, n: usize, rng: &mut StdRng) -> (Vec<u8>, Vec<i
     (xq, q.iter().map(|&v| i32::from(v)).collect())
 }
 
-/// With every f16 scale 1 (minimums `m = -3` for Q5_1) the weights dequantize to integers and all
-/// activation scales are 1, so GGML's formula is exact in integers: every kernel (single row,
-/// several rows, portable and AVX2) must return the exact integer dot product.
+/// With every f16 scale 1 (minimums `m = -3` for Q5_1; for MXFP4 `e = 128`, a half scale of 1)
+/// the weights dequantize to integers and all activation scales are 1, so GGML's formula is exact
+/// in integers: every kernel (single row, several rows, portable and AVX2) must return the exact
+/// integer dot product.
 #[test]
 fn new_formats_exact_on_unit_scales() {
     use GgmlType::*;
     let mut rng = StdRng::seed_from_u64(14);
     let one = half::f16::from_f32(1.0).to_le_bytes();
-    for ty in [Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS] {
+    for ty in [Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4] {
         for n in [256, 512, 480] {
             if n % ty.block_size() != 0 {
                 continue;
@@ -273,6 +274,9 @@ fn new_formats_exact_on_unit_scales() {
                 }
                 if ty == Q5_1 {
                     b[2..4].copy_from_slice(&half::f16::from_f32(-3.0).to_le_bytes());
+                }
+                if ty == MXFP4 {
+                    b[0] = 128; // E8M0 scale 2^(128 - 128) = 1 for the doubled levels
                 }
             }
             let mut wd = vec![0f32; n];
