@@ -21,6 +21,7 @@ mod chat;
 mod completions;
 mod error;
 mod events_sse;
+mod infill;
 mod json;
 mod metrics;
 mod native;

@@ -13,6 +13,8 @@ use ferrolm::engine::{
 };
 use ferrolm::model::{Pooling, Relevance};
 
+use super::infill::FimTokens;
+
 /// A boxed `Send` future.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -44,6 +46,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>>;
+    /// The model's fill-in-the-middle tokens, when it has the prefix, suffix and middle ones.
+    fn fim_tokens(&self) -> Option<FimTokens> {
+        None
+    }
     /// Whether the model can rerank.
     fn is_reranker(&self) -> bool {
         false
@@ -149,6 +155,11 @@ impl Backend for EngineBackend {
 
     fn is_reranker(&self) -> bool {
         self.engine.is_reranker()
+    }
+
+    fn fim_tokens(&self) -> Option<FimTokens> {
+        let s = self.engine.model().tokenizer().special_ids();
+        Some(FimTokens { pre: s.fim_pre?, suf: s.fim_suf?, mid: s.fim_mid?, rep: s.fim_rep, sep: s.fim_sep })
     }
 
     fn rerank(

@@ -46,7 +46,7 @@ struct NativeFields {
 }
 
 /// A `/completion` request ready to run.
-struct NativeJob {
+pub(crate) struct NativeJob {
     prompts: Vec<PromptIn>,
     spec: GenSpec,
     n_probs: Option<usize>,
@@ -56,6 +56,18 @@ struct NativeJob {
 }
 
 fn prepare(state: &AppState, v: &Value) -> Result<NativeJob, ApiError> {
+    let f: NativeFields = fields(v)?;
+    prepare_with(state, v, |_| prompts(state.backend.as_ref(), f.prompt.as_ref()))
+}
+
+/// A `/completion`-style request whose prompts `make_prompts` builds (given the most tokens the
+/// request may generate, `None` for up to the context's end): the sampling fields, limits and
+/// answer options of `/completion`.
+pub(crate) fn prepare_with(
+    state: &AppState,
+    v: &Value,
+    make_prompts: impl FnOnce(Option<usize>) -> Result<Vec<PromptIn>, ApiError>,
+) -> Result<NativeJob, ApiError> {
     let backend = state.backend.as_ref();
     let common: CommonFields = fields(v)?;
     let f: NativeFields = fields(v)?;
@@ -64,9 +76,9 @@ fn prepare(state: &AppState, v: &Value) -> Result<NativeJob, ApiError> {
     }
     let mut spec =
         common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
-    let prompts = prompts(backend, f.prompt.as_ref())?;
     let asked = common.max_new_tokens(f.max_tokens, backend.n_ctx(), true)?;
     let max = state.cfg.generation_limit(asked, None);
+    let prompts = make_prompts(max)?;
     for p in &prompts {
         check_context(backend, p.tokens.len(), max)?;
     }
@@ -221,6 +233,11 @@ fn select_fields(v: Value, paths: &[String]) -> Value {
 pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     let job = prepare(&state, &v)?;
+    run(state, job).await
+}
+
+/// Runs a prepared job and answers it (streamed or whole).
+pub(crate) async fn run(state: AppState, job: NativeJob) -> Result<Response, ApiError> {
     let rxs = submit_all(state.backend.as_ref(), requests(&job), job.spec.timeout, job.spec.constraint_param)
         .await?;
     if job.spec.stream {

@@ -35,6 +35,7 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/v1/completions", post(text_completions))
         .route("/completion", post(native_completion))
         .route("/completions", post(native_completion))
+        .route("/infill", post(infill))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/rerank", post(rerank))
         .route("/rerank", post(rerank))
@@ -215,6 +216,10 @@ async fn text_completions(State(state): State<AppState>, body: Bytes) -> Result<
 
 async fn native_completion(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     native::handle(state, body).await
+}
+
+async fn infill(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    super::infill::handle(state, body).await
 }
 
 async fn health() -> Response {

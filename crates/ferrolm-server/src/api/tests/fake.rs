@@ -72,6 +72,8 @@ pub(crate) struct Fake {
     pub idle: AtomicBool,
     /// Whether the model reranks (scores: 1 / (1 + document length)).
     pub reranker: AtomicBool,
+    /// The fill-in-the-middle tokens it reports.
+    pub fim: Option<crate::api::infill::FimTokens>,
 }
 
 impl Fake {
@@ -88,6 +90,7 @@ impl Fake {
             cancelled_all: AtomicBool::new(false),
             idle: AtomicBool::new(true),
             reranker: AtomicBool::new(false),
+            fim: None,
         }
     }
 
@@ -263,6 +266,10 @@ impl Backend for Fake {
         let vectors = texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect();
         self.embed_calls.lock().expect("lock").push((texts, pooling, normalize));
         Box::pin(async move { Ok(vectors) })
+    }
+
+    fn fim_tokens(&self) -> Option<crate::api::infill::FimTokens> {
+        self.fim
     }
 
     fn is_reranker(&self) -> bool {

@@ -106,3 +106,46 @@ async fn cache_prompt_false_and_refused_fields() {
         .assert_error(400, "invalid_request_error");
     assert_eq!(e["error"]["param"], "n");
 }
+
+/// `/infill`: llama-server's fill-in-the-middle prompt, answered like `/completion`; a model
+/// without FIM tokens gets 501, a malformed `input_extra` 400.
+#[tokio::test]
+async fn infill_builds_the_fim_prompt() {
+    let fim = crate::api::infill::FimTokens { pre: 258, suf: 259, mid: 257, rep: None, sep: Some(256) };
+    let body = r#"{"input_prefix": "ab", "input_suffix": "c", "prompt": "d", "n_predict": 2,
+        "input_extra": [{"filename": "f", "text": "x"}]}"#;
+    let no_fim = Arc::new(Fake::reply("zz"));
+    post(&app(no_fim), "/infill", body).await.assert_error(501, "not_supported_error");
+
+    // A context beyond llama-server's 2048-token batch leaves room for the extra context.
+    let fake = Arc::new(Fake { fim: Some(fim), n_ctx: 4096, ..Fake::reply("zz") });
+    let app = app(fake.clone());
+    let v = post(&app, "/infill", body).await.json();
+    assert_eq!(v["content"], "zz");
+    let b = |s: &str| s.bytes().map(u32::from).collect::<Vec<_>>();
+    // [SEP]f\n x [SEP]filename\n, then the BOS the fake adds, [PRE]ab d [SUF]c [MID].
+    let mut want = vec![256];
+    want.extend(b("f\nx"));
+    want.push(256);
+    want.extend(b("filename\n"));
+    want.push(256);
+    want.extend([258, u32::from(b'a'), u32::from(b'b'), u32::from(b'd'), 259, u32::from(b'c'), 257]);
+    assert_eq!(fake.requests()[0].prompt, want);
+    for extra in [
+        json!({}),
+        json!({"filename": "ok"}),
+        json!({"filename": 123}),
+        json!({"filename": 123, "text": "abc"}),
+        json!({"filename": 123, "text": 456}),
+    ] {
+        let body = json!({"input_extra": [extra], "input_prefix": "a", "input_suffix": "b"}).to_string();
+        post(&app, "/infill", &body).await.assert_error(400, "invalid_request_error");
+    }
+    for bad in [
+        r#"{"input_suffix": "b"}"#,
+        r#"{"input_prefix": "a"}"#,
+        r#"{"input_prefix": "a", "input_suffix": "b", "prompt": 3}"#,
+    ] {
+        post(&app, "/infill", bad).await.assert_error(400, "invalid_request_error");
+    }
+}
