@@ -18,6 +18,11 @@ as GGML's x86 CPU backend computes them before integer dot products (the AVX pat
 `quantize_row_q8_0` / `quantize_row_q8_1`, and `quantize_row_q8_K_ref`), reimplemented in numpy
 since the `gguf` package has no such quantizers.
 
+For MXFP4 (which the `gguf` package quantizes too), `MXFP4.json` holds quantized f32 rows with
+extra blocks for its quantizer's corner cases (ties, a maximum below 2^-125, an infinity), and
+`MXFP4_e8m0.json` random blocks with every E8M0 exponent 0..=255 (16 rows: row r has the
+exponents 16r..16r+15), for dequantization only.
+
 And `Q4_K_quantize.json`: f32 rows with their Q4_K bytes from `quantize_row_q4_K_ref` (ported
 below to scalar f32 Python in C's operation order, since the `gguf` package cannot quantize Q4_K;
 the port was checked byte for byte against the C function compiled with -ffp-contract=off) and
@@ -119,6 +124,48 @@ def k_quant_bytes(rng: np.random.Generator, qtype: T) -> np.ndarray:
     else:
         raise ValueError(qtype)
     return raw.reshape(ROWS, -1)
+
+
+def mxfp4_input(rng: np.random.Generator) -> np.ndarray:
+    """`float_input` with blocks for MXFP4's quantizer (GGML's quantize_row_mxfp4_ref; the scale is
+    2^(floor(log2(max|x|)) - 2), the nearest doubled E2M1 level is taken, the first on ties)."""
+    x = float_input(rng, special=False)
+    # max|x| = 12 (e = 128, half scale 1, levels 0 1 2 3 4 6 8 12): exact ties between levels.
+    ties = np.array([12.0, 0.5, 1.5, 2.5, 3.5, 5.0, 7.0, 10.0, -0.5, -1.5, -2.5, -3.5, -5.0, -7.0,
+                     -10.0, -12.0, 0.25, -0.25, 11.0, -11.0, 9.0, 0.0, -0.0, 6.5], dtype=np.float32)
+    x[0, 192:224] = 0.0
+    x[0, 192:192 + len(ties)] = ties
+    # max|x| < 2^-125: GGML's exponent floor(log2(max)) - 2 + 127 is negative and its uint8_t
+    # cast wraps (254 here), so the block quantizes to zeros.
+    x[0, 224:256] = np.float32(1e-38) * rng.uniform(-1, 1, 32).astype(np.float32)
+    x[0, 224] = np.float32(1e-38)
+    # Maxima just below and at powers of two (log2f rounding near integers).
+    x[0, 256:288] = rng.uniform(-1, 1, 32).astype(np.float32)
+    x[0, 256] = np.float32(256.0) * np.float32(1 - 2.0**-24)
+    x[0, 288:320] = rng.uniform(-0.25, 0.25, 32).astype(np.float32)
+    x[0, 288] = np.float32(-0.25)
+    x[0, 320:352] = rng.uniform(-1, 1, 32).astype(np.float32) * np.float32(2.0**-120)
+    x[0, 320] = np.float32(2.0**-120) * np.float32(1 - 2.0**-24)
+    # An infinity: GGML's cast of the infinite exponent gives e = 0 on x86-64, as numpy's does.
+    x[1, 128:160] = rng.uniform(-1, 1, 32).astype(np.float32)
+    x[1, 130] = np.inf
+    # Subnormal inputs (max 5 · 2^-149: e wraps to 234).
+    x[1, 160:192] = 0.0
+    x[1, 160:170] = np.float32(2.0**-149) * np.arange(-5, 5, dtype=np.float32)
+    x[1, 192:224] = np.float32(2.0**-130) * rng.uniform(-1, 1, 32).astype(np.float32)
+    # Large (max ~1e36: e = 244), yet small enough for f32 dot products to stay finite.
+    x[1, 224:256] = np.float32(1.0e36) * rng.uniform(-1, 1, 32).astype(np.float32)
+    return x
+
+
+def mxfp4_e8m0_bytes(rng: np.random.Generator) -> np.ndarray:
+    """MXFP4 blocks with every exponent 0..=255 in order as 16 rows of 512 values: the low nibbles
+    of each block are the 16 codes in random order, the high nibbles random."""
+    lo = np.stack([rng.permutation(16) for _ in range(256)]).astype(np.uint8)
+    hi = rng.integers(0, 16, size=(256, 16), dtype=np.uint8)
+    qs = lo | (hi << np.uint8(4))
+    e = np.arange(256, dtype=np.uint8).reshape(256, 1)
+    return np.concatenate([e, qs], axis=1).reshape(16, -1)
 
 
 def act_q8_0(x: np.ndarray, with_sum: bool) -> bytes:
@@ -290,6 +337,26 @@ def write_q4_k_quantize() -> None:
     print(f"{path.name}: {path.stat().st_size} bytes")
 
 
+def write_mxfp4_e8m0() -> None:
+    """MXFP4_e8m0.json: blocks with every E8M0 exponent and gguf's dequantization of them
+    (GGML's ggml_e8m0_to_fp32_half: e = 0, 1 subnormal, e = 255 the finite 2^127, no NaN)."""
+    q = mxfp4_e8m0_bytes(np.random.default_rng(18))
+    rows = q.shape[0]
+    with np.errstate(over="ignore"):
+        deq = np.asarray(dequantize(q, T.MXFP4), dtype=np.float32).reshape(rows, COLS)
+    doc = {
+        "type": T.MXFP4.name,
+        "type_id": int(T.MXFP4),
+        "rows": rows,
+        "cols": COLS,
+        "quant": q.tobytes().hex(),
+        "dequant_f32": hexf32(deq),
+    }
+    path = OUT / "MXFP4_e8m0.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{path.name}: {path.stat().st_size} bytes")
+
+
 def write_activations() -> None:
     """Activation quantizations (Q8_0, Q8_1, Q8_K) of 2 x 512 values -> act_q8.json."""
     rng = np.random.default_rng(42)
@@ -331,6 +398,7 @@ def main() -> None:
         (T.Q5_K, 13),
         (T.IQ4_NL, 14),
         (T.IQ4_XS, 15),
+        (T.MXFP4, 17),
     ]
     for qtype, seed in plan:
         rng = np.random.default_rng(seed)
@@ -338,8 +406,12 @@ def main() -> None:
         if qtype in RANDOM_BLOCK_TYPES:
             q = k_quant_bytes(rng, qtype)
         else:
-            x = float_input(rng, special=qtype in (T.F16, T.BF16, T.F32))
-            q = quantize(x, qtype)
+            if qtype == T.MXFP4:
+                x = mxfp4_input(rng)
+            else:
+                x = float_input(rng, special=qtype in (T.F16, T.BF16, T.F32))
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                q = quantize(x, qtype)
             doc["input_f32"] = hexf32(x)
         qb = np.ascontiguousarray(q).view(np.uint8).reshape(ROWS, -1)
         deq = dequantize(qb if qtype not in (T.F32, T.F16) else np.ascontiguousarray(q), qtype)
@@ -351,6 +423,7 @@ def main() -> None:
         print(f"{path.name}: {path.stat().st_size} bytes")
     write_activations()
     write_q4_k_quantize()
+    write_mxfp4_e8m0()
 
 
 if __name__ == "__main__":

@@ -7,17 +7,18 @@
 //!   same operation order as GGML's C code (`(d·sc)·q - dmin·m`, `q·d + m`, no fused
 //!   multiply-add), so no tolerance is needed — NaN payloads included.
 //! - `quantize_row` (and the per-type row quantizers) reproduce python's bytes exactly, where
-//!   python can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0). For the K-quants and
+//!   python can quantize (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4). For the K-quants and
 //!   IQ4 types python only dequantizes, so their vectors are random blocks; Q4_K's quantizer is
 //!   checked against `Q4_K_quantize.json`, made by the script's scalar f32 port of GGML's
-//!   `quantize_row_q4_K_ref`.
+//!   `quantize_row_q4_K_ref`. MXFP4 also has `MXFP4_e8m0.json`: blocks with every E8M0 exponent
+//!   (dequantization only).
 //! - `dot_f32` equals the f64 dot product of the dequantized row with `x` to within
 //!   `4e-6 · Σ|aᵢxᵢ|` (f32 summation of ≤ 512 terms over 32 lanes).
 
 use std::path::PathBuf;
 
 use ferrolm_kernels::GgmlType;
-use ferrolm_kernels::quant::{self, q4_0, q4_1, q5_0, q5_1, q8_0};
+use ferrolm_kernels::quant::{self, mxfp4, q4_0, q4_1, q5_0, q5_1, q8_0};
 
 struct Vectors {
     ty: GgmlType,
@@ -189,6 +190,33 @@ fn iq4_xs() {
     check_type("IQ4_XS");
 }
 
+#[test]
+fn mxfp4() {
+    check_type("MXFP4");
+}
+
+/// Every E8M0 exponent (0 and 1 subnormal scales, 255 the finite 2^127 as in GGML, not NaN):
+/// bit-exact dequantization, a non-finite dot product where a row holds infinities.
+#[test]
+fn mxfp4_every_exponent() {
+    let v = load("MXFP4_e8m0");
+    assert_eq!(v.quant.len(), 256 * 17);
+    for (e, b) in v.quant.chunks_exact(17).enumerate() {
+        assert_eq!(usize::from(b[0]), e);
+    }
+    // The python values themselves: 2^(e - 128) times the doubled E2M1 levels.
+    let levels = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+    for (e, (b, want)) in v.quant.chunks_exact(17).zip(v.dequant.chunks_exact(32)).enumerate() {
+        let code = |j: usize| if j < 16 { b[1 + j] & 0x0f } else { b[1 + j - 16] >> 4 };
+        for (j, &w) in want.iter().enumerate() {
+            let exact = f64::from(levels[usize::from(code(j))]) * 2f64.powi(e as i32 - 128);
+            assert_eq!(f64::from(w), exact as f32 as f64, "e = {e}, element {j}");
+        }
+    }
+    assert!(v.dequant[255 * 32..].iter().any(|x| x.is_infinite()));
+    check_type("MXFP4_e8m0");
+}
+
 /// The typed row quantizers produce the same bytes as python (and as `quantize_row`).
 #[test]
 fn typed_quantizers_match_python() {
@@ -214,6 +242,10 @@ fn typed_quantizers_match_python() {
 
     let v = load("Q5_1");
     let q = q5_1::quantize_row_q5_1(v.input.as_deref().expect("inputs")).expect("whole blocks");
+    assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
+
+    let v = load("MXFP4");
+    let q = mxfp4::quantize_row_mxfp4(v.input.as_deref().expect("inputs")).expect("whole blocks");
     assert_eq!(flat(q.iter().map(|b| b.to_bytes())), v.quant);
 
     let v = load("Q4_K_quantize");
@@ -260,6 +292,8 @@ fn block_structs_match_python() {
     blocks!("Q5_K", quant::BlockQ5K, 176, 256);
     blocks!("IQ4_NL", quant::BlockIQ4NL, 18, 32);
     blocks!("IQ4_XS", quant::BlockIQ4XS, 136, 256);
+    blocks!("MXFP4", quant::BlockMXFP4, 17, 32);
+    blocks!("MXFP4_e8m0", quant::BlockMXFP4, 17, 32);
 }
 
 /// Activation quantization (the vec_dot types) reproduces `act_q8.json` byte for byte: the
@@ -301,9 +335,10 @@ fn vec_dot_matches_dequantized_reference() {
         f64::from(half::f16::from_le_bytes([b[0], b[1]]).to_f32())
     }
     let (cols, _, doc) = act_vectors();
-    for name in
-        ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"]
-    {
+    for name in [
+        "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+        "MXFP4",
+    ] {
         let v = load(name);
         assert_eq!(v.cols, cols);
         let ty = v.ty;
