@@ -18,9 +18,10 @@
 //! - IQ4_NL and MXFP4 alternate two sets of eight accumulators between consecutive blocks
 //!   (summed lane-wise before the reduction), a last odd block added as a scalar.
 //!
-//! Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS and MXFP4 have no hand-written AVX2 kernel: their portable
-//! kernels (Q5_1 here, the others in `vec_dot/kquants.rs`) follow the operation order of GGML's
-//! AVX2 kernels and are compiled for AVX2 like the others.
+//! Q5_1, Q2_K, Q3_K, Q5_K and IQ4_XS have no hand-written AVX2 kernel: their portable kernels
+//! (Q5_1 here, the others in `vec_dot/kquants.rs`) follow the operation order of GGML's AVX2
+//! kernels and are compiled for AVX2 like the others. IQ4_NL and MXFP4 have one (`x86/avx2.rs`,
+//! levels looked up with `pshufb`), bit-identical to their portable kernels.
 //!
 //! With AVX2+FMA (detected at run time) the kernels are compiled for AVX2 and use fused
 //! multiply-adds, reproducing GGML's AVX2 results bit for bit (except Q6_K, whose current GGML
@@ -185,6 +186,8 @@ pub(super) unsafe fn vec_dot_rows_avx2(ty: GgmlType, w: &[u8], xq: &[u8], rb: us
         GgmlType::Q5_0 => avx2::dot32_rows(avx2::Kind::Q5_0, w, xq, rb, out),
         GgmlType::Q8_0 => avx2::dot32_rows(avx2::Kind::Q8_0, w, xq, rb, out),
         GgmlType::Q4_1 => avx2::dot_q4_1_rows(w, xq, rb, out),
+        GgmlType::IQ4_NL => avx2::dot_lut4_rows(avx2::Lut::Iq4Nl, w, xq, rb, out),
+        GgmlType::MXFP4 => avx2::dot_lut4_rows(avx2::Lut::Mxfp4, w, xq, rb, out),
         _ => vec_dot_rows_any::<true, true>(ty, w, xq, rb, out),
     }
 }
@@ -284,11 +287,13 @@ pub(super) const PORTABLE_FMA: bool = !cfg!(target_arch = "x86_64") || cfg!(targ
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn vec_dot_avx2(ty: GgmlType, w: &[u8], xq: &[u8]) -> f32 {
     match ty {
-        // The three calls are safe here: this function is compiled with AVX2, FMA and F16C.
+        // The calls are safe here: this function is compiled with AVX2, FMA and F16C.
         GgmlType::Q4_0 => avx2::dot_q4_0(w, xq),
         GgmlType::Q4_1 => avx2::dot_q4_1(w, xq),
         GgmlType::Q8_0 => avx2::dot_q8_0(w, xq),
         GgmlType::Q5_0 => avx2::dot_q5_0(w, xq),
+        GgmlType::IQ4_NL => avx2::dot_lut4(avx2::Lut::Iq4Nl, w, xq),
+        GgmlType::MXFP4 => avx2::dot_lut4(avx2::Lut::Mxfp4, w, xq),
         _ => vec_dot_any::<true, true>(ty, w, xq),
     }
 }
