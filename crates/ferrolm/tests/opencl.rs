@@ -106,3 +106,45 @@ fn no_runtime_is_a_clear_error() {
     assert!(out.status.success(), "child failed: {text}");
     assert!(text.contains("1 passed"), "the child ran no test: {text}");
 }
+
+/// Last-position logits and `n` greedy tokens of `tokens` (an f16 cache, as the GPU keeps).
+fn run(model: &ferrolm::model::Model, tokens: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) {
+    use ferrolm::batch::Batch;
+    let mut kv = model.new_kv_cache_typed(128, ferrolm::kv::KvType::F16, ferrolm::kv::KvType::F16).unwrap();
+    let first = model.forward(&Batch::from_prompt(0, 0, tokens), &mut kv).unwrap().last().unwrap().to_vec();
+    let (mut logits, mut out) = (first.clone(), Vec::new());
+    for pos in tokens.len() as u32..tokens.len() as u32 + n as u32 {
+        let t = ferrolm::sampling::argmax(&logits);
+        out.push(t);
+        logits = model.forward(&Batch::from_prompt(0, pos, &[t]), &mut kv).unwrap().last().unwrap().to_vec();
+    }
+    (first, out)
+}
+
+#[test]
+fn mixtures_of_experts_granite_and_smollm3_match_the_cpu() {
+    // The tiny conformance models: experts routed on the host around GPU matmuls, Granite's
+    // scale operator, layers without RoPE.
+    if opencl().is_none() {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
+    for name in ["qwen2moe", "qwen3moe", "granitemoeshared", "smollm3"] {
+        let path = root.join(name).join("model.gguf");
+        let cpu = ferrolm::model::Model::load(&path).unwrap();
+        let mut gpu = ferrolm::model::Model::load(&path).unwrap();
+        gpu.set_placement(single()).unwrap();
+        let exp: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(root.join(name).join("expected.json")).unwrap())
+                .unwrap();
+        for p in exp["prompts"].as_array().unwrap() {
+            let tokens: Vec<u32> =
+                p["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+            let (a, ga) = run(&cpu, &tokens, 4);
+            let (b, gb) = run(&gpu, &tokens, 4);
+            let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            assert!(diff < 2e-2, "{name}: max |logit diff| {diff}");
+            assert_eq!(ga, gb, "{name}: greedy tokens differ");
+        }
+    }
+}
