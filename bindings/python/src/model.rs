@@ -251,6 +251,20 @@ impl PyModel {
         py.allow_threads(|| self.model.embed(&texts, pooling, normalize)).map_err(to_py)
     }
 
+    /// Whether the model can rerank (a classifier head and a rerank template, as llama.cpp's
+    /// converter writes Qwen3-Reranker).
+    #[getter]
+    fn is_reranker(&self) -> bool {
+        self.model.is_reranker()
+    }
+
+    /// The relevance of each document to `query` (higher is more relevant; for Qwen3-Reranker
+    /// the probability of "yes"), in the documents' order. The GIL is released.
+    fn rerank(&self, py: Python<'_>, query: &str, documents: Vec<String>) -> PyResult<Vec<f32>> {
+        let scores = py.allow_threads(|| self.model.rerank(query, &documents)).map_err(to_py)?;
+        Ok(scores.iter().map(|s| s.score).collect())
+    }
+
     fn __repr__(&self) -> String {
         let c = self.model.config();
         format!(

@@ -129,3 +129,21 @@ def test_another_thread_cancels_a_session_generation(smollm2_path):
     assert s.last_finish.reason == "cancelled"
     assert s.last_finish.completion_tokens < 3500 and time.time() - t0 < 20
     assert s.generate("The capital of France is", max_tokens=4, temperature=0.0).strip()
+
+
+def test_a_reranker_scores_documents():
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "crates", "ferrolm", "tests",
+                        "fixtures", "rerank", "qwen3-reranker")
+    model = ferrolm.Model(os.path.join(root, "model.gguf"))
+    assert model.is_reranker
+    import json
+    with open(os.path.join(root, "expected.json")) as f:
+        q = json.load(f)["queries"][0]
+    scores = model.rerank(q["query"], [d["document"] for d in q["documents"]])
+    for got, d in zip(scores, q["documents"]):
+        assert abs(got - d["score"]) < 1e-2
+    assert sorted(range(len(scores)), key=lambda i: -scores[i]) == q["ranking"]
+    plain = ferrolm.Model(os.path.join(root, "..", "..", "conformance", "qwen3", "model.gguf"))
+    assert not plain.is_reranker
+    with pytest.raises(ferrolm.InvalidInputError, match="cannot rerank"):
+        plain.rerank("q", ["d"])
