@@ -186,6 +186,22 @@ defmodule Ferrolm do
     wrap(Native.embed(ref, texts, pooling, normalize))
   end
 
+  @doc """
+  How relevant each of `documents` is to `query`, with a reranker model (a GGUF with a
+  classifier head and a rerank template, as llama.cpp's converter writes Qwen3-Reranker):
+  `{:ok, [score]}` in the documents' order, higher is more relevant. A model that cannot rerank
+  gives `{:error, message}`.
+  """
+  @spec rerank(Model.t(), String.t(), [String.t()]) :: {:ok, [float()]} | {:error, String.t()}
+  def rerank(%Model{ref: ref}, query, documents) when is_binary(query) and is_list(documents) do
+    unless Enum.all?(documents, &is_binary/1), do: raise(ArgumentError, "documents: expected a list of strings")
+    wrap(Native.rerank(ref, query, documents))
+  end
+
+  @doc "Whether the model can rerank (see `rerank/3`)."
+  @spec reranker?(Model.t()) :: boolean()
+  def reranker?(%Model{ref: ref}), do: Native.is_reranker(ref)
+
   defp pooling_name(nil), do: nil
   defp pooling_name(p) when p in [:mean, :cls, :last], do: Atom.to_string(p)
   defp pooling_name(p) when p in ["mean", "cls", "last"], do: p

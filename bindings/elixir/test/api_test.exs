@@ -78,6 +78,26 @@ defmodule Ferrolm.ApiTest do
     assert prompt == "False"
   end
 
+  test "reranking with a Qwen3-Reranker GGUF; other models cannot", %{smol: smol} do
+    dir = Path.expand("../../../crates/ferrolm/tests/fixtures/rerank/qwen3-reranker", __DIR__)
+    {:ok, m} = Ferrolm.load_model(Path.join(dir, "model.gguf"))
+    assert Ferrolm.reranker?(m)
+    # The first query of the fixture's expected.json, with transformers' scores.
+    docs = [
+      "Paris is the capital and largest city of France.",
+      "Berlin is the capital of Germany.",
+      "The Eiffel Tower was built in 1889.",
+      "Bananas are rich in potassium."
+    ]
+    {:ok, scores} = Ferrolm.rerank(m, "What is the capital of France?", docs)
+    for {got, want} <- Enum.zip(scores, [0.4831232, 0.5982962, 0.3370223, 0.0388244]), do: assert(abs(got - want) < 1.0e-2)
+    ranking = scores |> Enum.with_index() |> Enum.sort_by(fn {s, _} -> -s end) |> Enum.map(&elem(&1, 1))
+    assert ranking == [1, 0, 2, 3]
+    refute Ferrolm.reranker?(smol)
+    assert {:error, msg} = Ferrolm.rerank(smol, "q", ["d"])
+    assert msg =~ "cannot rerank"
+  end
+
   test "embeddings: normalised, batched like alone, pooling", %{smol: m} do
     {:ok, v} = Ferrolm.embed(m, "hello world")
     assert length(v) == 576

@@ -21,6 +21,8 @@ defmodule Ferrolm.Native do
   def apply_chat_template(_model, _messages, _template, _kwargs), do: nif()
   def chat_prompt_tokens(_model, _messages, _template, _kwargs), do: nif()
   def embed(_model, _texts, _pooling, _normalize), do: nif()
+  def is_reranker(_model), do: nif()
+  def rerank(_model, _query, _documents), do: nif()
   def json_schema_grammar(_schema), do: nif()
   def context_create(_model, _opts), do: nif()
   def context_generate(_ctx, _tokens, _params), do: nif()

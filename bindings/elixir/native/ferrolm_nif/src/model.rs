@@ -182,6 +182,19 @@ fn embed(
     Ok(v.into_iter().map(|row| row.into_iter().map(f64::from).collect()).collect())
 }
 
+/// Whether the model can rerank (a classifier head and a rerank template).
+#[rustler::nif]
+fn is_reranker(m: ResourceArc<ModelRes>) -> bool {
+    m.model.is_reranker()
+}
+
+/// The relevance of each document to `query`, in the documents' order.
+#[rustler::nif(schedule = "DirtyCpu")]
+fn rerank(m: ResourceArc<ModelRes>, query: String, documents: Vec<String>) -> NifResult<Vec<f64>> {
+    let scores = m.model.rerank(&query, &documents).map_err(err)?;
+    Ok(scores.into_iter().map(|s| f64::from(s.score)).collect())
+}
+
 /// A JSON schema as a grammar in the Lark dialect that `grammar:` takes.
 #[rustler::nif]
 fn json_schema_grammar(schema: Term) -> NifResult<String> {
