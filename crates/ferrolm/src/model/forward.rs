@@ -387,34 +387,57 @@ impl Model {
                 report_attention(be, shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
             }
             be.matmul(&lw.wo, att, n, y)?;
-            if let Some(pn) = &lw.post_attn_norm {
-                be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
-            }
-            if let Some(s) = cfg.residual_scale {
-                be.scale(y, s)?;
-            }
-            be.add(x, y)?;
+            self.residual_add(be, lw.post_attn_norm.as_deref(), x, y)?;
 
             // Feed-forward.
             be.rms_norm(x, &lw.ffn_norm, cfg.norm_eps, xn)?;
-            match (&lw.ffn, &cfg.moe) {
-                (Ffn::Dense(f), _) => gated_ffn(be, f, cfg.activation, self.exact_f32, xn, n, (gate, up), y)?,
-                (Ffn::Moe(m), Some(mc)) => {
-                    moe_ffn(be, m, mc, cfg.activation, self.exact_f32, xn, n, y, moe_bufs)?;
-                }
-                (Ffn::Moe(_), None) => {
-                    return Err(Error::Config("expert weights in a model configured without experts".into()));
-                }
-            }
-            if let Some(pn) = &lw.post_ffn_norm {
-                be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
-            }
-            if let Some(s) = cfg.residual_scale {
-                be.scale(y, s)?;
-            }
-            be.add(x, y)?;
+            self.feed_forward(be, &lw.ffn, xn, n, y, (gate, up), moe_bufs)?;
+            self.residual_add(be, lw.post_ffn_norm.as_deref(), x, y)?;
         }
         Ok(())
+    }
+
+    /// `x += scale · post_norm(y)`: a branch's output (`y`, overwritten) into the residual
+    /// stream, through the block's optional post-norm (Gemma 2/3) and residual scale (Granite).
+    fn residual_add(
+        &self,
+        be: &dyn Backend,
+        post_norm: Option<&[f32]>,
+        x: &mut [f32],
+        y: &mut [f32],
+    ) -> Result<()> {
+        let cfg = &self.config;
+        if let Some(pn) = post_norm {
+            be.rms_norm_inplace(y, pn, cfg.norm_eps)?;
+        }
+        if let Some(s) = cfg.residual_scale {
+            be.scale(y, s)?;
+        }
+        be.add(x, y)?;
+        Ok(())
+    }
+
+    /// A block's feed-forward network over the normalised rows `xn` (`[n, n_embd]`), its output
+    /// into `y`: one gated FFN (`gate`/`up`: `[n, n_ff]` scratch) or a mixture of experts.
+    #[allow(clippy::too_many_arguments)]
+    fn feed_forward(
+        &self,
+        be: &dyn Backend,
+        ffn: &Ffn,
+        xn: &mut [f32],
+        n: usize,
+        y: &mut [f32],
+        scratch: (&mut [f32], &mut [f32]),
+        moe: &mut MoeBuffers,
+    ) -> Result<()> {
+        let cfg = &self.config;
+        match (ffn, &cfg.moe) {
+            (Ffn::Dense(f), _) => gated_ffn(be, f, cfg.activation, self.exact_f32, xn, n, scratch, y),
+            (Ffn::Moe(m), Some(mc)) => moe_ffn(be, m, mc, cfg.activation, self.exact_f32, xn, n, y, moe),
+            (Ffn::Moe(_), None) => {
+                Err(Error::Config("expert weights in a model configured without experts".into()))
+            }
+        }
     }
 }
 

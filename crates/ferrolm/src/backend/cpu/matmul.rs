@@ -494,9 +494,16 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(7);
         // A multiple of the K-quants' 256-value super-blocks.
         let cols = 768;
-        for ty in
-            [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16, GgmlType::BF16, GgmlType::F32]
-        {
+        let types = [
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::MXFP4,
+            GgmlType::F16,
+            GgmlType::BF16,
+            GgmlType::F32,
+        ];
+        for ty in types {
             // Q, K and V shapes of a small model: one region over three matrices.
             let ws: Vec<Weight> =
                 [200, 64, 64].iter().map(|&r| random_weight(&mut rng, ty, r, cols)).collect();
