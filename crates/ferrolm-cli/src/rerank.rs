@@ -51,8 +51,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("{} is not a reranker (it needs a classifier head and a rerank template)", path.display());
     }
     let scores = model.rerank(&args.query, &docs)?;
-    let mut order: Vec<usize> = (0..docs.len()).collect();
-    order.sort_by(|&a, &b| scores[b].score.total_cmp(&scores[a].score));
+    let mut order = ferrolm::model::ranking(&scores);
     order.truncate(args.top_n.unwrap_or(docs.len()));
 
     let stdout = std::io::stdout();

@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 pub use config::{Activation, Arch, Gating, ModelConfig, MoeConfig, QkNorm, RopeParams, RopeStyle};
 pub use embed::Pooling;
 pub use ferrolm_kernels::GgmlType;
-pub use rerank::Relevance;
+pub use rerank::{Relevance, ranking};
 pub use tensors::{TensorMap, TensorRef};
 
 use crate::backend::Placement;

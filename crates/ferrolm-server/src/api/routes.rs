@@ -545,8 +545,7 @@ async fn rerank(State(state): State<AppState>, body: Bytes) -> Result<Response, 
         }
     };
     let scores = b.rerank(query, documents.clone()).await?;
-    let mut order: Vec<usize> = (0..scores.len()).collect();
-    order.sort_by(|&x, &y| scores[y].score.total_cmp(&scores[x].score));
+    let mut order = ferrolm::model::ranking(&scores);
     order.truncate(top_n);
     let label = if tei { "score" } else { "relevance_score" };
     let with_text = if tei { f.return_text.unwrap_or(false) } else { f.return_documents.unwrap_or(false) };

@@ -24,6 +24,13 @@ pub struct Relevance {
     pub n_tokens: usize,
 }
 
+/// Document indices, most relevant first (equal scores keep the documents' order).
+pub fn ranking(scores: &[Relevance]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    order.sort_by(|&a, &b| scores[b].score.total_cmp(&scores[a].score));
+    order
+}
+
 impl Model {
     /// Whether the model can rerank: it has a classifier head and a template for its prompts.
     pub fn is_reranker(&self) -> bool {
