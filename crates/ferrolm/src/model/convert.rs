@@ -12,7 +12,7 @@ use ferrolm_kernels::{GgmlType, quant};
 
 use super::config::Arch;
 use super::hf::{HfModel, permute_qk_rows};
-use super::quantize::{QuantizeSummary, convert_matrix, effective_type};
+use super::quantize::{QuantizeSummary, convert_matrix, effective_type, is_router};
 use super::tensors::TensorRef;
 use crate::format::gguf::{MetaArray, MetaValue};
 use crate::format::gguf_write::GgufWriter;
@@ -167,7 +167,7 @@ fn convert_one(
     outtype: GgmlType,
     matrices: &mut QuantizeSummary,
 ) -> Result<TensorRef> {
-    let router = name.contains(".ffn_gate_inp");
+    let router = is_router(name);
     let target = if t.dims.len() == 1 || router { GgmlType::F32 } else { effective_type(outtype, t.dims[0]) };
     if matches!(t.dims.len(), 2 | 3) && !router {
         matrices.record(t.dims[0], Some(target));

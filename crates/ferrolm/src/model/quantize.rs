@@ -30,7 +30,13 @@ pub fn effective_type(target: GgmlType, cols: u64) -> GgmlType {
 fn is_quantizable(name: &str, t: &TensorRef) -> bool {
     matches!(t.dims.len(), 2 | 3)
         && matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-        && !name.contains(".ffn_gate_inp")
+        && !is_router(name)
+}
+
+/// Whether a tensor is a mixture's router (`ffn_gate_inp`, `ffn_gate_inp_shexp`): kept in
+/// float, never quantized, as llama.cpp keeps it.
+pub(crate) fn is_router(name: &str) -> bool {
+    name.contains(".ffn_gate_inp")
 }
 
 /// What quantizing a set of tensors did to its weight matrices (two-dimensional tensors).
