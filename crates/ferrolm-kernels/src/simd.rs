@@ -1,5 +1,5 @@
 //! Plain f32 vector kernels with a portable path and, on x86_64, an AVX2+FMA path chosen at run
-//! time.
+//! time; on aarch64 a NEON path that computes the portable path's exact operations.
 
 #[cfg(target_arch = "x86_64")]
 use std::sync::OnceLock;
@@ -25,6 +25,7 @@ pub fn has_avx2_fma() -> bool {
 ///
 /// Uses AVX2+FMA when the CPU has them, otherwise a portable kernel with independent accumulators.
 /// The two paths may differ in the last bits (different summation order, fused multiply-add).
+/// On aarch64 the portable kernel's operations run as NEON instructions (the same bits).
 ///
 /// # Panics
 /// If `a.len() != b.len()`.
@@ -35,6 +36,22 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: AVX2 and FMA were detected on this CPU just above.
         return unsafe { dot_f32_avx2(a, b) };
     }
+    dot_f32_portable_order(a, b)
+}
+
+/// [`dot_f32_scalar`]'s result, computed with NEON where the build enables it.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+#[inline]
+fn dot_f32_portable_order(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: NEON is enabled for the whole build (the aarch64 baseline), so every CPU that runs
+    // this binary has it; equal lengths (asserted by the caller).
+    unsafe { dot_f32_neon(a, b) }
+}
+
+/// [`dot_f32_scalar`].
+#[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+#[inline]
+fn dot_f32_portable_order(a: &[f32], b: &[f32]) -> f32 {
     dot_f32_scalar(a, b)
 }
 
@@ -128,6 +145,42 @@ pub(crate) unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
+/// [`dot_f32_scalar`] in NEON, bit for bit: its 32 accumulator lanes are eight registers, each
+/// product rounded before its addition (no fused multiply-add), the lanes reduced in the same
+/// pairwise order, then the scalar tail added.
+///
+/// # Safety
+/// The CPU must support NEON. `a.len()` must equal `b.len()`.
+#[cfg(target_arch = "aarch64")]
+#[inline]
+#[target_feature(enable = "neon")]
+pub(crate) unsafe fn dot_f32_neon(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::aarch64::*;
+    const _: () = assert!(ACC_LANES == 32, "eight NEON registers hold the accumulator lanes");
+
+    let n = a.len().min(b.len());
+    let whole = n / ACC_LANES * ACC_LANES;
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [vdupq_n_f32(0.0); 8];
+    for i in (0..whole).step_by(ACC_LANES) {
+        for (k, s) in acc.iter_mut().enumerate() {
+            // SAFETY: `i + 4k + 4 <= whole <= n`: both 4-float loads stay inside the slices.
+            let (x, y) = unsafe { (vld1q_f32(pa.add(i + 4 * k)), vld1q_f32(pb.add(i + 4 * k))) };
+            *s = vaddq_f32(*s, vmulq_f32(x, y));
+        }
+    }
+    // `reduce_lanes`: lanes 16, 8 and 4 apart are whole registers, then lanes 2 and 1 apart.
+    let s16: [float32x4_t; 4] = std::array::from_fn(|k| vaddq_f32(acc[k], acc[k + 4]));
+    let s8 = [vaddq_f32(s16[0], s16[2]), vaddq_f32(s16[1], s16[3])];
+    let s4 = vaddq_f32(s8[0], s8[1]);
+    let s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
+    let mut tail = 0f32;
+    for k in whole..n {
+        tail += a[k] * b[k];
+    }
+    vpadds_f32(s2) + tail
+}
+
 /// Whether this CPU supports AVX2, FMA and F16C (detected once, then cached).
 pub fn has_avx2_fma_f16c() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -186,6 +239,19 @@ mod tests {
             let simd = unsafe { dot_f32_avx2(&a, &b) };
             assert!(((simd - scalar) as f64).abs() <= 2e-6 * mag + 1e-30, "n={n}: {simd} vs {scalar}");
             assert_eq!(dot_f32(&a, &b), simd);
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "aarch64")]
+    fn neon_is_the_portable_kernel_bit_for_bit() {
+        let mut rng = StdRng::seed_from_u64(3);
+        for n in LENGTHS {
+            let (a, b) = (random(n, &mut rng), random(n, &mut rng));
+            // SAFETY: every aarch64 CPU this crate runs on has NEON; equal lengths.
+            let neon = unsafe { dot_f32_neon(&a, &b) };
+            assert_eq!(neon.to_bits(), dot_f32_scalar(&a, &b).to_bits(), "n={n}");
+            assert_eq!(dot_f32(&a, &b).to_bits(), neon.to_bits());
         }
     }
 

@@ -8,7 +8,11 @@
 //! - [`AttnKernels::softmax_lanes`]: one block of a column-wise online softmax;
 //! - [`AttnKernels::max`], [`AttnKernels::exp_sum`], [`AttnKernels::softcap`]: row helpers, and
 //!   [`AttnKernels::silu_mul`], the feed-forward's SwiGLU (it needs the same vector `exp`);
-//! - [`AttnKernels::f16_rows_to_f32`], [`AttnKernels::round_f16`]: f16 conversions (F16C).
+//! - [`AttnKernels::f16_rows_to_f32`], [`AttnKernels::round_f16`]: f16 conversions (F16C on
+//!   x86, `fcvtl`/`fcvtn` on aarch64).
+//!
+//! Levels: portable, AVX2 (+FMA, F16C), AVX-512 and NEON (8 lanes in two registers, fused
+//! multiply-adds; its dot products sum in the portable order, bit for bit).
 //!
 //! The portable level ([`Isa::Scalar`]) is the reference; the SIMD levels may differ from it in
 //! the last bits (summation order, fused multiply-add). `exp` is a polynomial within a few ulp
@@ -156,7 +160,8 @@ impl AttnKernels {
     }
 
     /// The kernels written for `isa`, if this CPU supports it. Levels without kernels of their
-    /// own use the best one below them (AVX-VNNI: the AVX2 kernels; NEON: the portable ones).
+    /// own use the best one below them (AVX-VNNI: the AVX2 kernels; NEON with dotprod: the NEON
+    /// ones, as these kernels have no 8-bit products).
     pub fn for_isa(isa: Isa) -> Option<Self> {
         if !isa.is_supported() {
             return None;
@@ -166,6 +171,8 @@ impl AttnKernels {
             Isa::Avx512 => table!(Isa::Avx512, avx512),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 | Isa::AvxVnni => table!(Isa::Avx2, avx2),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon | Isa::NeonDotprod => table!(Isa::Neon, neon),
             _ => Self::portable(),
         })
     }

@@ -1,6 +1,6 @@
 //! A small f32 vector abstraction for writing a kernel once and compiling it per instruction-set
-//! level: [`Portable`] (plain Rust on `[f32; 8]`), and on x86_64 [`Avx2`] (`__m256`, with FMA and
-//! F16C) and [`Avx512`] (`__m512`).
+//! level: [`Portable`] (plain Rust on `[f32; 8]`), on x86_64 [`Avx2`] (`__m256`, with FMA and
+//! F16C) and [`Avx512`] (`__m512`), and on aarch64 [`Neon`] (two `float32x4_t`).
 //!
 //! Every method is `unsafe`: it may only run on a CPU with the type's features. A generic kernel
 //! is `#[inline(always)]` and called from a `#[target_feature]` wrapper of the same features, so
@@ -47,7 +47,8 @@ pub(crate) trait FVec: Copy {
     /// Maximum of the lanes.
     unsafe fn hmax(self) -> f32;
     /// `a · b` (equal lengths) with exactly the summation order of [`crate::simd::dot_f32`] on
-    /// this level's CPUs: its AVX2 kernel on x86 levels, its portable kernel otherwise.
+    /// this level's CPUs: its AVX2 kernel on x86 levels, its portable kernel's order otherwise
+    /// (the NEON level computes that order with NEON instructions, bit for bit).
     unsafe fn dot(a: &[f32], b: &[f32]) -> f32;
     /// `a · b_r` for eight rows `b_r` of `a.len()` elements each, every dot product exactly as
     /// [`FVec::dot`] computes it (levels override this to compute the eight together).
@@ -524,6 +525,178 @@ mod x86 {
                 }
             }
             out
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+pub(crate) use arm::Neon;
+
+#[cfg(target_arch = "aarch64")]
+mod arm {
+    use super::{FVec, exp_consts::*};
+    use half::f16;
+    use std::arch::aarch64::*;
+    use std::arch::asm;
+
+    /// NEON, 8 lanes in two 4-lane registers (lanes 0-3, lanes 4-7).
+    ///
+    /// Eight lanes rather than four: the generic kernels then have the width of [`super::Portable`]
+    /// (so [`FVec::hsum`] adds in its order), and every vector operation issues two independent
+    /// instructions, which the two to four FP pipes of current Arm cores run side by side.
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Neon(float32x4_t, float32x4_t);
+
+    /// A lane-wise method from a two-operand NEON intrinsic.
+    macro_rules! lanewise {
+        ($name:ident, $op:ident) => {
+            #[inline]
+            #[target_feature(enable = "neon")]
+            unsafe fn $name(self, b: Self) -> Self {
+                Neon($op(self.0, b.0), $op(self.1, b.1))
+            }
+        };
+    }
+
+    /// `eˣ` on four lanes: [`super::exp_scalar`]'s range reduction and polynomial, with fused
+    /// multiply-adds (as the x86 levels).
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn exp4(x0: float32x4_t) -> float32x4_t {
+        let x = vminq_f32(vmaxq_f32(x0, vdupq_n_f32(MIN_X)), vdupq_n_f32(MAX_X));
+        let n = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(LOG2E)));
+        let r = vfmsq_f32(x, n, vdupq_n_f32(LN2_HI));
+        let r = vfmsq_f32(r, n, vdupq_n_f32(LN2_LO));
+        let mut p = vdupq_n_f32(P[0]);
+        for c in &P[1..] {
+            p = vfmaq_f32(vdupq_n_f32(*c), p, r);
+        }
+        let y = vaddq_f32(vfmaq_f32(r, p, vmulq_f32(r, r)), vdupq_n_f32(1.0));
+        // `n` is a whole number in [-126, 127]: the conversion is exact, 2ⁿ a normal number.
+        let e = vshlq_n_s32::<23>(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)));
+        let y = vmulq_f32(y, vreinterpretq_f32_s32(e));
+        // Below MIN_X (including -∞): exactly 0.
+        let under = vcltq_f32(x0, vdupq_n_f32(MIN_X));
+        vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(y), under))
+    }
+
+    /// Four f16s (their bits) to f32, exactly: `fcvtl`, part of base NEON. (The `vcvt_f32_f16`
+    /// intrinsic is stable only since Rust 1.94, after this crate's minimum version.)
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
+        let f: float32x4_t;
+        // SAFETY: `fcvtl` reads and writes only the two vector registers named (NEON is
+        // enabled for this function).
+        unsafe {
+            asm!(
+                "fcvtl {f:v}.4s, {h:v}.4h",
+                f = lateout(vreg) f,
+                h = in(vreg) h,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        f
+    }
+
+    /// Four f32s rounded to f16 bits (to nearest, ties to even: the default rounding mode),
+    /// with `fcvtn`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn f32x4_to_f16(x: float32x4_t) -> uint16x4_t {
+        let h: uint16x4_t;
+        // SAFETY: `fcvtn` reads and writes only the two vector registers named.
+        unsafe {
+            asm!(
+                "fcvtn {h:v}.4h, {x:v}.4s",
+                h = lateout(vreg) h,
+                x = in(vreg) x,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        h
+    }
+
+    /// Four lanes rounded to the nearest f16 (ties to even) and back.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    fn round_f16_4(x: float32x4_t) -> float32x4_t {
+        f16x4_to_f32(f32x4_to_f16(x))
+    }
+
+    impl FVec for Neon {
+        const W: usize = 8;
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn zero() -> Self {
+            Neon(vdupq_n_f32(0.0), vdupq_n_f32(0.0))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn splat(x: f32) -> Self {
+            Neon(vdupq_n_f32(x), vdupq_n_f32(x))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: the caller guarantees 8 readable f32s at `p`; `ld1` needs no alignment
+            // beyond the element's.
+            unsafe { Neon(vld1q_f32(p), vld1q_f32(p.add(4))) }
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn load_h(p: *const f16) -> Self {
+            // SAFETY: the caller guarantees 8 readable f16s (16 bytes) at `p`; f16 has the size
+            // and alignment of u16.
+            let h = unsafe { vld1q_u16(p.cast()) };
+            Neon(f16x4_to_f32(vget_low_u16(h)), f16x4_to_f32(vget_high_u16(h)))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: the caller guarantees 8 writable f32s at `p`.
+            unsafe {
+                vst1q_f32(p, self.0);
+                vst1q_f32(p.add(4), self.1);
+            }
+        }
+        lanewise!(add, vaddq_f32);
+        lanewise!(sub, vsubq_f32);
+        lanewise!(mul, vmulq_f32);
+        lanewise!(div, vdivq_f32);
+        lanewise!(max, vmaxq_f32);
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn fma(self, b: Self, c: Self) -> Self {
+            Neon(vfmaq_f32(c.0, self.0, b.0), vfmaq_f32(c.1, self.1, b.1))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn round_f16(self) -> Self {
+            Neon(round_f16_4(self.0), round_f16_4(self.1))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn exp(self) -> Self {
+            Neon(exp4(self.0), exp4(self.1))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn hsum(self) -> f32 {
+            // ((v0+v4) + (v1+v5)) + ((v2+v6) + (v3+v7)), as the portable level.
+            let s = vaddq_f32(self.0, self.1);
+            vpadds_f32(vget_low_f32(vpaddq_f32(s, s)))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn hmax(self) -> f32 {
+            vmaxvq_f32(vmaxq_f32(self.0, self.1))
+        }
+        #[inline]
+        #[target_feature(enable = "neon")]
+        unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
+            // SAFETY: NEON is enabled here; equal lengths (caller contract).
+            unsafe { crate::simd::dot_f32_neon(a, b) }
         }
     }
 }

@@ -600,3 +600,6 @@ level!(portable, crate::simd_vec::Portable, 4, 2);
 level!(avx2, crate::simd_vec::Avx2, 6, 2, "avx2,fma,f16c");
 #[cfg(target_arch = "x86_64")]
 level!(avx512, crate::simd_vec::Avx512, 6, 4, "avx512f");
+// 6 rows × 2 vectors of 8 lanes: 24 of the 32 NEON registers hold the accumulators.
+#[cfg(target_arch = "aarch64")]
+level!(neon, crate::simd_vec::Neon, 6, 2, "neon");

@@ -20,6 +20,21 @@ fn to_f16(x: &[f32]) -> Vec<f16> {
 }
 
 #[test]
+fn every_simd_level_has_its_kernels() {
+    #[cfg(target_arch = "aarch64")]
+    for isa in [Isa::Neon, Isa::NeonDotprod] {
+        if let Some(k) = AttnKernels::for_isa(isa) {
+            assert_eq!(k.isa(), Isa::Neon, "{isa}");
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = AttnKernels::for_isa(Isa::Avx2) {
+        assert_eq!(k.isa(), Isa::Avx2);
+    }
+    assert_eq!(AttnKernels::for_isa(Isa::Scalar).map(|k| k.isa()), Some(Isa::Scalar));
+}
+
+#[test]
 fn gemm_matches_f64_for_every_shape_stride_type_and_beta() {
     let mut rng = StdRng::seed_from_u64(7);
     for k in levels() {
