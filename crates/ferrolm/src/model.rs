@@ -40,6 +40,10 @@ pub struct LoadOptions {
     /// Compute in exact f32 where llama.cpp rounds for speed (GELU through an f16 table). Use it
     /// with an F32 KV cache to compare against PyTorch's float32 reference.
     pub exact_f32: bool,
+    /// Use the weights as stored in the memory-mapped file: no backend makes a copy in another
+    /// layout (the CPU's repacked rows), so the resident size stays near the file's size plus
+    /// the KV cache and buffers; prefill is slower where repacked kernels exist (AVX-512).
+    pub low_memory: bool,
 }
 
 /// A loaded model: immutable and shareable across threads (wrap it in an [`Arc`]).
@@ -136,6 +140,9 @@ impl Model {
             config.rope_style = style;
         }
         let weights = ModelWeights::from_tensors(&tensors, &config)?;
+        if opts.low_memory {
+            weights.matmul_weights().iter().for_each(|w| w.keep_as_stored());
+        }
         tracing::info!(
             path = %path.display(),
             arch = config.arch.name(),

@@ -1,6 +1,7 @@
 //! The worker pool used by the CPU kernels: a persistent [`ThreadPool`] of spinning workers,
 //! sized once to the machine's physical cores (or as asked) and resizable between passes.
 
+pub mod affinity;
 mod pool;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +24,40 @@ pub fn init(n_threads: Option<usize>) -> Result<()> {
         None => physical_cores(),
     };
     set_num_threads(n)
+}
+
+/// Sizes the global worker pool and chooses its CPUs, as a program does once at start:
+///
+/// - `cpus`: run on these CPUs (the user's `--cpu-mask`); `None` picks the performance cores
+///   where the CPU mixes fast and slow cores ([`affinity::performance_cores`]), else no
+///   restriction;
+/// - `n_threads`: `None` uses one thread per CPU of the chosen set, or per physical core.
+///
+/// The calling thread is restricted to the set and the pool rebuilt, so that all its threads
+/// inherit it. Returns the set applied, if any.
+pub fn configure(
+    n_threads: Option<usize>,
+    cpus: Option<affinity::CpuSet>,
+) -> Result<Option<affinity::CpuSet>> {
+    let set = match cpus {
+        Some(s) => Some(s),
+        None => affinity::performance_cores(),
+    };
+    let Some(set) = set else {
+        init(n_threads)?;
+        return Ok(None);
+    };
+    affinity::pin_current_thread(&set)?;
+    let n = match n_threads {
+        Some(0) => return Err(Error::InvalidInput("the number of threads must be at least 1".into())),
+        Some(n) => n,
+        None => set.len(),
+    };
+    // Drop the old pool first: its workers were started with the previous mask.
+    GLOBAL.lock().unwrap_or_else(|e| e.into_inner()).take();
+    set_num_threads(n)?;
+    tracing::info!(cpus = %set, threads = n, "worker threads restricted to CPUs");
+    Ok(Some(set))
 }
 
 /// Replaces the global pool by one of `n` threads (the caller of a forward pass included).

@@ -161,7 +161,11 @@ fn quantized_at_load_stays_close_to_the_float_model() {
     let exp = expected(name);
     let float = Model::load_with(&dir, &exact()).unwrap();
     for ty in [GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::F16] {
-        let q = Model::load_with(&dir, &LoadOptions { quantize: Some(ty), exact_f32: true }).unwrap();
+        let q = Model::load_with(
+            &dir,
+            &LoadOptions { quantize: Some(ty), exact_f32: true, ..LoadOptions::default() },
+        )
+        .unwrap();
         assert!(q.tensors().iter().any(|(_, t)| t.ty == ty), "{ty:?}: nothing was quantized");
         let p = &exp.prompts[0];
         let (a, _) = run(&float, &p.tokens, 1);

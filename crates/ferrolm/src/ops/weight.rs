@@ -132,7 +132,23 @@ impl Weight {
     pub fn backend_data<T: Any + Send + Sync>(&self, init: impl FnOnce(&Weight) -> T) -> Option<&T> {
         self.backend_data.get_or_init(|| Box::new(init(self))).downcast_ref()
     }
+
+    /// Has every backend use the rows as stored (a low-memory load): the backend-data slot is
+    /// filled with a marker, so that no backend keeps a copy in another layout (the CPU then
+    /// multiplies with its kernels for the stored blocks). No effect once a copy was made.
+    pub fn keep_as_stored(&self) {
+        let _ = self.backend_data(|_| AsStored);
+    }
+
+    /// Whether a backend keeps data of its own with this weight (such as the CPU's repacked
+    /// rows), as opposed to nothing yet or [`Weight::keep_as_stored`]'s marker.
+    pub fn has_backend_copy(&self) -> bool {
+        self.backend_data.get().is_some_and(|d| !d.is::<AsStored>())
+    }
 }
+
+/// What [`Weight::keep_as_stored`] puts in a weight's backend-data slot.
+struct AsStored;
 
 /// One matrix of a multi-matrix product and where its product goes. `out`: `[n_tok, w.rows]`.
 pub struct MatmulJob<'a> {

@@ -54,3 +54,34 @@ fn repack_enabled() -> bool {
             .unwrap_or(true)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use ferrolm_kernels::GgmlType;
+
+    /// A 32 x 64 Q8_0 weight (all blocks: scale 1, values 1).
+    fn weight() -> Weight {
+        let row = [[0x00, 0x3c].as_slice(), &[1u8; 32]].concat().repeat(2);
+        Weight::owned(GgmlType::Q8_0, 32, 64, row.repeat(32))
+    }
+
+    #[test]
+    fn a_weight_kept_as_stored_is_never_repacked() {
+        let w = weight();
+        w.keep_as_stored();
+        assert!(packed(&w).is_none());
+        assert!(!w.has_backend_copy());
+        assert_eq!(pack_weights(&[&w]), 0);
+
+        // The same weight without the marker is packed wherever the CPU has packed kernels.
+        let w = weight();
+        let expected = PackedRows::available(w.ty) && repack_enabled();
+        assert_eq!(packed(&w).is_some(), expected);
+        assert_eq!(w.has_backend_copy(), expected);
+        // Once packed, the marker comes too late and changes nothing.
+        w.keep_as_stored();
+        assert_eq!(packed(&w).is_some(), expected);
+    }
+}
