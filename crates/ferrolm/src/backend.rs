@@ -23,6 +23,7 @@ mod gpu;
 #[cfg(feature = "opencl")]
 pub mod opencl;
 mod placement;
+pub mod profile;
 
 use std::fmt;
 use std::sync::Arc;

@@ -36,6 +36,8 @@ pub mod threads;
 
 pub use error::{Error, Result};
 pub use ferrolm_kernels::GgmlType;
+/// The instruction-set levels of the CPU kernels; [`Isa::best`] is the one they run at.
+pub use ferrolm_kernels::Isa;
 
 /// Chat templates: the `ferrolm-chat` crate.
 pub use ferrolm_chat as chat;

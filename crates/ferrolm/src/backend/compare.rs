@@ -48,12 +48,15 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     if a.iter().any(|v| !v.is_finite()) { f32::INFINITY } else { diff / scale }
 }
 
-fn rand_vec(rng: &mut StdRng, n: usize, amp: f32) -> Vec<f32> {
+/// `n` random values in `-amp..amp`.
+pub fn rand_vec(rng: &mut StdRng, n: usize, amp: f32) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-amp..amp)).collect()
 }
 
-/// Random rows of `ty`: random f32 values quantized with the CPU's quantizer.
-fn random_weight(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> Option<Weight> {
+/// Random rows of `ty`: random f32 values in `-1..1` quantized with the kernels' reference
+/// quantizer; `None` for a type without one (`ferrolm_kernels::quant::supports_quantize`) or
+/// `cols` that are not whole blocks of it. Also the weights of `ferrolm micro-bench`.
+pub fn random_weight(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> Option<Weight> {
     let row_bytes = ty.row_bytes(cols as u64)? as usize;
     let mut bytes = vec![0u8; rows * row_bytes];
     for row in bytes.chunks_exact_mut(row_bytes) {
@@ -61,6 +64,40 @@ fn random_weight(rng: &mut StdRng, ty: GgmlType, rows: usize, cols: usize) -> Op
         ferrolm_kernels::quant::quantize_row(ty, &x, row).ok()?;
     }
     Some(Weight::owned(ty, rows, cols, bytes))
+}
+
+/// The input of an attention call over one layer: a cache of `seqs` sequences holding `ctx`
+/// random keys and values each (stored as `ty`, a few slots to spare), and a batch of the last
+/// `queries` positions of every sequence (a prompt chunk when more than one), whose own keys
+/// are among the `ctx`, as in a forward pass. Also the input of `ferrolm micro-bench attention`.
+pub fn random_attention_input(
+    rng: &mut StdRng,
+    kv_dim: usize,
+    ctx: usize,
+    queries: usize,
+    seqs: u32,
+    ty: KvType,
+) -> BackendResult<(KvCache, Batch)> {
+    let mut kv = KvCache::new(1, kv_dim, ctx + 8, ty, ty);
+    let mut batch = Batch::new();
+    for s in 0..seqs {
+        for p in 0..ctx as u32 {
+            let slot = kv
+                .push_slot(s, p)
+                .map_err(|e| super::BackendError::Unsupported { backend: "compare", what: e.to_string() })?;
+            let k = rand_vec(rng, kv_dim, 1.0);
+            let v = rand_vec(rng, kv_dim, 1.0);
+            kv.seq_mut(s).write(0, slot, &k, &v);
+        }
+        let first = ctx.saturating_sub(queries) as u32;
+        for p in first..ctx as u32 {
+            batch.push(s, p, 0, false);
+        }
+        if queries > 1 {
+            batch.set_prompt_chunk(s, queries as u32);
+        }
+    }
+    Ok((kv, batch))
 }
 
 /// Runs `f` on both backends and records the error of `other`'s output.
@@ -263,26 +300,7 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
     for c in &cases {
         for ty in [KvType::F16, KvType::F32] {
             let kv_dim = c.shape.n_head_kv * c.shape.head_dim;
-            let mut kv = KvCache::new(1, kv_dim, c.ctx + 8, ty, ty);
-            let mut batch = Batch::new();
-            for s in 0..c.seqs {
-                for p in 0..c.ctx as u32 {
-                    let slot = kv.push_slot(s, p).map_err(|e| super::BackendError::Unsupported {
-                        backend: "compare",
-                        what: e.to_string(),
-                    })?;
-                    let k = rand_vec(&mut rng, kv_dim, 1.0);
-                    let v = rand_vec(&mut rng, kv_dim, 1.0);
-                    kv.seq_mut(s).write(0, slot, &k, &v);
-                }
-                let first = (c.ctx - c.queries) as u32;
-                for p in first..c.ctx as u32 {
-                    batch.push(s, p, 0, false);
-                }
-                if c.queries > 1 {
-                    batch.set_prompt_chunk(s, c.queries as u32);
-                }
-            }
+            let (kv, batch) = random_attention_input(&mut rng, kv_dim, c.ctx, c.queries, c.seqs, ty)?;
             let entries: Vec<BatchEntry> = batch.entries().to_vec();
             let qd = c.shape.n_head * c.shape.head_dim;
             let q = rand_vec(&mut rng, entries.len() * qd, 1.0);
