@@ -14,14 +14,14 @@
 //! Q4_0 with GGML's reference quantizer.
 //!
 //! The portable level ([`Isa::Scalar`]) is the reference. The x86 levels (AVX2, and the AVX2
-//! kernels on AVX-VNNI and AVX-512 CPUs) compute the same integer sums and differ only in the
-//! rounding of the f32 accumulation (fused multiply-adds); conversions to f32 are exact on every
-//! level.
+//! kernels on AVX-VNNI and AVX-512 CPUs) and the aarch64 levels ([`Isa::Neon`],
+//! [`Isa::NeonDotprod`]: the NEON matmul kernels, `kv/neon.rs`) compute the same integer sums
+//! and differ only in the rounding of the f32 accumulation; conversions to f32 are exact on every
+//! level. The quantizers write the same bytes everywhere (AVX2-compiled on x86, NEON on aarch64).
 
 use super::fp16::f16_bits_to_f32;
 use super::q8_act::{Q8_0_BYTES, QK8};
-use super::vec_dot::{PORTABLE_FMA, quantize_any, vec_dot_rows_any};
-use super::{BlockQ4_0, quantize_blocks_into};
+use super::vec_dot::{PORTABLE_FMA, vec_dot_rows_any};
 use crate::simd_attn::RowsMut;
 use crate::{GgmlType, Isa};
 
@@ -74,7 +74,7 @@ impl KvBlocks {
         );
         match self {
             KvBlocks::Q8_0 => quantize_q8_0(x, out),
-            KvBlocks::Q4_0 => quantize_blocks_into::<BlockQ4_0>(x, out),
+            KvBlocks::Q4_0 => quantize_q4_0(x, out),
         }
     }
 
@@ -89,12 +89,19 @@ impl KvBlocks {
             src.len(),
             out.len()
         );
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        // SAFETY: NEON is enabled for the whole build (the aarch64 baseline); lengths checked
+        // above.
+        unsafe {
+            neon::to_f32(self, src, out)
+        }
+        #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
         to_f32(self, src, out);
     }
 }
 
 /// Q8_0 quantization of whole blocks (lengths checked by the caller), AVX2-compiled where
-/// available.
+/// available, in NEON on aarch64 (the same bytes).
 fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2_fma() {
@@ -102,7 +109,25 @@ fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
         unsafe { super::vec_dot::quantize_avx2(GgmlType::Q8_0, x, out) };
         return;
     }
-    quantize_any(GgmlType::Q8_0, x, out);
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    // SAFETY: NEON is enabled for the whole build (the aarch64 baseline).
+    unsafe {
+        neon::quantize_q8_0(x, out)
+    }
+    #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+    super::vec_dot::quantize_any(GgmlType::Q8_0, x, out);
+}
+
+/// Q4_0 quantization of whole blocks (lengths checked by the caller) with GGML's reference
+/// quantizer, in NEON on aarch64 (the same bytes).
+fn quantize_q4_0(x: &[f32], out: &mut [u8]) {
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+    // SAFETY: NEON is enabled for the whole build (the aarch64 baseline).
+    unsafe {
+        neon::quantize_q4_0(x, out)
+    }
+    #[cfg(not(all(target_arch = "aarch64", target_feature = "neon")))]
+    super::quantize_blocks_into::<super::BlockQ4_0>(x, out);
 }
 
 /// Rows of values stored in a block format: row `i` holds `cols` values (whole blocks) in the
@@ -352,7 +377,7 @@ impl KvKernels {
     }
 
     /// The kernels for `isa`, if this CPU supports it: the AVX2 kernels on every x86 level, the
-    /// portable ones elsewhere.
+    /// NEON ones (with `sdot` scores on [`Isa::NeonDotprod`]) on aarch64.
     pub fn for_isa(isa: Isa) -> Option<Self> {
         if !isa.is_supported() {
             return None;
@@ -362,6 +387,10 @@ impl KvKernels {
             Isa::Avx2 | Isa::AvxVnni | Isa::Avx512 => {
                 Self { isa: Isa::Avx2, dots: avx2::dots, rows_to_f32: avx2::rows_to_f32 }
             }
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            Isa::Neon => Self { isa, dots: neon::dots, rows_to_f32: neon::rows_to_f32 },
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            Isa::NeonDotprod => Self { isa, dots: neon::dots_dotprod, rows_to_f32: neon::rows_to_f32 },
             _ => Self::portable(),
         })
     }
@@ -430,6 +459,9 @@ impl KvKernels {
         unsafe { (self.rows_to_f32)(&mut a) }
     }
 }
+
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+mod neon;
 
 #[cfg(test)]
 mod tests;

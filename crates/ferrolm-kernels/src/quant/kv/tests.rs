@@ -80,6 +80,56 @@ fn quantizers_are_llama_cpp_s() {
     }
 }
 
+/// Blocks that exercise every branch of the quantizers: random magnitudes, zeros (both signs),
+/// exact halves (ties), the largest magnitude at both signs, NaNs, infinities, subnormals and
+/// values near the f32 limits.
+fn awkward_blocks(rng: &mut StdRng) -> Vec<f32> {
+    let mut x = Vec::new();
+    for amp in [1e-30f32, 1e-3, 1.0, 300.0, 1e30] {
+        x.extend(random(64, amp, rng));
+    }
+    x.extend([0.0f32; 32]);
+    x.extend([-0.0f32; 32]);
+    // With max|x| = 127 the Q8_0 factor is 1: halves round to even.
+    let mut ties: Vec<f32> = (0..32).map(|i| i as f32 - 15.5).collect();
+    ties[31] = 127.0;
+    x.extend(&ties);
+    // Largest magnitude at both signs: the first one sets Q4_0's sign.
+    let mut both = random(32, 1.0, rng);
+    (both[5], both[9]) = (-3.0, 3.0);
+    x.extend(&both);
+    (both[5], both[9]) = (3.0, -3.0);
+    x.extend(&both);
+    for special in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, -f32::MIN_POSITIVE / 4.0] {
+        let mut b = random(32, 2.0, rng);
+        b[7] = special;
+        x.extend(&b);
+    }
+    let mut nan_only = [f32::NAN; 32];
+    nan_only[3] = -0.0;
+    x.extend(nan_only);
+    x
+}
+
+#[test]
+fn quantizers_write_the_portable_bytes_on_any_input() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let x = awkward_blocks(&mut rng);
+    let n = x.len();
+    let mut got = vec![0u8; KvBlocks::Q8_0.row_bytes(n)];
+    KvBlocks::Q8_0.quantize_row(&x, &mut got);
+    let mut want = vec![0u8; got.len()];
+    crate::quant::vec_dot::quantize_any(GgmlType::Q8_0, &x, &mut want);
+    for (b, (g, w)) in got.chunks_exact(34).zip(want.chunks_exact(34)).enumerate() {
+        assert_eq!(g, w, "Q8_0 block {b}: {:?}", &x[b * 32..(b + 1) * 32]);
+    }
+    let mut got = vec![0u8; KvBlocks::Q4_0.row_bytes(n)];
+    KvBlocks::Q4_0.quantize_row(&x, &mut got);
+    for (b, (g, xb)) in got.chunks_exact(18).zip(x.chunks_exact(32)).enumerate() {
+        assert_eq!(g, BlockQ4_0::quantize(as_array(xb)).to_bytes(), "Q4_0 block {b}: {xb:?}");
+    }
+}
+
 #[test]
 fn dequantize_is_the_block_dequantizer() {
     let mut rng = StdRng::seed_from_u64(2);
@@ -98,6 +148,21 @@ fn dequantize_is_the_block_dequantizer() {
         let mut want = [0f32; 32];
         BlockQ4_0::from_bytes(as_array(b)).dequantize(&mut want);
         assert_eq!(g.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.map(f32::to_bits));
+    }
+}
+
+#[test]
+fn every_level_has_its_kernels() {
+    assert_eq!(KvKernels::for_isa(Isa::Scalar).map(|k| k.isa()), Some(Isa::Scalar));
+    #[cfg(target_arch = "aarch64")]
+    for isa in [Isa::Neon, Isa::NeonDotprod] {
+        if let Some(k) = KvKernels::for_isa(isa) {
+            assert_eq!(k.isa(), isa);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(k) = KvKernels::for_isa(Isa::Avx2) {
+        assert_eq!(k.isa(), Isa::Avx2);
     }
 }
 
