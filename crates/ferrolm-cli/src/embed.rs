@@ -27,9 +27,12 @@ pub struct Args {
     /// Output: `json` (an OpenAI-style list) or `text` (one line of numbers per text).
     #[arg(long, default_value = "json", value_parser = ["json", "text"])]
     output: String,
-    /// Worker threads (default: all available cores).
+    /// Worker threads (default: one per CPU used: the performance cores, else all cores).
     #[arg(short = 't', long)]
     threads: Option<usize>,
+    /// Which CPUs the worker threads run on.
+    #[command(flatten)]
+    cpu: crate::cpu_args::CpuArgs,
 }
 
 fn parse_pooling(s: &str) -> Result<Pooling, String> {
@@ -46,7 +49,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if texts.is_empty() {
         bail!("give texts with -p TEXT (repeatable) or -f FILE (one per line)");
     }
-    ferrolm::threads::init(args.threads)?;
+    args.cpu.apply(args.threads)?;
     let path = crate::pull::resolve_model(args.model.as_deref())?;
     let model = Model::load_with(&path, &LoadOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;

@@ -5,6 +5,7 @@ mod cache_args;
 mod chat;
 mod constraint_args;
 mod convert;
+mod cpu_args;
 mod embed;
 mod generate;
 mod inspect;

@@ -23,9 +23,16 @@ pub struct ModelArgs {
     /// Quantize float weights at load (for Hugging Face folders): q8_0, q4_0, q4_k or f16.
     #[arg(long, value_parser = crate::convert::parse_load_quant)]
     pub quantize: Option<GgmlType>,
-    /// Worker threads (default: all available cores).
+    /// Worker threads (default: one per CPU used: the performance cores, else all cores).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Which CPUs the worker threads run on.
+    #[command(flatten)]
+    pub cpu: crate::cpu_args::CpuArgs,
+    /// Use the weights from the memory-mapped file as stored: no repacked copies for the CPU
+    /// kernels (slower prefill on AVX-512 CPUs; the resident size stays near the file's size).
+    #[arg(long)]
+    pub low_memory: bool,
     /// Context size in tokens (prompt + generation).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
     pub ctx_size: usize,
@@ -86,13 +93,14 @@ impl ModelArgs {
             anyhow::bail!("--batch-size must be at least 1");
         }
         self.cache.validate()?;
-        ferrolm::threads::init(self.threads)?;
+        self.cpu.apply(self.threads)?;
         let path = match &self.hf_repo {
             Some(repo) => crate::pull::resolve_hf(repo, self.hf_file.as_deref())?,
             None => crate::pull::resolve_model(self.model.as_deref())?,
         };
         let t = std::time::Instant::now();
-        let opts = LoadOptions { quantize: self.quantize, ..LoadOptions::default() };
+        let opts =
+            LoadOptions { quantize: self.quantize, low_memory: self.low_memory, ..LoadOptions::default() };
         let mut model =
             Model::load_with(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
         self.backend.apply(&mut model)?;

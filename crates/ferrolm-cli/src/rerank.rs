@@ -28,9 +28,12 @@ pub struct Args {
     /// Output: `json` (llama-server's /v1/rerank shape) or `text` (score, index and document per line).
     #[arg(long, default_value = "json", value_parser = ["json", "text"])]
     output: String,
-    /// Worker threads (default: all available cores).
+    /// Worker threads (default: one per CPU used: the performance cores, else all cores).
     #[arg(short = 't', long)]
     threads: Option<usize>,
+    /// Which CPUs the worker threads run on.
+    #[command(flatten)]
+    cpu: crate::cpu_args::CpuArgs,
 }
 
 /// Runs the command.
@@ -43,7 +46,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if docs.is_empty() {
         bail!("give documents with -d TEXT (repeatable) or -f FILE (one per line)");
     }
-    ferrolm::threads::init(args.threads)?;
+    args.cpu.apply(args.threads)?;
     let path = crate::pull::resolve_model(args.model.as_deref())?;
     let model = Model::load_with(&path, &LoadOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;

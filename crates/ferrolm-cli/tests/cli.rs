@@ -328,3 +328,39 @@ fn perplexity_chunks_print_the_llama_perplexity_lines() {
         String::from_utf8_lossy(&bad.stderr)
     );
 }
+
+#[test]
+fn cpu_mask_and_range_choose_the_worker_cpus() {
+    let Some(model) = smollm2() else { return };
+    let run = |flags: &[&str]| {
+        bin()
+            .env("FERROLM_LOG", "ferrolm=info")
+            .args(["generate", "-p", "Hi", "-n", "2", "--temp", "0", "-m"])
+            .arg(&model)
+            .args(flags)
+            .output()
+            .unwrap()
+    };
+    // CPU 0 exists everywhere: the log names the set and the threads.
+    for flags in [["--cpu-mask", "0x1"], ["--cpu-range", "0-0"]] {
+        let out = run(&flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("worker threads restricted to CPUs cpus=0 threads=1"), "{stderr}");
+    }
+    // Bad sets are clear errors, not panics.
+    for (flags, msg) in [
+        (["--cpu-mask", "0xZ"], "bad CPU mask"),
+        (["--cpu-range", "3-1"], "bad CPU list"),
+        (["--cpu-mask", "0x8000000000000000000000000000"], "cannot run on CPUs"),
+    ] {
+        let out = run(&flags);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(msg) && !stderr.contains("panicked"),
+            "{flags:?}: {stderr}"
+        );
+    }
+    let out = run(&["--cpu-mask", "0x1", "--cpu-range", "0"]);
+    assert!(!out.status.success(), "the two flags conflict");
+}
