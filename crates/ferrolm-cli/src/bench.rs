@@ -16,8 +16,8 @@
 //! being the file's tokens) and, with `--lookup` or `--model-draft`, speculatively
 //! (`tgN (lookup) @ dD`): see [`text`].
 
-mod info;
-mod output;
+pub(crate) mod info;
+pub(crate) mod output;
 mod text;
 
 use std::time::{Duration, Instant};

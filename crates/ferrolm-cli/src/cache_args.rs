@@ -14,7 +14,8 @@ pub struct KvTypeArgs {
     pub v: KvType,
 }
 
-fn parse_kv_type(s: &str) -> Result<KvType, String> {
+/// Parses a KV cache type name (`f16`, `f32`, `q8_0`, `q4_0`).
+pub(crate) fn parse_kv_type(s: &str) -> Result<KvType, String> {
     KvType::from_name(s).ok_or_else(|| format!("unknown cache type '{s}' (use f16, f32, q8_0 or q4_0)"))
 }
 

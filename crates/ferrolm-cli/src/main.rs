@@ -10,6 +10,7 @@ mod embed;
 mod generate;
 mod inspect;
 mod mem;
+mod micro_bench;
 mod model_args;
 mod models;
 mod perplexity;
@@ -59,6 +60,9 @@ enum Command {
     Template(template::Args),
     /// Measure prompt-processing and generation speed (like llama.cpp's llama-bench).
     Bench(bench::Args),
+    /// Time one operator of the CPU backend (matmul per weight type, attention, rmsnorm, rope)
+    /// at the sizes given, like bench does for whole models.
+    MicroBench(micro_bench::Args),
     /// Perplexity of a model over a text file, with any KV eviction policy and budget.
     Perplexity(perplexity::Args),
     /// Serve a model over an OpenAI-compatible HTTP API (Ctrl-C or SIGTERM stops it).
@@ -96,6 +100,7 @@ fn main() -> std::process::ExitCode {
         Command::Embed(a) => embed::run(a),
         Command::Rerank(a) => rerank::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::MicroBench(a) => micro_bench::run(a),
         Command::TestBackend(a) => test_backend::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Serve(a) => serve::run(*a),

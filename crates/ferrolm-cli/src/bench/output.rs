@@ -301,7 +301,7 @@ const CSV_FIELDS: [&str; 27] = [
 ];
 
 /// A CSV cell, always quoted as llama-bench does; arrays are `;`-separated.
-fn csv_cell(v: &Value) -> String {
+pub(crate) fn csv_cell(v: &Value) -> String {
     let text = match v {
         Value::String(s) => s.clone(),
         Value::Array(a) => a.iter().map(Value::to_string).collect::<Vec<_>>().join(";"),
