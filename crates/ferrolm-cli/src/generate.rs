@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use ferrolm::session::{FinishReason, GenerateParams, Session, StreamEvent};
+use ferrolm::session::{FinishReason, GenerateParams, GenerationStats, Session, StreamEvent};
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
@@ -45,6 +45,11 @@ pub struct Args {
     /// resident memory to stderr (0: never).
     #[arg(long = "report-every", default_value_t = 0)]
     report_every: usize,
+    /// After the timings, print to stderr the time of each operator type per forward pass, for
+    /// the prompt and the generation (as `ferrolm profile` does; on a GPU backend the times are
+    /// what the host sees).
+    #[arg(long)]
+    profile: bool,
 }
 
 /// Runs the command.
@@ -57,7 +62,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
     };
     let sampler = args.sampling.to_params()?;
-    let (model, load_ms) = args.model.load()?;
+    let (mut model, load_ms) = args.model.load()?;
+    let profile = if args.profile { Some(crate::profile::Hook::install(&mut model)?) } else { None };
     let n_ctx = args.model.ctx_size;
 
     let tokens = model.tokenizer().encode(&prompt, true, !args.no_parse_special)?;
@@ -97,7 +103,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut stats = None;
     let mut report = Report::new(args.report_every);
+    profile.iter().for_each(crate::profile::Hook::prefill);
     let mut stream = session.stream_tokens(&tokens, &params)?;
+    profile.iter().for_each(crate::profile::Hook::decode);
     while let Some(event) = stream.next() {
         let (text, done) = match event? {
             StreamEvent::Token { text, .. } => (text, None),
@@ -118,6 +126,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let stats = stats.context("generation ended without statistics")?;
 
     let reason = finish_text(stats.finish, ctx_capped, n_ctx);
+    print_timings(&stats, load_ms, &reason, session.is_speculative());
+    if let Some(hook) = profile {
+        hook.report(&stats).write_md(&mut std::io::stderr())?;
+    }
+    Ok(())
+}
+
+/// llama.cpp-style timings of a generation, and the cache and memory it ended with, on stderr.
+fn print_timings(stats: &GenerationStats, load_ms: f64, reason: &str, speculative: bool) {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let per = |d: std::time::Duration, n: usize| if n == 0 { 0.0 } else { ms(d) / n as f64 };
     eprintln!();
@@ -141,7 +158,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stats.n_generated,
         ferrolm::threads::current_num_threads()
     );
-    if session.is_speculative() {
+    if speculative {
         eprintln!(
             "speculative      = {} tokens drafted, {} kept ({:.1}%)",
             stats.n_drafted,
@@ -166,7 +183,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             crate::mem::mib(peak)
         );
     }
-    Ok(())
 }
 
 /// How the end of a generation is reported. `ctx_capped`: the token limit was the room left in

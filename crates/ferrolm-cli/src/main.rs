@@ -14,6 +14,7 @@ mod micro_bench;
 mod model_args;
 mod models;
 mod perplexity;
+mod profile;
 mod pull;
 mod rerank;
 mod sampling_args;
@@ -63,6 +64,8 @@ enum Command {
     /// Time one operator of the CPU backend (matmul per weight type, attention, rmsnorm, rope)
     /// at the sizes given, like bench does for whole models.
     MicroBench(micro_bench::Args),
+    /// Time per operator type per forward pass (prompt and generation) of a generation.
+    Profile(profile::Args),
     /// Perplexity of a model over a text file, with any KV eviction policy and budget.
     Perplexity(perplexity::Args),
     /// Serve a model over an OpenAI-compatible HTTP API (Ctrl-C or SIGTERM stops it).
@@ -101,6 +104,7 @@ fn main() -> std::process::ExitCode {
         Command::Rerank(a) => rerank::run(a),
         Command::Bench(a) => bench::run(a),
         Command::MicroBench(a) => micro_bench::run(a),
+        Command::Profile(a) => profile::run(a),
         Command::TestBackend(a) => test_backend::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Serve(a) => serve::run(*a),

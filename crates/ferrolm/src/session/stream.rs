@@ -161,6 +161,12 @@ impl<'s, 'm> TokenStream<'s, 'm> {
         self.prefill
     }
 
+    /// Runs the generation to its end and gathers the text, the tokens and the statistics (what
+    /// [`Session::generate_tokens`] returns, for a caller that looked at the stream first).
+    pub fn into_completion(mut self) -> Result<Completion> {
+        collect(&mut self)
+    }
+
     fn stats(&self, finish: FinishReason) -> GenerationStats {
         GenerationStats {
             n_prompt: self.prefill.n_prompt,
