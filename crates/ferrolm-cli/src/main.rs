@@ -3,6 +3,7 @@
 mod bench;
 mod cache_args;
 mod chat;
+mod check_model;
 mod constraint_args;
 mod convert;
 mod cpu_args;
@@ -66,6 +67,9 @@ enum Command {
     MicroBench(micro_bench::Args),
     /// Time per operator type per forward pass (prompt and generation) of a generation.
     Profile(profile::Args),
+    /// Check that a model runs sanely: finite logits, reproducible greedy text, batched prompt
+    /// equal to token by token. Prints OK or FAIL (exit status 1).
+    CheckModel(check_model::Args),
     /// Perplexity of a model over a text file, with any KV eviction policy and budget.
     Perplexity(perplexity::Args),
     /// Serve a model over an OpenAI-compatible HTTP API (Ctrl-C or SIGTERM stops it).
@@ -105,6 +109,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::MicroBench(a) => micro_bench::run(a),
         Command::Profile(a) => profile::run(a),
+        Command::CheckModel(a) => check_model::run(a),
         Command::TestBackend(a) => test_backend::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Serve(a) => serve::run(*a),
