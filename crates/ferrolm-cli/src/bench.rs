@@ -97,6 +97,10 @@ pub struct Args {
     /// Seconds to sleep before each test after the first (lets the CPU cool down).
     #[arg(long, default_value_t = 0.0)]
     pub delay: f64,
+    /// The name results are filed under (the `device` field; `ferrolm dashboard` plots a series
+    /// per device). Default: the host name.
+    #[arg(long = "device-name", value_name = "NAME")]
+    pub device_name: Option<String>,
 }
 
 /// One test: `n_prompt` prompt tokens or `n_gen` generated tokens (one of them is 0), the
@@ -132,6 +136,9 @@ impl Args {
         }
         if self.threads.contains(&0) {
             anyhow::bail!("--threads values must be at least 1");
+        }
+        if self.device_name.as_deref().is_some_and(|d| d.trim().is_empty()) {
+            anyhow::bail!("--device-name must not be empty");
         }
         if !self.delay.is_finite() || self.delay < 0.0 {
             anyhow::bail!("--delay must be a number of seconds, 0 or more");
@@ -191,6 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     args.cache.validate()?;
     let build = BuildInfo::current();
     let cpu = info::cpu_info();
+    let device = args.device_name.clone().unwrap_or_else(info::default_device_name);
     let mut printer = Printer::new(args.output, std::io::stdout().lock());
     let prompt_text = match &args.prompt_file {
         Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
@@ -212,7 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         if i == 0 {
             // After the first model loaded, so that a bad path prints nothing on stdout.
-            printer.begin(&build, &cpu)?;
+            printer.begin(&build, &cpu, &device)?;
         }
         printer.model(&minfo)?;
         for &choice in &args.backends {
@@ -242,6 +250,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         backend: &backend,
                         build: &build,
                         cpu: &cpu,
+                        device: &device,
                         model: &minfo,
                         n_batch: args.batch_size,
                         n_threads,
@@ -497,6 +506,7 @@ mod tests {
             &["-m", "x", "--model-draft", "y"],
             &["-m", "x", "--prompt-file", "f", "--lookup", "--model-draft", "y"],
             &["-m", "x", "--cache-type-k", "q4_1"],
+            &["-m", "x", "--device-name", " "],
         ] {
             assert!(plan(argv).is_err(), "{argv:?} was accepted");
         }

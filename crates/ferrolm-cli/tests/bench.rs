@@ -42,6 +42,8 @@ fn check_result(r: &Value, n_prompt: u64, n_gen: u64, reps: usize) {
     assert!((130_000_000..140_000_000).contains(&n_params), "{n_params}");
     let size = r["model_size"].as_u64().unwrap();
     assert!((60 << 20..100 << 20).contains(&size), "{size}");
+    // The host name unless --device-name says otherwise.
+    assert!(!r["device"].as_str().unwrap().is_empty(), "{r}");
     let time = r["test_time"].as_str().unwrap();
     assert!(time.len() == 20 && time.ends_with('Z') && &time[10..11] == "T", "{time}");
 
@@ -88,13 +90,30 @@ fn jsonl_prints_one_object_per_line() {
     let Some(model) = smollm2() else { return };
     let out = bench(
         &model,
-        &["-p", "8,0", "-n", "0", "-r", "3", "-t", "1", "-b", "3", "-o", "jsonl", "--no-warmup"],
+        &[
+            "-p",
+            "8,0",
+            "-n",
+            "0",
+            "-r",
+            "3",
+            "-t",
+            "1",
+            "-b",
+            "3",
+            "-o",
+            "jsonl",
+            "--no-warmup",
+            "--device-name",
+            "pixel 7 \"lab\"",
+        ],
     );
     let text = stdout_of(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 1, "{text}");
     let r: Value = serde_json::from_str(lines[0]).unwrap();
     assert_eq!(r["n_batch"], 3);
+    assert_eq!(r["device"], "pixel 7 \"lab\"");
     let mut r = r;
     r["n_batch"] = 512.into(); // check_result expects the default
     check_result(&r, 8, 0, 3);
@@ -107,6 +126,7 @@ fn markdown_has_a_header_and_a_table() {
     let text = stdout_of(&out);
     assert!(text.contains("- build: ferrolm "), "{text}");
     assert!(text.contains("- CPU: "), "{text}");
+    assert!(text.contains("- device: "), "{text}");
     assert!(text.contains("- model: SmolLM2-135M-Instruct.Q4_1.gguf (llama, "), "{text}");
     assert!(text.contains("weights Q4_1 "), "{text}");
     assert!(
@@ -126,7 +146,7 @@ fn csv_has_a_header_and_a_row_per_test() {
     let text = stdout_of(&out);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 2, "{text}");
-    assert!(lines[0].starts_with("build_commit,build_number,cpu_info,"), "{}", lines[0]);
+    assert!(lines[0].starts_with("build_commit,build_number,cpu_info,device,backends,"), "{}", lines[0]);
     let header: Vec<&str> = lines[0].split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
     // The row's cells are quoted; none of these hold commas.
@@ -148,6 +168,7 @@ fn bad_input_is_reported_without_a_panic() {
     assert_fails(&["-m", m, "-p", "0", "-n", "0,0"], "nothing to run");
     assert_fails(&["-m", m, "-p", "4,-1"], "invalid value");
     assert_fails(&["-m", m, "-o", "yaml"], "invalid value 'yaml'");
+    assert_fails(&["-m", m, "--device-name", ""], "--device-name must not be empty");
 }
 
 #[test]

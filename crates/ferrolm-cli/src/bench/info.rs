@@ -1,4 +1,4 @@
-//! What a benchmark ran on: the build, the CPU, the model, and when.
+//! What a benchmark ran on: the build, the CPU, the device, the model, and when.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -28,6 +28,17 @@ pub fn cpu_info() -> String {
         .ok()
         .and_then(|s| cpuinfo_model_name(&s))
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// The name results are filed under when `--device-name` is not given: the host name
+/// (`/proc/sys/kernel/hostname`, else `$HOSTNAME`), or "unknown".
+pub fn default_device_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
 }
 
 fn cpuinfo_model_name(cpuinfo: &str) -> Option<String> {

@@ -29,6 +29,8 @@ pub struct TestResult<'a> {
     pub build: &'a BuildInfo,
     /// The CPU's name.
     pub cpu: &'a str,
+    /// The device's name (`--device-name`, or the host name).
+    pub device: &'a str,
     /// The model.
     pub model: &'a ModelInfo,
     /// The backend(s) the passes ran on (`CPU`, `OpenCL`, `OpenCL+CPU` for the hybrid).
@@ -62,11 +64,27 @@ pub struct TestResult<'a> {
     pub samples_ns: Vec<u64>,
 }
 
-impl TestResult<'_> {
+/// What a test runs, apart from where and how fast: the fields that name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TestShape<'a> {
+    /// Tokens already cached in each sequence when the test started.
+    pub n_depth: usize,
+    /// Prompt tokens (0 for a generation test).
+    pub n_prompt: usize,
+    /// Generated tokens (0 for a prompt test), per sequence.
+    pub n_gen: usize,
+    /// Sequences generating together.
+    pub n_parallel: usize,
+    /// `""` for random tokens, `text`, or the speculative drafter's name.
+    pub mode: &'a str,
+}
+
+impl TestShape<'_> {
     /// `ppN`, `tgN`, or `tgNxP` for `P` sequences generating together, then ` (text)` for a
-    /// test on the prompt file or ` (lookup, K/N kept)`, ` (draft, K/N kept)` for a speculative
-    /// one, then ` @ dD` at a depth of `D` cached tokens (llama-bench's name).
-    pub fn name(&self) -> String {
+    /// test on the prompt file or ` (lookup)`, ` (draft)` for a speculative one — with
+    /// `kept` = (accepted, drafted) ` (lookup, K/N kept)` — then ` @ dD` at a depth of `D`
+    /// cached tokens (llama-bench's name).
+    pub fn name(&self, kept: Option<(usize, usize)>) -> String {
         let mut name = match (self.n_prompt, self.n_gen) {
             (p, 0) => format!("pp{p}"),
             (0, g) => format!("tg{g}"),
@@ -75,15 +93,36 @@ impl TestResult<'_> {
         if self.n_parallel > 1 {
             name += &format!("x{}", self.n_parallel);
         }
-        match self.mode {
-            "" => {}
-            "text" => name += " (text)",
-            drafter => name += &format!(" ({drafter}, {}/{} kept)", self.n_accepted, self.n_drafted),
+        match (self.mode, kept) {
+            ("", _) => {}
+            ("text", _) => name += " (text)",
+            (drafter, Some((accepted, drafted))) => {
+                name += &format!(" ({drafter}, {accepted}/{drafted} kept)")
+            }
+            (drafter, None) => name += &format!(" ({drafter})"),
         }
         if self.n_depth > 0 {
             name += &format!(" @ d{}", self.n_depth);
         }
         name
+    }
+}
+
+impl TestResult<'_> {
+    /// The test's shape.
+    pub fn shape(&self) -> TestShape<'_> {
+        TestShape {
+            n_depth: self.n_depth,
+            n_prompt: self.n_prompt,
+            n_gen: self.n_gen,
+            n_parallel: self.n_parallel,
+            mode: self.mode,
+        }
+    }
+
+    /// The test's name with its draft counts ([`TestShape::name`]).
+    pub fn name(&self) -> String {
+        self.shape().name(Some((self.n_accepted, self.n_drafted)))
     }
 
     /// Tokens per second of each repetition (the tokens of every sequence).
@@ -92,7 +131,8 @@ impl TestResult<'_> {
         self.samples_ns.iter().map(|&ns| 1e9 * n / ns as f64).collect()
     }
 
-    /// The fields, in llama-bench's order and with its names, plus `median_ts`.
+    /// The fields, in llama-bench's order and with its names, plus `device`, `n_parallel`,
+    /// `mode`, `n_drafted`, `n_accepted` and `median_ts`.
     pub fn fields(&self) -> Vec<(&'static str, Value)> {
         let ns: Vec<f64> = self.samples_ns.iter().map(|&v| v as f64).collect();
         let ts = self.samples_ts();
@@ -100,6 +140,7 @@ impl TestResult<'_> {
             ("build_commit", json!(self.build.commit)),
             ("build_number", json!(0)),
             ("cpu_info", json!(self.cpu)),
+            ("device", json!(self.device)),
             ("backends", json!(self.backend)),
             ("model_filename", json!(self.model.filename)),
             ("model_type", json!(self.model.model_type())),
@@ -189,12 +230,13 @@ impl<W: Write> Printer<W> {
     }
 
     /// Writes what comes before the results.
-    pub fn begin(&mut self, build: &BuildInfo, cpu: &str) -> anyhow::Result<()> {
+    pub fn begin(&mut self, build: &BuildInfo, cpu: &str, device: &str) -> anyhow::Result<()> {
         match self.format {
             OutputFormat::Md => {
                 writeln!(self.out, "## ferrolm bench\n")?;
                 writeln!(self.out, "- build: ferrolm {} ({})", build.version, build.commit)?;
                 writeln!(self.out, "- CPU: {cpu}")?;
+                writeln!(self.out, "- device: {device}")?;
             }
             OutputFormat::Csv => {
                 writeln!(self.out, "{}", CSV_FIELDS.join(","))?;
@@ -270,10 +312,11 @@ impl<W: Write> Printer<W> {
 }
 
 /// The CSV header: the field names of [`TestResult::fields`].
-const CSV_FIELDS: [&str; 27] = [
+const CSV_FIELDS: [&str; 28] = [
     "build_commit",
     "build_number",
     "cpu_info",
+    "device",
     "backends",
     "model_filename",
     "model_type",
@@ -341,6 +384,7 @@ mod tests {
             backend: "CPU",
             build: &build,
             cpu: "cpu \"x\"",
+            device: "board-1",
             model: &model,
             n_batch: 512,
             n_threads: 2,
@@ -361,7 +405,7 @@ mod tests {
         let mut p = Printer::new(OutputFormat::Csv, Vec::new());
         p.result(&r).expect("write");
         let line = String::from_utf8(p.out).expect("utf-8");
-        assert!(line.starts_with("\"abc\",\"0\",\"cpu \"\"x\"\"\",\"CPU\""), "{line}");
+        assert!(line.starts_with("\"abc\",\"0\",\"cpu \"\"x\"\"\",\"board-1\",\"CPU\""), "{line}");
         assert!(line.trim_end().ends_with("\"1000000000;2000000000\",\"4.0;2.0\""), "{line}");
         assert_eq!(r.name(), "tg4");
         assert_eq!(r.samples_ts(), vec![4.0, 2.0]);
@@ -375,6 +419,8 @@ mod tests {
         let spec =
             TestResult { mode: "lookup", n_parallel: 1, n_depth: 300, n_drafted: 9, n_accepted: 7, ..deep };
         assert_eq!(spec.name(), "tg4 (lookup, 7/9 kept) @ d300");
+        // Without the counts (the dashboard's name, the same across runs).
+        assert_eq!(spec.shape().name(None), "tg4 (lookup) @ d300");
         let text = TestResult { mode: "text", n_drafted: 0, n_accepted: 0, ..spec };
         assert_eq!(text.name(), "tg4 (text) @ d300");
     }
