@@ -32,7 +32,9 @@ use ferrolm::session::SessionOptions;
 use rand::rngs::StdRng;
 use rand::{Rng as _, SeedableRng as _};
 
-use info::{BuildInfo, ModelInfo};
+pub(crate) use info::BuildInfo;
+use info::ModelInfo;
+pub(crate) use output::TestShape;
 use output::{OutputFormat, Printer, TestResult};
 use text::TextMode;
 

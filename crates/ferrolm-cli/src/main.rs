@@ -7,6 +7,7 @@ mod check_model;
 mod constraint_args;
 mod convert;
 mod cpu_args;
+mod dashboard;
 mod embed;
 mod generate;
 mod inspect;
@@ -62,6 +63,8 @@ enum Command {
     Template(template::Args),
     /// Measure prompt-processing and generation speed (like llama.cpp's llama-bench).
     Bench(bench::Args),
+    /// Make an HTML page of plots from `bench -o jsonl` results of several runs and devices.
+    Dashboard(dashboard::Args),
     /// Time one operator of the CPU backend (matmul per weight type, attention, rmsnorm, rope)
     /// at the sizes given, like bench does for whole models.
     MicroBench(micro_bench::Args),
@@ -110,6 +113,7 @@ fn main() -> std::process::ExitCode {
         Command::MicroBench(a) => micro_bench::run(a),
         Command::Profile(a) => profile::run(a),
         Command::CheckModel(a) => check_model::run(a),
+        Command::Dashboard(a) => dashboard::run(a),
         Command::TestBackend(a) => test_backend::run(a),
         Command::Perplexity(a) => perplexity::run(a),
         Command::Serve(a) => serve::run(*a),
