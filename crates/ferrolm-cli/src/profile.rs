@@ -193,10 +193,10 @@ impl Report {
         for p in self.phases.iter().filter(|p| p.passes > 0) {
             writeln!(
                 out,
-                "\n### {}: {} tokens in {} passes, {:.2} ms measured, {:.2} ms in backend operators\n",
+                "\n### {}: {} in {}, {:.2} ms measured, {:.2} ms in backend operators\n",
                 p.phase.name(),
-                p.tokens,
-                p.passes,
+                plural(p.tokens as u64, "token"),
+                plural(p.passes, "pass"),
                 p.measured.as_secs_f64() * 1e3,
                 p.ops_ms()
             )?;
@@ -241,6 +241,15 @@ impl Report {
             })
             .collect();
         json!({ "phases": phases })
+    }
+}
+
+/// `1 pass`, `2 passes`, `3 tokens`.
+fn plural(n: u64, noun: &str) -> String {
+    match (n, noun.ends_with('s')) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{n} {noun}es"),
+        (_, false) => format!("{n} {noun}s"),
     }
 }
 
@@ -353,7 +362,7 @@ mod tests {
         report.write_md(&mut md).expect("write");
         let md = String::from_utf8(md).expect("utf-8");
         assert!(
-            md.contains("### prefill: 1 tokens in 1 passes, 40.00 ms measured, 40.00 ms in backend"),
+            md.contains("### prefill: 1 token in 1 pass, 40.00 ms measured, 40.00 ms in backend"),
             "{md}"
         );
         assert!(md.contains("| matmul | q4_1 | ffn_down | 60 | 30.000 | 30.000 | 75.0 |"), "{md}");

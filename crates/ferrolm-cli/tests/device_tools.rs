@@ -187,7 +187,7 @@ fn profile_times_each_operator_of_prefill_and_decode() {
     check_phase(&phases[1], 5);
     assert_eq!(phases[1]["passes"], 5);
     let md = stdout_of(&run(&["profile", "-m", m, "-n", "2", "-t", "1", "--no-warmup"]));
-    assert!(md.contains("### prefill:") && md.contains("### decode: 1 tokens in 1 passes"), "{md}");
+    assert!(md.contains("### prefill:") && md.contains("### decode: 1 token in 1 pass,"), "{md}");
     assert!(md.contains("| matmul | q4_1 | attn_q+attn_k+attn_v |"), "{md}");
 }
 
