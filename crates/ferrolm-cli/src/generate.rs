@@ -1,7 +1,6 @@
 //! `ferrolm generate`: stream a continuation of a prompt.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use ferrolm::session::{FinishReason, GenerateParams, GenerationStats, Session, StreamEvent};
@@ -14,12 +13,8 @@ use crate::sampling_args::SamplingArgs;
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Prompt text.
-    #[arg(short = 'p', long, conflicts_with = "file")]
-    prompt: Option<String>,
-    /// Read the prompt from a file.
-    #[arg(short = 'f', long)]
-    file: Option<PathBuf>,
+    #[command(flatten)]
+    prompt: crate::prompt_args::PromptArgs,
     /// Number of tokens to generate (-1: until end of generation or a full context).
     #[arg(short = 'n', long = "n-predict", default_value_t = 256, allow_negative_numbers = true)]
     n_predict: i64,
@@ -54,13 +49,7 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let prompt = match (&args.prompt, &args.file) {
-        (Some(p), _) => p.clone(),
-        (None, Some(f)) => {
-            std::fs::read_to_string(f).with_context(|| format!("reading prompt file {}", f.display()))?
-        }
-        (None, None) => bail!("give a prompt with -p TEXT or -f FILE"),
-    };
+    let prompt = args.prompt.text(None)?;
     let sampler = args.sampling.to_params()?;
     let (mut model, load_ms) = args.model.load()?;
     let profile = if args.profile { Some(crate::profile::Hook::install(&mut model)?) } else { None };

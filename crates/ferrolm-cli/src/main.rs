@@ -17,6 +17,7 @@ mod model_args;
 mod models;
 mod perplexity;
 mod profile;
+mod prompt_args;
 mod pull;
 mod rerank;
 mod sampling_args;

@@ -22,23 +22,20 @@ use crate::model_args::ModelArgs;
 /// The prompt profiled when none is given.
 const DEFAULT_PROMPT: &str = "The history of the printing press begins in the fifteenth century, when";
 
-/// Help text on what the times mean.
-const TIMES_HELP: &str = "Times are what the host sees: on a GPU backend (opencl, cuda) an \
+/// Help text on the prompt and on what the times mean.
+const PROFILE_HELP: &str = "Without -p or -f the prompt is a fixed sentence of plain English. \
+Times are what the host sees: on a GPU backend (opencl, cuda) an \
 operator that only queues work looks cheap and the call that waits for the device (a transfer, \
 the next download) carries it.";
 
 /// Arguments of `ferrolm profile`.
 #[derive(clap::Args)]
-#[command(after_help = TIMES_HELP)]
+#[command(after_help = PROFILE_HELP)]
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
-    /// Prompt text.
-    #[arg(short = 'p', long, conflicts_with = "file")]
-    prompt: Option<String>,
-    /// Read the prompt from a file.
-    #[arg(short = 'f', long)]
-    file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    prompt: crate::prompt_args::PromptArgs,
     /// Tokens to generate (greedy, past end-of-generation tokens).
     #[arg(short = 'n', long = "n-predict", default_value_t = 32)]
     n_predict: usize,
@@ -255,11 +252,7 @@ fn plural(n: u64, noun: &str) -> String {
 
 /// Runs `ferrolm profile`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let prompt = match (&args.prompt, &args.file) {
-        (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
-        (None, None) => DEFAULT_PROMPT.to_string(),
-    };
+    let prompt = args.prompt.text(Some(DEFAULT_PROMPT))?;
     if args.n_predict == 0 {
         bail!("--n-predict must be at least 1");
     }
