@@ -6,9 +6,11 @@
 //! - [`Isa`]: instruction-set levels and run-time detection.
 //! - [`simd`]: plain f32 vector kernels with run-time CPU feature dispatch.
 //! - [`simd_attn`]: f32 kernels for attention (small GEMMs, online softmax, f16 conversions).
+//! - [`rows`]: row kernels of the forward pass (RMSNorm, RoPE).
 
 mod isa;
 pub mod quant;
+pub mod rows;
 pub mod simd;
 pub mod simd_attn;
 mod simd_vec;

@@ -6,65 +6,21 @@ use half::f16;
 
 use crate::ops::{Activation, RopeParams, RopeStyle};
 
-/// Rows whose sums of squares run side by side. Each row is still summed element by element
-/// in order (GGML's order, so the result is the same), but the rows' additions overlap instead
-/// of each waiting for the previous one: a lone row is bound by the latency of an f64 addition.
-pub(crate) const RMS_GROUP: usize = 8;
+/// Rows normalised together ([`ferrolm_kernels::rows::RMS_GROUP`]): callers that split rows
+/// over threads split them in whole groups.
+pub(crate) const RMS_GROUP: usize = ferrolm_kernels::rows::RMS_GROUP;
 
-/// RMSNorm of each `w.len()`-wide row of `x` into `out`: `out = x / rms(x) * w`.
+/// RMSNorm of each `w.len()`-wide row of `x` into `out`: `out = x / rms(x) * w`, computed as GGML
+/// does (squares in f32, summed in f64 in element order, the rest in f32), so that activations
+/// quantized after the norm round the same way as llama.cpp's ([`ferrolm_kernels::rows`]: the
+/// same bits on every instruction set).
 pub fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let n = w.len();
-    if n == 0 {
-        return;
-    }
-    for (xg, og) in x.chunks(RMS_GROUP * n).zip(out.chunks_mut(RMS_GROUP * n)) {
-        let scales = inv_rms_rows(xg, n, eps);
-        for ((xr, or), &scale) in xg.chunks_exact(n).zip(og.chunks_exact_mut(n)).zip(&scales) {
-            for ((o, &xv), &wv) in or.iter_mut().zip(xr).zip(w) {
-                *o = xv * scale * wv;
-            }
-        }
-    }
+    ferrolm_kernels::rows::rms_norm_rows(x, w, eps, out);
 }
 
-/// RMSNorm of each `w.len()`-wide row of `x`, in place.
+/// RMSNorm of each `w.len()`-wide row of `x`, in place (as [`rms_norm_rows`]).
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let n = w.len();
-    if n == 0 {
-        return;
-    }
-    for xg in x.chunks_mut(RMS_GROUP * n) {
-        let scales = inv_rms_rows(xg, n, eps);
-        for (xr, &scale) in xg.chunks_exact_mut(n).zip(&scales) {
-            for (xv, &wv) in xr.iter_mut().zip(w) {
-                *xv *= scale * wv;
-            }
-        }
-    }
-}
-
-/// `1 / sqrt(mean(x²) + eps)` of each of the (at most [`RMS_GROUP`]) `n`-wide rows of `x`,
-/// computed as GGML does (squares in f32, summed in f64 in element order, the rest in f32), so
-/// that activations quantized after the norm round the same way as llama.cpp's.
-fn inv_rms_rows(x: &[f32], n: usize, eps: f32) -> [f32; RMS_GROUP] {
-    let mut ss = [0.0f64; RMS_GROUP];
-    if x.len() / n >= RMS_GROUP {
-        // A whole group: a fixed number of rows, so that the inner loop unrolls.
-        let rows: [&[f32]; RMS_GROUP] = std::array::from_fn(|r| &x[r * n..(r + 1) * n]);
-        for i in 0..n {
-            for (s, row) in ss.iter_mut().zip(&rows) {
-                *s += f64::from(row[i] * row[i]);
-            }
-        }
-    } else {
-        for (s, row) in ss.iter_mut().zip(x.chunks_exact(n)) {
-            *s = row.iter().map(|&v| f64::from(v * v)).sum();
-        }
-    }
-    ss.map(|s| {
-        let mean = (s / n as f64) as f32;
-        1.0 / (mean + eps).sqrt()
-    })
+    ferrolm_kernels::rows::rms_norm_inplace(x, w, eps);
 }
 
 /// The `(cos, sin)` of every rotated pair (`rope_dims / 2` of them) at logical position `pos`,
@@ -127,32 +83,12 @@ fn yarn_corr_dims(rope_dims: usize, p: &RopeParams) -> [f32; 2] {
 }
 
 /// Rotates the first `2 * cs.len()` dimensions of each `head_dim`-wide head in `x`
-/// (`[n_heads, head_dim]`) by the angles of [`rope_cos_sin`].
+/// (`[n_heads, head_dim]`) by the angles of [`rope_cos_sin`]: `(x0, x1) -> (x0·c - x1·s,
+/// x0·s + x1·c)`, unfused ([`ferrolm_kernels::rows`]: the same bits on every instruction set).
 pub fn rope_apply(x: &mut [f32], head_dim: usize, cs: &[(f32, f32)], style: RopeStyle) {
-    let half = cs.len();
-    // `(x0, x1) -> (x0·c - x1·s, x0·s + x1·c)`, unfused. The two loops have no branch inside,
-    // so that the compiler vectorises them (the arithmetic is the same either way).
-    let rotate = |x0: &mut f32, x1: &mut f32, &(c, s): &(f32, f32)| {
-        let (a, b) = (*x0, *x1);
-        *x0 = a * c - b * s;
-        *x1 = a * s + b * c;
-    };
-    for head in x.chunks_exact_mut(head_dim) {
-        match style {
-            RopeStyle::Interleaved => {
-                for (pair, cs) in head[..2 * half].chunks_exact_mut(2).zip(cs) {
-                    if let [x0, x1] = pair {
-                        rotate(x0, x1, cs);
-                    }
-                }
-            }
-            RopeStyle::Neox => {
-                let (lo, hi) = head.split_at_mut(half);
-                for ((x0, x1), cs) in lo.iter_mut().zip(&mut hi[..half]).zip(cs) {
-                    rotate(x0, x1, cs);
-                }
-            }
-        }
+    match style {
+        RopeStyle::Interleaved => ferrolm_kernels::rows::rope_interleaved(x, head_dim, cs),
+        RopeStyle::Neox => ferrolm_kernels::rows::rope_neox(x, head_dim, cs),
     }
 }
 
