@@ -10,9 +10,9 @@
 # The C compiler and linker are Zig's (`ziglang` from PyPI) driven by `cargo-zigbuild` (PyPI),
 # installed into a virtual environment under FERROLM_TOOLS_DIR (default ~/.cache/ferrolm/tools)
 # on first use; the Rust standard libraries come from `rustup target add`. Only one dependency
-# compiles C (ring, the TLS library's cryptography: `docs/android.md` says why), so Zig is
+# compiles C (ring, the TLS library's cryptography: `docs/arm.md` says why), so Zig is
 # needed for it alone. CARGO_TARGET_DIR is honoured. The musl build leaves out the OpenCL
-# backend: a static binary cannot load a shared library (see docs/android.md for the Android
+# backend: a static binary cannot load a shared library (see docs/arm.md for the Android
 # NDK build that can).
 set -euo pipefail
 

