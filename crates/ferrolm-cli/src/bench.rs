@@ -53,9 +53,12 @@ pub struct Args {
     /// Numbers of tokens to generate (comma list; 0 skips generation tests).
     #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
     pub n_gen: Vec<usize>,
-    /// Thread counts (comma list; default: all available cores).
+    /// Thread counts (comma list; default: one per CPU used: the performance cores, else all).
     #[arg(short = 't', long = "threads", value_delimiter = ',')]
     pub threads: Vec<usize>,
+    /// Which CPUs the worker threads run on (the default thread count is their number).
+    #[command(flatten)]
+    pub cpu: crate::cpu_args::CpuArgs,
     /// Timed runs per test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: usize,
@@ -196,7 +199,13 @@ impl Args {
 
 /// Runs the command.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let plan = args.plan()?;
+    let mut plan = args.plan()?;
+    // Pin the worker pools of every test to the CPUs asked for (or the performance cores).
+    if let Some(set) = ferrolm::threads::configure(None, args.cpu.set()?)?
+        && args.threads.is_empty()
+    {
+        plan.threads = vec![set.len()];
+    }
     args.cache.validate()?;
     let build = BuildInfo::current();
     let cpu = info::cpu_info();
