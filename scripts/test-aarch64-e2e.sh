@@ -20,40 +20,14 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-SYSROOT=/usr/aarch64-linux-gnu
 N_PREDICT=${FERROLM_E2E_TOKENS:-24}
-
-log() { printf '[test-aarch64-e2e] %s\n' "$*"; }
-die() {
-    printf '[test-aarch64-e2e] error: %s\n' "$*" >&2
-    exit 1
-}
-as_root() {
-    if [ "$(id -u)" = 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        sudo "$@"
-    else
-        return 1
-    fi
-}
-qemu_bin() { command -v qemu-aarch64 || command -v qemu-aarch64-static || true; }
+LOG_TAG=test-aarch64-e2e
+# shellcheck source=scripts/lib/aarch64-env.sh
+source scripts/lib/aarch64-env.sh
 
 start=$SECONDS
-missing=()
-[ -n "$(qemu_bin)" ] || missing+=(qemu-user)
-[ -e "$SYSROOT/lib/ld-linux-aarch64.so.1" ] || missing+=(libc6-dev-arm64-cross)
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
-        log "installing ${missing[*]}"
-        as_root apt-get update -qq || die "apt-get update failed (root or passwordless sudo needed)"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null || die "could not install ${missing[*]}"
-    else
-        die "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) or run as root"
-    fi
-fi
-QEMU=$(qemu_bin)
+# shellcheck disable=SC2119 # no extra packages
+ensure_qemu_and_sysroot
 
 bash scripts/build-aarch64.sh
 out="${CARGO_TARGET_DIR:-target}"

@@ -19,47 +19,17 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 TARGET=aarch64-unknown-linux-gnu
-SYSROOT=/usr/aarch64-linux-gnu
 LINKER=aarch64-linux-gnu-gcc
-
-log() { printf '[test-aarch64] %s\n' "$*"; }
-die() {
-    printf '[test-aarch64] error: %s\n' "$*" >&2
-    exit 1
-}
-
-# Runs a command as root: directly, or through passwordless sudo.
-as_root() {
-    if [ "$(id -u)" = 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-        sudo "$@"
-    else
-        return 1
-    fi
-}
-
-qemu_bin() { command -v qemu-aarch64 || command -v qemu-aarch64-static || true; }
+LOG_TAG=test-aarch64
+# shellcheck source=scripts/lib/aarch64-env.sh
+source scripts/lib/aarch64-env.sh
 
 start=$SECONDS
 
-# Debian packages.
-missing=()
-command -v "$LINKER" >/dev/null 2>&1 || missing+=(gcc-aarch64-linux-gnu)
-[ -e "$SYSROOT/lib/crt1.o" ] || missing+=(libc6-dev-arm64-cross)
-[ -n "$(qemu_bin)" ] || missing+=(qemu-user)
-if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] || [ "${CI:-}" = true ]; then
-        log "installing ${missing[*]}"
-        as_root apt-get update -qq || die "apt-get update failed (root or passwordless sudo needed)"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-            "${missing[@]}" >/dev/null || die "could not install ${missing[*]}"
-    else
-        die "missing ${missing[*]}: install them (sudo apt-get install ${missing[*]}) or run as root"
-    fi
-fi
-QEMU=$(qemu_bin)
-[ -n "$QEMU" ] || die "qemu-aarch64 not found after installing qemu-user"
+# Debian packages: QEMU, the C library, and a cross linker.
+extra=()
+command -v "$LINKER" >/dev/null 2>&1 || extra+=(gcc-aarch64-linux-gnu)
+ensure_qemu_and_sysroot "${extra[@]}"
 command -v "$LINKER" >/dev/null 2>&1 || die "$LINKER not found after installing gcc-aarch64-linux-gnu"
 
 # Rust standard library for the target (per user, no root needed).
