@@ -295,20 +295,35 @@ impl<W: Write> Printer<W> {
 
     /// Writes what comes after the results.
     pub fn finish(&mut self) -> anyhow::Result<()> {
-        match self.format {
-            OutputFormat::Md => writeln!(self.out)?,
-            OutputFormat::Json => {
-                let all = Value::Array(std::mem::take(&mut self.json));
-                writeln!(self.out, "{}", serde_json::to_string_pretty(&all)?)?;
-            }
-            OutputFormat::Jsonl | OutputFormat::Csv => {}
-        }
-        self.flush()
+        finish_rows(&mut self.out, self.format, &mut self.json)
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.out.flush().context("cannot write the results")
+        flush_rows(&mut self.out)
     }
+}
+
+/// Writes what follows a report's rows in `format` (a blank line after a table, the array of
+/// the rows gathered in `json`) and flushes: the end of a `bench` or `micro-bench` report.
+pub(crate) fn finish_rows(
+    out: &mut impl Write,
+    format: OutputFormat,
+    json: &mut Vec<Value>,
+) -> anyhow::Result<()> {
+    match format {
+        OutputFormat::Md => writeln!(out)?,
+        OutputFormat::Json => {
+            let all = Value::Array(std::mem::take(json));
+            writeln!(out, "{}", serde_json::to_string_pretty(&all)?)?;
+        }
+        OutputFormat::Jsonl | OutputFormat::Csv => {}
+    }
+    flush_rows(out)
+}
+
+/// Flushes a report's output, so that each row shows as soon as it is measured.
+pub(crate) fn flush_rows(out: &mut impl Write) -> anyhow::Result<()> {
+    out.flush().context("cannot write the results")
 }
 
 /// The CSV header: the field names of [`TestResult::fields`].

@@ -3,13 +3,12 @@
 
 use std::io::Write;
 
-use anyhow::Context as _;
 use ferrolm::Isa;
 use serde_json::{Value, json};
 
 use super::cases::Case;
 use crate::bench::info::{BuildInfo, cpu_info};
-use crate::bench::output::{OutputFormat, csv_cell, mean, median, stddev};
+use crate::bench::output::{OutputFormat, csv_cell, finish_rows, flush_rows, mean, median, stddev};
 
 /// One case's measurements and where they were taken.
 pub struct Measurement<'a> {
@@ -163,19 +162,11 @@ impl<W: Write> Printer<W> {
 
     /// Writes what comes after the results.
     pub fn finish(&mut self) -> anyhow::Result<()> {
-        match self.format {
-            OutputFormat::Md => writeln!(self.out)?,
-            OutputFormat::Json => {
-                let all = Value::Array(std::mem::take(&mut self.json));
-                writeln!(self.out, "{}", serde_json::to_string_pretty(&all)?)?;
-            }
-            OutputFormat::Jsonl | OutputFormat::Csv => {}
-        }
-        self.flush()
+        finish_rows(&mut self.out, self.format, &mut self.json)
     }
 
     fn flush(&mut self) -> anyhow::Result<()> {
-        self.out.flush().context("cannot write the results")
+        flush_rows(&mut self.out)
     }
 }
 
