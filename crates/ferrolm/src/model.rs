@@ -3,6 +3,7 @@
 pub mod config;
 pub mod convert;
 mod embed;
+mod encoder;
 mod forward;
 pub mod hf;
 mod moe;
@@ -168,6 +169,15 @@ impl Model {
     /// Runs the forward passes on `placement`'s backends (the CPU by default). An error when a
     /// backend cannot multiply by one of the model's weight types.
     pub fn set_placement(&mut self, placement: Placement) -> Result<()> {
+        if self.config.arch.is_encoder()
+            && let Some(be) = placement.backends().into_iter().find(|b| b.name() != "cpu")
+        {
+            return Err(crate::backend::BackendError::Unsupported {
+                backend: be.name(),
+                what: format!("{} encoder models (they run on the CPU)", self.config.arch.name()),
+            }
+            .into());
+        }
         for be in placement.backends() {
             for (name, w) in self.weights.matrices() {
                 if !be.supports_weight(w.ty) {

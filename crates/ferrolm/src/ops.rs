@@ -10,8 +10,10 @@
 //! (`scripts/check-layers.py` checks that in CI), so none of them has to import another to
 //! name what they pass each other.
 
+mod act;
 mod weight;
 
+pub use act::{gelu_tanh, gelu_tanh_f16};
 pub(crate) use weight::WeightBytes;
 pub use weight::{MatmulJob, Weight};
 

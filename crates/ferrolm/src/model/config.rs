@@ -121,11 +121,17 @@ pub enum Arch {
     Granite,
     /// Granite 3 MoE: Granite with softmax-routed experts (and a shared expert, "MoE shared").
     GraniteMoe,
+    /// BERT encoders (bge, MiniLM, e5): absolute positions, post-LayerNorm blocks, GELU.
+    Bert,
+    /// Nomic BERT (nomic-embed-text): RoPE, fused QKV, SwiGLU, no biases.
+    NomicBert,
+    /// Jina BERT v2 (jina-embeddings-v2): ALiBi, GEGLU or GELU feed-forward.
+    JinaBertV2,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 13] = [
+    pub const ALL: [Arch; 16] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -139,6 +145,9 @@ impl Arch {
         Arch::SmolLM3,
         Arch::Granite,
         Arch::GraniteMoe,
+        Arch::Bert,
+        Arch::NomicBert,
+        Arch::JinaBertV2,
     ];
 
     /// The `general.architecture` name.
@@ -157,6 +166,9 @@ impl Arch {
             Arch::SmolLM3 => "smollm3",
             Arch::Granite => "granite",
             Arch::GraniteMoe => "granitemoe",
+            Arch::Bert => "bert",
+            Arch::NomicBert => "nomic-bert",
+            Arch::JinaBertV2 => "jina-bert-v2",
         }
     }
 
@@ -169,6 +181,11 @@ impl Arch {
                 .find(|a| a.name() == other)
                 .ok_or_else(|| Error::UnsupportedArchitecture(other.to_string())),
         }
+    }
+
+    /// Whether this is a bidirectional encoder (BERT family): it embeds text, it does not generate.
+    pub fn is_encoder(self) -> bool {
+        matches!(self, Arch::Bert | Arch::NomicBert | Arch::JinaBertV2)
     }
 
     /// Whether this is one of the Gemma family (GeGLU, embeddings scaled by √n_embd).
@@ -388,7 +405,12 @@ impl ModelConfig {
                 "value_length {vl} != key_length {head_dim} is not supported"
             )));
         }
-        let norm_eps = norm_eps_from(f, &key("attention.layer_norm_rms_epsilon"))?;
+        let norm_key = if arch.is_encoder() {
+            "attention.layer_norm_epsilon"
+        } else {
+            "attention.layer_norm_rms_epsilon"
+        };
+        let norm_eps = norm_eps_from(f, &key(norm_key))?;
         let n_ctx_train = opt("context_length")?.unwrap_or(2048);
         let moe = moe_from_gguf(f, arch, arch_name, n_ff)?;
         let rope_dims = opt("rope.dimension_count")?.unwrap_or(head_dim);
@@ -466,7 +488,7 @@ impl ModelConfig {
             Arch::Qwen2 | Arch::Qwen2Moe => cfg.qkv_bias = true,
             Arch::Qwen3 | Arch::Qwen3Moe => cfg.qk_norm = Some(QkNorm::PerHead),
             Arch::Olmoe => cfg.qk_norm = Some(QkNorm::Whole),
-            Arch::Phi3 | Arch::Gemma => {}
+            Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}
             Arch::Gemma2 => {
                 cfg.post_norms = true;
                 cfg.attn_softcap = opt_positive_or_unset(f, &key("attn_logit_softcapping"))?;

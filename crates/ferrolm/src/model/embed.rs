@@ -1,6 +1,7 @@
 //! Text embeddings: the final hidden states of a text, pooled into one vector.
 
 use super::Model;
+use super::encoder::{self, EncoderWeights, Segment};
 use crate::batch::Batch;
 use crate::kv::{KvType, SeqId};
 use crate::{Error, Result};
@@ -36,6 +37,16 @@ impl Pooling {
             3 => Some(Pooling::Last),
             _ => None,
         }
+    }
+}
+
+/// The weight of the hidden state at `pos` of a text of `n` tokens in its pooled vector (`None`:
+/// not part of it).
+fn pooling_weight(pooling: Pooling, pos: usize, n: usize) -> Option<f32> {
+    match pooling {
+        Pooling::Mean => Some(1.0 / n as f32),
+        Pooling::Cls => (pos == 0).then_some(1.0),
+        Pooling::Last => (pos + 1 == n).then_some(1.0),
     }
 }
 
@@ -78,9 +89,10 @@ impl Model {
         Ok(out)
     }
 
-    /// The pooled final hidden states (after the output norm) of token sequences, one
-    /// `[n_embd]` vector each; see [`Model::embed`].
-    pub(crate) fn embed_tokens(&self, inputs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
+    /// The pooled final hidden states (after the output norm of a decoder) of token sequences,
+    /// one `[n_embd]` vector each, not normalised; see [`Model::embed`]. An empty sequence is an
+    /// error.
+    pub fn embed_tokens(&self, inputs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
         if let Some(i) = inputs.iter().position(Vec::is_empty) {
             return Err(Error::InvalidInput(format!("text {i} has no tokens to embed")));
         }
@@ -102,8 +114,42 @@ impl Model {
         Ok(out)
     }
 
+    /// Embeds a group of texts with an encoder: one pass over all of them, each text attending
+    /// to itself only.
+    fn encode_group(
+        &self,
+        enc: &EncoderWeights,
+        inputs: &[Vec<u32>],
+        pooling: Pooling,
+        out: &mut [Vec<f32>],
+    ) -> Result<()> {
+        self.prepare_weights();
+        let d = self.config.n_embd;
+        let ids: Vec<u32> = inputs.concat();
+        let mut segments = Vec::with_capacity(inputs.len());
+        let mut start = 0;
+        for t in inputs {
+            segments.push(Segment { start, len: t.len() });
+            start += t.len();
+        }
+        let hidden =
+            encoder::encode(&self.config, &self.weights.token_embd, enc, &ids, &segments, self.exact_f32)?;
+        for ((s, o), t) in segments.iter().zip(out.iter_mut()).zip(inputs) {
+            let rows = &hidden[s.start * d..(s.start + s.len) * d]; // [len, d]
+            for (pos, h) in rows.chunks_exact(d).enumerate() {
+                if let Some(wt) = pooling_weight(pooling, pos, t.len()) {
+                    o.iter_mut().zip(h).for_each(|(o, &x)| *o += wt * x);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Embeds a group of texts, one sequence each, into `out` (one `[n_embd]` row per text).
     fn embed_group(&self, inputs: &[Vec<u32>], pooling: Pooling, out: &mut [Vec<f32>]) -> Result<()> {
+        if let Some(enc) = &self.weights.encoder {
+            return self.encode_group(enc, inputs, pooling, out);
+        }
         let d = self.config.n_embd;
         let longest = inputs.iter().map(Vec::len).max().unwrap_or(0);
         let mut kv = self.new_kv_cache_typed(longest, KvType::F32, KvType::F32)?;
@@ -116,13 +162,7 @@ impl Model {
             }
             let hidden = self.forward_hidden(batch, &mut kv)?; // [n, d]
             for (h, &(i, pos)) in hidden.chunks_exact(d).zip(rows.iter()) {
-                let n = inputs[i].len();
-                let take = match pooling {
-                    Pooling::Mean => Some(1.0 / n as f32),
-                    Pooling::Cls => (pos == 0).then_some(1.0),
-                    Pooling::Last => (pos + 1 == n).then_some(1.0),
-                };
-                if let Some(wt) = take {
+                if let Some(wt) = pooling_weight(pooling, pos, inputs[i].len()) {
                     out[i].iter_mut().zip(h).for_each(|(o, &x)| *o += wt * x);
                 }
             }

@@ -129,6 +129,7 @@ impl Model {
     /// [`Model::forward`] writing into `logits`, whose buffers are reused: with a `logits` kept
     /// between decode steps, a step allocates nothing.
     pub fn forward_into(&self, batch: &Batch, kv: &mut KvCache, logits: &mut Logits) -> Result<()> {
+        self.check_generative()?;
         self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
         let mut ws = self.take_workspace();
@@ -207,6 +208,7 @@ impl Model {
     /// of every entry (after the output norm, before the LM head): the embeddings that pooling
     /// starts from. `[n_tokens, n_embd]`
     pub fn forward_hidden(&self, batch: &Batch, kv: &mut KvCache) -> Result<Vec<f32>> {
+        self.check_generative()?;
         let cfg = &self.config;
         self.prepare_weights();
         let be = self.placement.backend_for(batch, kv);
@@ -223,6 +225,17 @@ impl Model {
         });
         self.return_workspace(ws);
         out
+    }
+
+    /// An error for an encoder: it has no causal pass over a KV cache to run.
+    fn check_generative(&self) -> Result<()> {
+        if self.config.arch.is_encoder() {
+            return Err(Error::InvalidInput(format!(
+                "{} is an encoder model: it embeds text (ferrolm embed, /v1/embeddings) but cannot generate",
+                self.config.arch.name()
+            )));
+        }
+        Ok(())
     }
 
     /// A workspace from the model's pool of them (a new one when every one is in use).

@@ -10,6 +10,7 @@ use std::ops::Range;
 use ferrolm_kernels::{GgmlType, quant};
 
 use super::config::{ModelConfig, QkNorm};
+use super::encoder::EncoderWeights;
 use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
 use crate::ops::WeightBytes;
@@ -170,6 +171,9 @@ pub struct ModelWeights {
     /// A classifier head over the pooled hidden state (`cls.output`: a reranker's "yes"/"no"
     /// rows), with its bias if any. `[n_labels, n_embd]`, `[n_labels]`
     pub cls_out: Option<(Weight, Option<Vec<f32>>)>,
+    /// An encoder's blocks ([`ModelConfig::arch`] is an encoder): then `layers` is empty,
+    /// `output_norm` too, and `output` is unused.
+    pub encoder: Option<EncoderWeights>,
 }
 
 impl ModelWeights {
@@ -188,6 +192,10 @@ impl ModelWeights {
             out.extend(named.into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
             out.extend(l.ffn.matrices().into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
         }
+        if let Some(e) = &self.encoder {
+            out.extend(e.matrices());
+            return out;
+        }
         out.push(("output.weight".to_string(), &self.output));
         out
     }
@@ -201,14 +209,18 @@ impl ModelWeights {
             ws.extend([&l.wq, &l.wk, &l.wv, &l.wo]);
             ws.extend(l.ffn.matrices().into_iter().map(|(_, w)| w));
         }
+        if let Some(e) = &self.encoder {
+            ws.extend(e.matrices().into_iter().map(|(_, w)| w));
+            return ws;
+        }
         ws.push(&self.output);
         ws
     }
 }
 
 /// Binds tensors by name, remembering which ones were bound.
-struct Loader<'a> {
-    tensors: &'a TensorMap,
+pub(super) struct Loader<'a> {
+    pub(super) tensors: &'a TensorMap,
     used: RefCell<BTreeSet<String>>,
 }
 
@@ -241,7 +253,7 @@ impl Loader<'_> {
         }
     }
 
-    fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
+    pub(super) fn matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Weight> {
         let t = self.get(name)?;
         let shape_err = || Error::TensorShape {
             name: name.to_string(),
@@ -286,7 +298,12 @@ impl Loader<'_> {
     }
 
     /// Consecutive row blocks of a fused matrix (`[sum(parts), cols]`), zero-copy.
-    fn split_rows<const N: usize>(&self, name: &str, parts: [usize; N], cols: usize) -> Result<[Weight; N]> {
+    pub(super) fn split_rows<const N: usize>(
+        &self,
+        name: &str,
+        parts: [usize; N],
+        cols: usize,
+    ) -> Result<[Weight; N]> {
         let fused = self.matrix(name, parts.iter().sum(), cols)?;
         let mut start = 0;
         Ok(parts.map(|rows| {
@@ -299,7 +316,7 @@ impl Loader<'_> {
     /// A norm weight or a bias: it must be stored as a float type (F32, F16, BF16), as llama.cpp
     /// and every converter write them (a quantized one is a corrupt or mislabelled file), and
     /// every value must be finite.
-    fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
+    pub(super) fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         let t = self.get(name)?;
         if !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
             return Err(Error::Config(format!(
@@ -325,7 +342,7 @@ impl Loader<'_> {
         Ok(v)
     }
 
-    fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
+    pub(super) fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
         if self.tensors.contains(name) { self.vector(name, n).map(Some) } else { Ok(None) }
     }
 
@@ -398,6 +415,19 @@ impl ModelWeights {
         let l = Loader { tensors, used: RefCell::new(BTreeSet::new()) };
         let (d, q, kv, hd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
         let token_embd = l.matrix("token_embd.weight", cfg.n_vocab, d)?;
+        if cfg.arch.is_encoder() {
+            let encoder = EncoderWeights::load(&l, cfg)?;
+            l.check_all_used()?;
+            return Ok(Self {
+                output: token_embd.clone(),
+                token_embd,
+                layers: Vec::new(),
+                output_norm: Vec::new(),
+                rope_factors: RopeFactors::default(),
+                cls_out: None,
+                encoder: Some(encoder),
+            });
+        }
         let output = if tensors.contains("output.weight") {
             l.matrix("output.weight", cfg.n_vocab, d)?
         } else {
@@ -474,6 +504,6 @@ impl ModelWeights {
             None => None,
         };
         l.check_all_used()?;
-        Ok(Self { token_embd, layers, output_norm, output, rope_factors, cls_out })
+        Ok(Self { token_embd, layers, output_norm, output, rope_factors, cls_out, encoder: None })
     }
 }

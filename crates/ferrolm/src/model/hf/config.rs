@@ -371,6 +371,12 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     let mut swa_pattern =
         |flags: Vec<bool>| put("attention.sliding_window_pattern", MetaValue::Array(MetaArray::Bool(flags)));
     match arch {
+        Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {
+            return Err(Error::Config(format!(
+                "config.json: {model_type} folders are not read directly; convert the folder to GGUF \
+                 with llama.cpp's convert_hf_to_gguf.py"
+            )));
+        }
         Arch::SmolLM3 => smollm3_rope_layers(&c, n_layer)?,
         Arch::Granite | Arch::GraniteMoe => {
             for (src, dst) in [
