@@ -79,9 +79,10 @@ pub(crate) fn submit_to_py(e: SubmitError) -> PyErr {
     let kind = match e {
         SubmitError::QueueFull { .. } => Kind::Busy,
         SubmitError::ShuttingDown => Kind::Error,
-        SubmitError::ContextLength { .. } | SubmitError::Invalid(_) | SubmitError::Constraint(_) => {
-            Kind::Invalid
-        }
+        SubmitError::ContextLength { .. }
+        | SubmitError::Invalid(_)
+        | SubmitError::Constraint(_)
+        | SubmitError::NotGenerative(_) => Kind::Invalid,
     };
     new_err(kind, e.to_string())
 }

@@ -366,6 +366,9 @@ pub enum SubmitError {
     /// The request's constraint (JSON schema, grammar, regular expression) does not compile.
     #[error("{0}")]
     Constraint(String),
+    /// The model cannot generate (an encoder: it only embeds).
+    #[error("{0}")]
+    NotGenerative(String),
 }
 
 /// Errors of [`Engine::start`] and [`Engine::embed`].
@@ -458,6 +461,9 @@ impl Engine {
         let state = &self.inner.state;
         if !state.accepting.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
+        }
+        if let Err(e) = self.inner.model.check_generative() {
+            return Err(SubmitError::NotGenerative(e.to_string()));
         }
         self.validate(&req)?;
         let max = self.inner.config.max_queue;

@@ -139,6 +139,7 @@ pub struct PrefillStats {
 impl<'m> Session<'m> {
     /// A new, empty session on `model`.
     pub fn new(model: &'m Model, opts: SessionOptions) -> Result<Self> {
+        model.check_generative()?;
         if opts.n_ctx == 0 || opts.n_batch == 0 {
             return Err(Error::InvalidInput("the context size and batch size must be at least 1".into()));
         }

@@ -150,6 +150,7 @@ impl From<SubmitError> for ApiError {
             },
             SubmitError::ContextLength { .. } => ApiError::context_length(e.to_string()),
             SubmitError::Invalid(m) | SubmitError::Constraint(m) => ApiError::invalid(m),
+            SubmitError::NotGenerative(m) => ApiError::not_supported(m),
         }
     }
 }
@@ -182,6 +183,9 @@ mod tests {
         assert_eq!((e.status, e.retry_after), (StatusCode::SERVICE_UNAVAILABLE, None));
         let e: ApiError = SubmitError::Invalid("empty prompt".into()).into();
         assert_eq!((e.status, e.message.as_str()), (StatusCode::BAD_REQUEST, "empty prompt"));
+        // An embedding-only (encoder) model asked to generate: 501, as for a route it cannot serve.
+        let e: ApiError = SubmitError::NotGenerative("bert is an encoder model".into()).into();
+        assert_eq!((e.status, e.kind), (StatusCode::NOT_IMPLEMENTED, "not_supported_error"));
         let e: ApiError = EngineError::Config("x".into()).into();
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
     }

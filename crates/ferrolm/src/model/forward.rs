@@ -228,7 +228,7 @@ impl Model {
     }
 
     /// An error for an encoder: it has no causal pass over a KV cache to run.
-    fn check_generative(&self) -> Result<()> {
+    pub(crate) fn check_generative(&self) -> Result<()> {
         if self.config.arch.is_encoder() {
             return Err(Error::InvalidInput(format!(
                 "{} is an encoder model: it embeds text (ferrolm embed, /v1/embeddings) but cannot generate",
