@@ -26,7 +26,7 @@ use anyhow::Context as _;
 use ferrolm::backend::{BackendChoice, Placement};
 use ferrolm::batch::Batch;
 use ferrolm::kv::{CacheManager, KvCache, SeqId};
-use ferrolm::model::{LoadOptions, Model};
+use ferrolm::model::{LoadOptions, Model, Pooling};
 use ferrolm::sequence::{Outputs, Sequence};
 use ferrolm::session::SessionOptions;
 use rand::rngs::StdRng;
@@ -234,13 +234,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             printer.begin(&build, &cpu, &device)?;
         }
         printer.model(&minfo)?;
+        if model.config().arch.is_encoder() && plan.tests.iter().any(|t| !runs_on(&model, t)) {
+            eprintln!(
+                "note: {} is an encoder: only the prompt tests run (each embeds one text of that many tokens)",
+                model.config().arch.name()
+            );
+        }
         for &choice in &args.backends {
             let placement =
                 choice.resolve(args.hybrid_min_batch, None).with_context(|| format!("--backend {choice}"))?;
             model.set_placement(placement).with_context(|| format!("--backend {choice}"))?;
             let backend = backend_label(model.placement());
             for &n_threads in &plan.threads {
-                for &test in &plan.tests {
+                for &test in plan.tests.iter().filter(|t| runs_on(&model, t)) {
                     if !first && !plan.delay.is_zero() {
                         std::thread::sleep(plan.delay);
                     }
@@ -352,20 +358,49 @@ fn with_threads<R>(n: usize, f: impl FnOnce() -> R) -> anyhow::Result<R> {
 }
 
 /// The warm-up and the timed repetitions of one test; returns each repetition's nanoseconds.
-fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> {
-    let n_vocab = model.config().n_vocab;
+/// `n` token ids as llama-bench makes them: BOS first when the model adds one, then random ids.
+fn random_tokens(model: &Model, rng: &mut StdRng, n: usize) -> Vec<u32> {
     let tok = model.tokenizer();
-    // Like llama-bench: the sequence starts with BOS when the model adds one, then random ids.
     let bos = tok.bos().filter(|_| tok.add_bos());
+    let n_vocab = model.config().n_vocab as u32;
+    (0..n)
+        .map(|i| match bos {
+            Some(b) if i == 0 => b,
+            _ => rng.random_range(0..n_vocab),
+        })
+        .collect()
+}
+
+/// Whether `test` applies to `model`: an encoder has no generation, no cache to fill to a depth
+/// and no text modes; its prompt tests embed a text.
+fn runs_on(model: &Model, test: &Test) -> bool {
+    !model.config().arch.is_encoder() || (test.n_gen == 0 && test.n_depth == 0 && test.text.is_none())
+}
+
+/// An encoder's prompt test: embeds one text of `n_prompt` random tokens (after the BOS/CLS token
+/// when the model adds one), as llama-bench times an embedding model's prompt.
+fn run_encoder_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> {
     let mut rng = StdRng::seed_from_u64(SEED);
-    let mut tokens = |n: usize| -> Vec<u32> {
-        (0..n)
-            .map(|i| match bos {
-                Some(b) if i == 0 => b,
-                _ => rng.random_range(0..n_vocab as u32),
-            })
-            .collect()
-    };
+    let mut text = || random_tokens(model, &mut rng, test.n_prompt);
+    if !args.no_warmup {
+        model.embed_tokens(&[text()], Pooling::Mean).context("warm-up run")?;
+    }
+    let mut samples = Vec::with_capacity(args.repetitions);
+    for rep in 0..args.repetitions {
+        let ids = text();
+        let t0 = Instant::now();
+        model.embed_tokens(&[ids], Pooling::Mean).with_context(|| format!("repetition {}", rep + 1))?;
+        samples.push(u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1));
+    }
+    Ok(samples)
+}
+
+fn run_test(model: &Model, args: &Args, test: Test) -> anyhow::Result<Vec<u64>> {
+    if model.config().arch.is_encoder() {
+        return run_encoder_test(model, args, test);
+    }
+    let mut rng = StdRng::seed_from_u64(SEED);
+    let mut tokens = |n: usize| random_tokens(model, &mut rng, n);
     let cap = test.n_depth + test.n_prompt + test.n_gen;
     let mut kv = model.new_kv_cache_typed(cap, args.kv_types.k, args.kv_types.v)?;
     let mut seqs = Vec::with_capacity(test.n_parallel);

@@ -349,12 +349,20 @@ fn block(
 /// `exact`.
 fn gelu_rows(x: &mut [f32], exact: bool) {
     let f = if exact { gelu_tanh } else { gelu_tanh_f16 };
-    x.iter_mut().for_each(|v| *v = f(*v));
+    threads::par_chunks_mut(&threads::pool(), x, 1 << 14, |_, piece| {
+        piece.iter_mut().for_each(|v| *v = f(*v))
+    });
 }
 
 /// LayerNorm of each `norm.w.len()`-wide row in place: `(x - mean) / sqrt(var + eps) * w + b`,
 /// the mean and the variance summed in f64.
 pub(super) fn layer_norm_rows(x: &mut [f32], norm: &LayerNorm, eps: f32) {
+    let d = norm.w.len();
+    threads::par_chunks_mut(&threads::pool(), x, 32 * d, |_, rows| layer_norm_serial(rows, norm, eps));
+}
+
+/// [`layer_norm_rows`] on the calling thread.
+fn layer_norm_serial(x: &mut [f32], norm: &LayerNorm, eps: f32) {
     let d = norm.w.len();
     for row in x.chunks_exact_mut(d) {
         let mean = (row.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64) as f32;
@@ -379,17 +387,29 @@ pub(super) fn alibi_slopes(n_head: usize) -> Vec<f32> {
 }
 
 /// Query rows per task of the attention.
-const ATT_ROWS: usize = 16;
+const ATT_ROWS: usize = 32;
 
 /// Bidirectional attention of each text over itself. `q`, `att`: `[n, n_head * head_dim]`;
 /// `k`, `v`: `[n, n_head_kv * head_dim]`. Jina v2 adds `-slope_h · |i - j|` to the scores.
+///
+/// Both products are [`AttnKernels::gemm`]s: the scores `Q_h · K_hᵀ` read the text's keys
+/// transposed (`[n_head_kv, head_dim, len]`, made once per text), the output `P · V_h` its values.
 fn attention(cfg: &ModelConfig, segments: &[Segment], q: &[f32], k: &[f32], v: &[f32], att: &mut [f32]) {
     let (hd, qd, kvd) = (cfg.head_dim, cfg.q_dim(), cfg.kv_dim());
     let group = cfg.n_head / cfg.n_head_kv;
     let slopes = (cfg.arch == Arch::JinaBertV2).then(|| alibi_slopes(cfg.n_head));
     let kern = AttnKernels::best();
     let pool = threads::pool();
+    let mut kt = Vec::new();
     for s in segments {
+        // The text's keys, transposed per head. `[n_head_kv, hd, len]`
+        kt.clear();
+        kt.resize(cfg.n_head_kv * hd * s.len, 0.0);
+        for (j, row) in k[s.start * kvd..(s.start + s.len) * kvd].chunks_exact(kvd).enumerate() {
+            for (c, &x) in row.iter().enumerate() {
+                kt[c * s.len + j] = x;
+            }
+        }
         let out = &mut att[s.start * qd..(s.start + s.len) * qd];
         threads::par_chunks_mut(&pool, out, ATT_ROWS * qd, |c, piece| {
             let r0 = c * ATT_ROWS;
@@ -398,25 +418,18 @@ fn attention(cfg: &ModelConfig, segments: &[Segment], q: &[f32], k: &[f32], v: &
             let mut p = vec![0.0f32; m * s.len];
             for h in 0..cfg.n_head {
                 let kh = h / group;
-                let qa = Rows {
-                    data: Elems::F32(&q[(s.start + r0) * qd + h * hd..]),
+                let qa = Strided {
+                    data: &q[(s.start + r0) * qd + h * hd..],
                     rows: m,
                     cols: hd,
-                    stride: qd,
+                    row_stride: qd,
+                    col_stride: 1,
                 };
-                let kb = Rows {
-                    data: Elems::F32(&k[s.start * kvd + kh * hd..]),
-                    rows: s.len,
-                    cols: hd,
-                    stride: kvd,
-                };
-                kern.dots(
-                    qa,
-                    kb,
-                    RowsMut { data: &mut p, rows: m, cols: s.len, stride: s.len },
-                    cfg.attn_scale,
-                );
+                let kb =
+                    Rows { data: Elems::F32(&kt[kh * hd * s.len..]), rows: hd, cols: s.len, stride: s.len };
+                kern.gemm(qa, kb, RowsMut { data: &mut p, rows: m, cols: s.len, stride: s.len }, Beta::Zero);
                 for (i, row) in p.chunks_exact_mut(s.len).enumerate() {
+                    row.iter_mut().for_each(|x| *x *= cfg.attn_scale);
                     if let Some(sl) = &slopes {
                         let qi = (r0 + i) as f32;
                         row.iter_mut().enumerate().for_each(|(j, x)| *x -= sl[h] * (qi - j as f32).abs());
