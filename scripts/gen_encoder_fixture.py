@@ -18,7 +18,8 @@ For every model the texts are tokenized by the GGUF's own tokenizer in llama.cpp
 checked equal to the HF tokenizer's ids), and expected.json records per text the token ids and
 the mean- and CLS-pooled embeddings (not normalised).
 
-Output: crates/ferrolm/tests/fixtures/encoders/<name>/{model.gguf,expected.json}.
+Output: crates/ferrolm/tests/fixtures/encoders/<name>/{model.gguf,expected.json}, and bert/hf/
+(the Hugging Face folder the bert GGUF was converted from).
 
 Usage: /tmp/tvenv/bin/python scripts/gen_encoder_fixture.py [--llamacpp DIR]
 (DIR: a llama.cpp source tree with convert_hf_to_gguf.py, conversion/ and gguf-py/; default
@@ -252,7 +253,9 @@ def main() -> None:
             recs = [{"text": t, "tokens": m["tokens"], "llamacpp_tokens": m["tokens"], "llamacpp_mean": m["mean"],
                      "llamacpp_cls": c["cls"]} for t, m, c in zip(TEXTS, mean, cls)]
             write_expected(d, arch, "llama.cpp only (transformers has no built-in class)", recs)
-        shutil.rmtree(work / "bert-tiny", ignore_errors=True)
+        # The folder itself, for loading a Hugging Face folder directly (~350 KB).
+        shutil.rmtree(bert_dir / "hf", ignore_errors=True)
+        shutil.copytree(hf, bert_dir / "hf")
 
 
 def write_expected(d: Path, arch: str, source: str, records: list[dict[str, Any]]) -> None:

@@ -41,6 +41,9 @@ impl std::fmt::Debug for HfModel {
 
 /// The GGUF name of a Hugging Face tensor name, or `None` for tensors inference does not use.
 fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
+    if arch == Arch::Bert {
+        return bert_name(hf);
+    }
     let hf = hf
         .strip_prefix("model.language_model.")
         .map(|r| format!("model.{r}"))
@@ -88,6 +91,37 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
 /// projections (`mlp.experts.3.gate_proj` → `ffn_gate.3`, Mixtral's `w1`/`w3`/`w2` too),
 /// Granite MoE's 3-D fused experts and the shared experts (Qwen 2 MoE's; Granite's, whose fused
 /// `[2 * ff, n_embd]` gate-up matrix the loader splits like Phi-3's).
+/// The GGUF name of a `BertModel` tensor (the pooler and the masked-LM head are not used).
+fn bert_name(hf: &str) -> Option<String> {
+    let hf = hf.strip_prefix("bert.").unwrap_or(hf);
+    let fixed = match hf {
+        "embeddings.word_embeddings.weight" => Some("token_embd.weight"),
+        "embeddings.position_embeddings.weight" => Some("position_embd.weight"),
+        "embeddings.token_type_embeddings.weight" => Some("token_types.weight"),
+        "embeddings.LayerNorm.weight" => Some("token_embd_norm.weight"),
+        "embeddings.LayerNorm.bias" => Some("token_embd_norm.bias"),
+        _ => None,
+    };
+    if let Some(f) = fixed {
+        return Some(f.to_string());
+    }
+    let (layer, name) = hf.strip_prefix("encoder.layer.")?.split_once('.')?;
+    let layer: usize = layer.parse().ok()?;
+    let (stem, suffix) = name.rsplit_once('.')?;
+    let g = match stem {
+        "attention.self.query" => "attn_q",
+        "attention.self.key" => "attn_k",
+        "attention.self.value" => "attn_v",
+        "attention.output.dense" => "attn_output",
+        "attention.output.LayerNorm" => "attn_output_norm",
+        "intermediate.dense" => "ffn_up",
+        "output.dense" => "ffn_down",
+        "output.LayerNorm" => "layer_output_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
 fn expert_name(stem: &str) -> Option<String> {
     let fixed = match stem {
         "mlp.gate" | "block_sparse_moe.gate" => Some("ffn_gate_inp"),
@@ -137,6 +171,9 @@ impl HfModel {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let (mut kv, layout) = config::translate(&json, &name)?;
 
+        if let Some(code) = config::sentence_transformers_pooling(dir) {
+            kv.push((format!("{}.pooling_type", layout.arch.name()), MetaValue::U32(code)));
+        }
         let tokenizer = Tokenizer::from_hf_dir(dir)?;
         if let Some(t) = tokenizer.chat_template() {
             kv.push(("tokenizer.chat_template".into(), MetaValue::String(t.to_string())));

@@ -195,6 +195,81 @@ fn llama3_factors(rope: &Map<String, Value>, base: f64, head_dim: usize) -> Vec<
         .collect()
 }
 
+/// A BERT encoder's `config.json` (`BertModel`, as sentence-transformers folders hold it), with
+/// the keys llama.cpp's converter writes. llama.cpp computes every BERT's GELU with the tanh
+/// approximation, and so does ferrolm, also for `hidden_act: "gelu"` (erf): the two differ by
+/// less than 1e-3 per activation.
+fn translate_bert(c: &Cfg<'_>, name: &str) -> Result<(Vec<(String, MetaValue)>, HfLayout)> {
+    let arch = Arch::Bert;
+    let act = c.get("hidden_act").and_then(Value::as_str).unwrap_or("gelu");
+    if !matches!(act, "gelu" | "gelu_new" | "gelu_pytorch_tanh") {
+        return Err(Error::Config(format!("config.json: BERT with hidden_act '{act}' is not supported")));
+    }
+    let pos = c.get("position_embedding_type").and_then(Value::as_str).unwrap_or("absolute");
+    if pos != "absolute" {
+        return Err(Error::Config(format!(
+            "config.json: BERT with {pos} position embeddings is not supported"
+        )));
+    }
+    let n_embd = c.usize("hidden_size")?;
+    let n_layer = c.usize("num_hidden_layers")?;
+    let n_head = c.usize("num_attention_heads")?;
+    if n_head == 0 || n_embd % n_head != 0 {
+        return Err(Error::Config(format!(
+            "config.json: hidden_size {n_embd} is not a multiple of num_attention_heads {n_head}"
+        )));
+    }
+    let u32v = |key: &str| -> Result<MetaValue> {
+        u32::try_from(c.usize(key)?)
+            .map(MetaValue::U32)
+            .map_err(|_| Error::Config(format!("config.json: '{key}' is too large")))
+    };
+    let a = arch.name();
+    let mut kv: Vec<(String, MetaValue)> = vec![
+        ("general.architecture".into(), MetaValue::String(a.into())),
+        ("general.name".into(), MetaValue::String(name.into())),
+    ];
+    for (key, src) in [
+        ("context_length", "max_position_embeddings"),
+        ("embedding_length", "hidden_size"),
+        ("block_count", "num_hidden_layers"),
+        ("feed_forward_length", "intermediate_size"),
+        ("attention.head_count", "num_attention_heads"),
+        ("vocab_size", "vocab_size"),
+    ] {
+        kv.push((format!("{a}.{key}"), u32v(src)?));
+    }
+    let eps = c.opt_f64("layer_norm_eps")?.unwrap_or(1e-12);
+    kv.push((format!("{a}.attention.layer_norm_epsilon"), MetaValue::F32(eps as f32)));
+    kv.push((format!("{a}.attention.causal"), MetaValue::Bool(false)));
+    let types = c.opt_usize("type_vocab_size")?.unwrap_or(2);
+    kv.push((format!("{a}.token_type_count"), MetaValue::U32(types.min(u32::MAX as usize) as u32)));
+    let head_dim = n_embd / n_head;
+    let layout = HfLayout {
+        arch,
+        n_layer,
+        n_head,
+        n_head_kv: n_head,
+        head_dim,
+        tied: true,
+        rope_freqs: None,
+        longrope: None,
+    };
+    Ok((kv, layout))
+}
+
+/// The `{arch}.pooling_type` code a sentence-transformers folder asks for in
+/// `1_Pooling/config.json` (mean 1, CLS 2, last token 3), if it has one of these.
+pub fn sentence_transformers_pooling(dir: &std::path::Path) -> Option<u32> {
+    let text = std::fs::read_to_string(dir.join("1_Pooling").join("config.json")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    let on = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
+    [("pooling_mode_mean_tokens", 1), ("pooling_mode_cls_token", 2), ("pooling_mode_lasttoken", 3)]
+        .into_iter()
+        .find(|(k, _)| on(k))
+        .map(|(_, code)| code)
+}
+
 /// Translates a parsed `config.json` into GGUF metadata entries and the tensor layout.
 pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, HfLayout)> {
     let map = json.as_object().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
@@ -204,6 +279,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         .and_then(Value::as_str)
         .ok_or_else(|| Error::Config("config.json: missing 'model_type'".into()))?;
     let arch = match model_type {
+        "bert" => return translate_bert(&c, name),
         "llama" | "mistral" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
@@ -373,8 +449,8 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     match arch {
         Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {
             return Err(Error::Config(format!(
-                "config.json: {model_type} folders are not read directly; convert the folder to GGUF \
-                 with llama.cpp's convert_hf_to_gguf.py"
+                "config.json: {model_type} folders are not read directly (BERT is, as model_type 'bert'); \
+                 convert the folder to GGUF with llama.cpp's convert_hf_to_gguf.py"
             )));
         }
         Arch::SmolLM3 => smollm3_rope_layers(&c, n_layer)?,
