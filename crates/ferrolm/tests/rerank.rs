@@ -35,14 +35,21 @@ fn dir() -> PathBuf {
 
 #[test]
 fn qwen3_reranker_scores_match_transformers() {
+    check_scores(&dir().join("model.gguf"));
+}
+
+/// The Hugging Face folder the GGUF was converted from is recognised as a reranker (its README's
+/// `# Qwen3-Reranker` heading, as llama.cpp's converter looks for) and scores the same.
+#[test]
+fn a_qwen3_reranker_folder_scores_like_its_gguf() {
+    check_scores(&dir().join("hf"));
+}
+
+fn check_scores(path: &std::path::Path) {
     let exp: Expected =
         serde_json::from_str(&std::fs::read_to_string(dir().join("expected.json")).unwrap()).unwrap();
-    let model = Model::load_with(
-        dir().join("model.gguf"),
-        &LoadOptions { exact_f32: true, ..LoadOptions::default() },
-    )
-    .unwrap();
-    assert!(model.is_reranker());
+    let model = Model::load_with(path, &LoadOptions { exact_f32: true, ..LoadOptions::default() }).unwrap();
+    assert!(model.is_reranker(), "{}", path.display());
     for q in &exp.queries {
         let docs: Vec<&str> = q.documents.iter().map(|d| d.document.as_str()).collect();
         for d in &q.documents {

@@ -12,7 +12,7 @@ pub mod config;
 
 use std::path::Path;
 
-use crate::format::gguf::{GgufFile, MetaValue};
+use crate::format::gguf::{GgufFile, MetaArray, MetaValue};
 use crate::format::gguf_write::GgufWriter;
 use crate::format::safetensors::SafetensorsSet;
 use crate::model::config::Arch;
@@ -91,6 +91,61 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
 /// projections (`mlp.experts.3.gate_proj` → `ffn_gate.3`, Mixtral's `w1`/`w3`/`w2` too),
 /// Granite MoE's 3-D fused experts and the shared experts (Qwen 2 MoE's; Granite's, whose fused
 /// `[2 * ff, n_embd]` gate-up matrix the loader splits like Phi-3's).
+/// The prompt template llama.cpp's converter gives Qwen 3 rerankers
+/// (`tokenizer.chat_template.rerank`).
+const QWEN3_RERANK_TEMPLATE: &str = "<|im_start|>system\nJudge whether the Document meets the \
+requirements based on the Query and the Instruct provided. Note that the answer can only be \"yes\" \
+or \"no\".<|im_end|>\n<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant \
+passages that answer the query\n<Query>: {query}\n<Document>: {document}<|im_end|>\n\
+<|im_start|>assistant\n<think>\n\n</think>\n\n";
+
+/// Whether a Qwen 3 folder is a reranker, by llama.cpp's converter's rule: a README heading
+/// `# Qwen3-Reranker`, "qwen3-reranker" in the folder's name or `_name_or_path`, or a
+/// sequence-classification architecture.
+fn is_qwen3_reranker(dir: &Path, json: &serde_json::Value) -> bool {
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_default().to_lowercase();
+    if readme.contains("# qwen3-reranker") {
+        return true;
+    }
+    let name = dir.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let hint = json["_name_or_path"].as_str().unwrap_or_default().to_lowercase();
+    let arch = json["architectures"][0].as_str().unwrap_or_default().to_lowercase();
+    name.contains("qwen3-reranker")
+        || hint.contains("qwen3-reranker")
+        || arch.contains("sequenceclassification")
+}
+
+/// Makes a Qwen 3 reranker folder what llama.cpp's converter makes of it: rank pooling, the labels
+/// "yes" and "no", the rerank template, and a classifier head `cls.output` of the LM head's
+/// "yes" and "no" rows.
+fn qwen3_reranker(
+    kv: &mut Vec<(String, MetaValue)>,
+    tensors: &mut TensorMap,
+    tokenizer: &Tokenizer,
+    layout: &HfLayout,
+) -> Result<()> {
+    let head_name = if layout.tied { "token_embd.weight" } else { "output.weight" };
+    let head = tensors.get(head_name).ok_or_else(|| Error::MissingTensor(head_name.into()))?.clone();
+    let d = head.dims.first().copied().unwrap_or(0);
+    let row_bytes = (d as usize) * head.ty.type_size() / head.ty.block_size();
+    let mut rows = Vec::with_capacity(2 * d as usize);
+    for label in ["yes", "no"] {
+        let id = tokenizer.token_id(label).ok_or_else(|| {
+            Error::Config(format!("a Qwen3 reranker folder whose vocabulary has no '{label}' token"))
+        })? as usize;
+        let start = head.range.start + id * row_bytes;
+        let row = TensorRef { range: start..start + row_bytes, dims: vec![d], ..head.clone() };
+        rows.extend(row.to_f32(head_name)?);
+    }
+    tensors.insert("cls.output.weight", TensorRef::from_f32(vec![d, 2], &rows));
+    let a = layout.arch.name();
+    kv.push((format!("{a}.pooling_type"), MetaValue::U32(4)));
+    let labels = MetaArray::String(vec!["yes".into(), "no".into()]);
+    kv.push((format!("{a}.classifier.output_labels"), MetaValue::Array(labels)));
+    kv.push(("tokenizer.chat_template.rerank".into(), MetaValue::String(QWEN3_RERANK_TEMPLATE.into())));
+    Ok(())
+}
+
 /// The GGUF name of a `BertModel` tensor (the pooler and the masked-LM head are not used).
 fn bert_name(hf: &str) -> Option<String> {
     let hf = hf.strip_prefix("bert.").unwrap_or(hf);
@@ -178,7 +233,10 @@ impl HfModel {
         if let Some(t) = tokenizer.chat_template() {
             kv.push(("tokenizer.chat_template".into(), MetaValue::String(t.to_string())));
         }
-        let tensors = Self::map_tensors(dir, &layout)?;
+        let mut tensors = Self::map_tensors(dir, &layout)?;
+        if layout.arch == Arch::Qwen3 && is_qwen3_reranker(dir, &json) {
+            qwen3_reranker(&mut kv, &mut tensors, &tokenizer, &layout)?;
+        }
         let mut w = GgufWriter::new();
         for (k, v) in kv {
             w.add(k, v).map_err(|e| Error::Config(format!("config.json: {e}")))?;
