@@ -143,6 +143,9 @@ fn detect_kind(raw: &Value) -> Option<TokenizerKind> {
     let mut norm = Vec::new();
     flatten(&raw["normalizer"], "normalizers", &mut norm);
     let has = |nodes: &[&Value], t: &str| nodes.iter().any(|n| n["type"] == t);
+    if raw["model"]["type"] == "WordPiece" {
+        return Some(TokenizerKind::Wpm);
+    }
     if has(&nodes, "ByteLevel") {
         return Some(TokenizerKind::Bpe);
     }
@@ -308,7 +311,7 @@ impl Tokenizer {
 
         let kind = detect_kind(&raw).ok_or_else(|| {
             TokenizerError::Unsupported(format!(
-                "{}: decoder {} is neither byte-level nor SentencePiece-style",
+                "{}: decoder {} is neither byte-level nor SentencePiece-style, nor a WordPiece model",
                 json_path.display(),
                 raw["decoder"]["type"]
             ))
@@ -347,6 +350,8 @@ impl Tokenizer {
             unk: named("unk_token")
                 .or_else(|| raw["model"]["unk_token"].as_str().and_then(|t| vocab.id_of(t))),
             pad: named("pad_token").or_else(|| ids("pad_token_id").first().copied()),
+            sep: named("sep_token"),
+            mask: named("mask_token"),
             ..SpecialIds::default()
         };
 
@@ -359,6 +364,8 @@ impl Tokenizer {
             flag("add_bos_token").unwrap_or(special.bos.is_some() && prefix.first() == special.bos.as_ref());
         let add_eos =
             flag("add_eos_token").unwrap_or(special.eos.is_some() && suffix.last() == special.eos.as_ref());
+        // BERT's post-processor closes a text with [SEP] (not an EOS).
+        let add_sep = !add_eos && special.sep.is_some() && suffix.last() == special.sep.as_ref();
         if add_bos && special.bos.is_none() {
             return Err(config_err(
                 &tok_config_path,
@@ -384,6 +391,7 @@ impl Tokenizer {
             special_tokens: Vec::new(),
             add_bos,
             add_eos,
+            add_sep,
             add_space_prefix: false,
             remove_extra_whitespaces: false,
             pre_name: None,

@@ -54,6 +54,7 @@ mod stream;
 mod tests;
 mod unicode;
 mod vocab;
+mod wpm;
 
 use std::collections::BTreeSet;
 
@@ -114,6 +115,10 @@ pub enum TokenizerKind {
     Spm,
     /// Byte-level BPE (`tokenizer.ggml.model = "gpt2"`).
     Bpe,
+    /// WordPiece (`tokenizer.ggml.model = "bert"`): BERT's normalisation and greedy longest
+    /// pieces, word-initial pieces stored as `▁piece` (a Hugging Face `tokenizer.json`: `##`
+    /// marks continuations instead).
+    Wpm,
 }
 
 /// Where a tokenizer comes from and what runs it.
@@ -168,6 +173,11 @@ enum Algorithm {
         merges: bpe::MergeRanks,
         ignore_merges: bool,
     },
+    /// WordPiece, with BERT's normalisation switches and the longest token's length in bytes.
+    Wpm {
+        norm: wpm::Normalizer,
+        max_len: usize,
+    },
     /// A Hugging Face tokenizer; the vocabulary table mirrors its tokens for the shared accessors.
     Hf(Box<hf::HfAlgorithm>),
 }
@@ -184,6 +194,8 @@ pub struct Tokenizer {
     special_tokens: Vec<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// Append the separator after the text (WordPiece: `[CLS] text [SEP]`).
+    add_sep: bool,
     add_space_prefix: bool,
     remove_extra_whitespaces: bool,
     pre_name: Option<String>,
@@ -225,14 +237,14 @@ impl Tokenizer {
     pub fn backend(&self) -> TokenizerBackend {
         match &self.algorithm {
             Algorithm::Hf(_) => TokenizerBackend::HuggingFace,
-            Algorithm::Spm | Algorithm::Bpe { .. } => TokenizerBackend::Gguf,
+            Algorithm::Spm | Algorithm::Bpe { .. } | Algorithm::Wpm { .. } => TokenizerBackend::Gguf,
         }
     }
 
     /// The BPE pre-tokenizer (`None` for SentencePiece and Hugging Face vocabularies).
     pub fn pre_type(&self) -> Option<PreType> {
         match &self.algorithm {
-            Algorithm::Spm | Algorithm::Hf(_) => None,
+            Algorithm::Spm | Algorithm::Wpm { .. } | Algorithm::Hf(_) => None,
             Algorithm::Bpe { pre, .. } => Some(*pre),
         }
     }
@@ -250,10 +262,10 @@ impl Tokenizer {
         self.vocab.len()
     }
 
-    /// Number of BPE merges (0 for SentencePiece vocabularies).
+    /// Number of BPE merges (0 for SentencePiece and WordPiece vocabularies).
     pub fn n_merges(&self) -> usize {
         match &self.algorithm {
-            Algorithm::Spm => 0,
+            Algorithm::Spm | Algorithm::Wpm { .. } => 0,
             Algorithm::Bpe { merges, .. } => merges.len(),
             Algorithm::Hf(h) => h.n_merges(),
         }
@@ -392,7 +404,9 @@ impl Tokenizer {
     ) -> Result<Vec<u32>, TokenizerError> {
         let frags = match &self.algorithm {
             Algorithm::Hf(_) => Vec::new(),
-            Algorithm::Spm | Algorithm::Bpe { .. } => self.partition(text, parse_special),
+            Algorithm::Spm | Algorithm::Bpe { .. } | Algorithm::Wpm { .. } => {
+                self.partition(text, parse_special)
+            }
         };
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_special && self.add_bos {
@@ -423,6 +437,19 @@ impl Tokenizer {
                     }
                 }
             }
+            Algorithm::Wpm { norm, max_len } => {
+                let unk = self.special.unk.ok_or_else(|| {
+                    TokenizerError::InvalidVocab("a WordPiece vocabulary needs an unknown token".into())
+                })?;
+                for f in &frags {
+                    match *f {
+                        Fragment::Text(s, e) => {
+                            wpm::encode(&self.vocab, *norm, *max_len, unk, &text[s..e], &mut out)
+                        }
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
             Algorithm::Bpe { pretok, merges, ignore_merges, .. } => {
                 let table = byte_chars();
                 let mut encoded = String::new();
@@ -445,6 +472,9 @@ impl Tokenizer {
         if add_special && self.add_eos {
             out.extend(self.special.eos);
         }
+        if add_special && self.add_sep {
+            out.extend(self.special.sep);
+        }
         Ok(out)
     }
 
@@ -464,6 +494,15 @@ impl Tokenizer {
             return match self.kind {
                 TokenizerKind::Spm => text.replace('▁', " ").into_bytes(),
                 TokenizerKind::Bpe => decode_gpt2_text(text),
+                // A Hugging Face WordPiece vocabulary marks continuations with `##`; a GGUF one
+                // marks word starts with `▁`.
+                TokenizerKind::Wpm if matches!(self.algorithm, Algorithm::Hf(_)) => {
+                    match text.strip_prefix("##") {
+                        Some(rest) => rest.as_bytes().to_vec(),
+                        None => format!(" {text}").into_bytes(),
+                    }
+                }
+                TokenizerKind::Wpm => text.replace('▁', " ").into_bytes(),
             };
         }
         if a & attr::BYTE != 0 {

@@ -8,6 +8,7 @@ use ferrolm_format::gguf::{GgufFile, MetaArray};
 use super::bpe::MergeRanks;
 use super::pretok::{PreTokenizer, PreType};
 use super::vocab::{TokenType, Vocab, attr};
+use super::wpm;
 use super::{Algorithm, SpecialIds, Tokenizer, TokenizerError, TokenizerKind};
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -167,9 +168,10 @@ impl Tokenizer {
         let kind = match model.as_str() {
             "llama" => TokenizerKind::Spm,
             "gpt2" => TokenizerKind::Bpe,
+            "bert" => TokenizerKind::Wpm,
             other => {
                 return Err(TokenizerError::Unsupported(format!(
-                    "tokenizer model '{other}' (ferrolm implements 'llama' and 'gpt2')"
+                    "tokenizer model '{other}' (ferrolm implements 'llama', 'gpt2' and 'bert')"
                 )));
             }
         };
@@ -183,7 +185,25 @@ impl Tokenizer {
         // Defaults by model type, then the pre-tokenizer's, then the file's keys.
         let mut special = SpecialIds::default();
         let (mut add_bos, mut add_eos, mut add_space_prefix);
+        let mut add_sep = false;
         let algorithm = match kind {
+            TokenizerKind::Wpm => {
+                // llama.cpp's defaults for BERT vocabularies ([CLS] 101, [UNK] 100, [SEP] 102…).
+                special.bos = Some(101);
+                special.unk = Some(100);
+                special.sep = Some(102);
+                special.pad = Some(0);
+                special.mask = Some(103);
+                (add_bos, add_eos, add_space_prefix, add_sep) = (true, false, false, true);
+                let lowercase =
+                    gguf.opt_bool("tokenizer.ggml.normalizer.lowercase").map_err(meta_err)?.unwrap_or(true);
+                let strip_accents = gguf
+                    .opt_bool("tokenizer.ggml.normalizer.strip_accents")
+                    .map_err(meta_err)?
+                    .unwrap_or(lowercase);
+                let max_len = vocab.texts.iter().map(String::len).max().unwrap_or(0);
+                Algorithm::Wpm { norm: wpm::Normalizer { lowercase, strip_accents }, max_len }
+            }
             TokenizerKind::Spm => {
                 special.bos = Some(1);
                 special.eos = Some(2);
@@ -224,7 +244,14 @@ impl Tokenizer {
             gguf.opt_bool("tokenizer.ggml.remove_extra_whitespaces").map_err(meta_err)?.unwrap_or(false);
 
         // Default ids that fall outside the vocabulary are dropped (llama.cpp does the same).
-        for id in [&mut special.bos, &mut special.eos, &mut special.unk] {
+        for id in [
+            &mut special.bos,
+            &mut special.eos,
+            &mut special.unk,
+            &mut special.sep,
+            &mut special.pad,
+            &mut special.mask,
+        ] {
             if id.is_some_and(|i| i as usize >= n) {
                 *id = None;
             }
@@ -260,6 +287,9 @@ impl Tokenizer {
         if let Some(v) = gguf.opt_bool("tokenizer.ggml.add_eos_token").map_err(meta_err)? {
             add_eos = v;
         }
+        if let Some(v) = gguf.opt_bool("tokenizer.ggml.add_sep_token").map_err(meta_err)? {
+            add_sep = v;
+        }
         if add_bos && special.bos.is_none() {
             return Err(TokenizerError::InvalidVocab(
                 "add_bos_token is true but there is no BOS token".into(),
@@ -294,6 +324,7 @@ impl Tokenizer {
             special_tokens,
             add_bos,
             add_eos,
+            add_sep,
             add_space_prefix,
             remove_extra_whitespaces,
             pre_name,

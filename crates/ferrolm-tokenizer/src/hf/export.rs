@@ -99,6 +99,9 @@ impl HfVocabExport {
         let json = hf.to_string(false).map_err(|e| TokenizerError::Hf(e.to_string()))?;
         let raw: Value = serde_json::from_str(&json)
             .map_err(|e| TokenizerError::Config { path: path.clone(), reason: e.to_string() })?;
+        if tok.kind == TokenizerKind::Wpm {
+            return Ok(Self::wordpiece(tok));
+        }
         if raw["model"]["type"] != "BPE" {
             return Err(TokenizerError::Unsupported(format!(
                 "GGUF export of a {} model (only BPE is exported)",
@@ -126,7 +129,7 @@ impl HfVocabExport {
         }
         let (model, pre) = match tok.kind {
             TokenizerKind::Bpe => ("gpt2", guess_pre(&raw)),
-            TokenizerKind::Spm => ("llama", None),
+            TokenizerKind::Spm | TokenizerKind::Wpm => ("llama", None),
         };
         Ok(HfVocabExport {
             model,
@@ -137,6 +140,31 @@ impl HfVocabExport {
             merges,
             add_space_prefix: tok.kind == TokenizerKind::Spm && detects_space_prefix(&raw),
         })
+    }
+
+    /// A WordPiece vocabulary the way llama.cpp's converter writes it (`"bert"`): word-initial
+    /// pieces get a `▁` ("phantom space"), `##` continuations lose their `##`, control and unknown
+    /// tokens stay as they are.
+    fn wordpiece(tok: &Tokenizer) -> HfVocabExport {
+        let vocab = &tok.vocab;
+        let tokens = vocab
+            .texts
+            .iter()
+            .zip(&vocab.types)
+            .map(|(t, ty)| match ty {
+                TokenType::Normal => t.strip_prefix("##").map_or_else(|| format!("▁{t}"), str::to_string),
+                _ => t.clone(),
+            })
+            .collect();
+        HfVocabExport {
+            model: "bert",
+            pre: None,
+            tokens,
+            token_types: vocab.types.iter().map(|&ty| gguf_type(ty)).collect(),
+            scores: vec![0.0; vocab.len()],
+            merges: Vec::new(),
+            add_space_prefix: false,
+        }
     }
 
     /// Appends unused `[PAD<id>]` tokens up to `n` entries (a model's embedding often has more rows
