@@ -18,8 +18,12 @@ For every model the texts are tokenized by the GGUF's own tokenizer in llama.cpp
 checked equal to the HF tokenizer's ids), and expected.json records per text the token ids and
 the mean- and CLS-pooled embeddings (not normalised).
 
-Output: crates/ferrolm/tests/fixtures/encoders/<name>/{model.gguf,expected.json}, and bert/hf/
-(the Hugging Face folder the bert GGUF was converted from).
+- `qwen3-last`: a decoder's last-token pooling (Qwen3-Embedding's) on the conformance suite's tiny
+  Qwen 3 (its GGUF and folder are not copied): transformers' final-norm hidden state of the last
+  token, and llama.cpp's.
+
+Output: crates/ferrolm/tests/fixtures/encoders/<name>/{model.gguf,expected.json}, bert/hf/
+(the Hugging Face folder the bert GGUF was converted from) and qwen3-last/expected.json.
 
 Usage: /tmp/tvenv/bin/python scripts/gen_encoder_fixture.py [--llamacpp DIR]
 (DIR: a llama.cpp source tree with convert_hf_to_gguf.py, conversion/ and gguf-py/; default
@@ -253,15 +257,44 @@ def main() -> None:
             recs = [{"text": t, "tokens": m["tokens"], "llamacpp_tokens": m["tokens"], "llamacpp_mean": m["mean"],
                      "llamacpp_cls": c["cls"]} for t, m, c in zip(TEXTS, mean, cls)]
             write_expected(d, arch, "llama.cpp only (transformers has no built-in class)", recs)
+        qwen3_last_token()
         # The folder itself, for loading a Hugging Face folder directly (~350 KB).
         shutil.rmtree(bert_dir / "hf", ignore_errors=True)
         shutil.copytree(hf, bert_dir / "hf")
 
 
+def qwen3_last_token() -> None:
+    """Last-token pooling of a decoder (Qwen3-Embedding's pooling) on the conformance suite's tiny
+    Qwen 3: transformers' final-norm hidden state of each text's last token (the text tokenized
+    as the model adds special tokens), and llama.cpp's on the suite's GGUF of the same weights."""
+    import llama_cpp
+    from transformers import AutoModel, AutoTokenizer
+
+    hf = ROOT / "crates" / "ferrolm" / "tests" / "fixtures" / "conformance" / "qwen3" / "hf"
+    tok = AutoTokenizer.from_pretrained(hf)
+    model = AutoModel.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager").eval()
+    llm = llama_cpp.Llama(model_path=str(hf.parent / "model.gguf"), embedding=True,
+                          pooling_type=llama_cpp.LLAMA_POOLING_TYPE_LAST, n_ctx=128, n_batch=128,
+                          n_ubatch=128, n_threads=1, n_threads_batch=1, verbose=False)
+    records = []
+    for text in TEXTS:
+        ids = tok(text)["input_ids"]
+        with torch.no_grad():
+            h = model(torch.tensor([ids])).last_hidden_state[0, -1].double().numpy()
+        toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
+        records.append({"text": text, "tokens": ids, "last": h.tolist(), "llamacpp_tokens": toks,
+                        "llamacpp_last": [float(x) for x in llm.embed(text, normalize=False)]})
+    del llm
+    d = OUT / "qwen3-last"
+    d.mkdir(exist_ok=True)
+    write_expected(d, "qwen3", "transformers Qwen3Model (float32, eager) and llama.cpp, last-token pooling",
+                   records)
+
+
 def write_expected(d: Path, arch: str, source: str, records: list[dict[str, Any]]) -> None:
     rnd = lambda v: [float(f"{x:.7g}") for x in v]  # noqa: E731
     for r in records:
-        for k in ("mean", "cls", "llamacpp_mean", "llamacpp_cls"):
+        for k in ("mean", "cls", "last", "llamacpp_mean", "llamacpp_cls", "llamacpp_last"):
             if k in r:
                 r[k] = rnd(r[k])
     obj = {"arch": arch, "reference": source, "texts": records}

@@ -197,3 +197,42 @@ fn all_minilm_l6_v2_matches_sentence_transformers_from_its_folder_and_as_gguf() 
         }
     }
 }
+
+#[derive(Deserialize)]
+struct LastExpected {
+    texts: Vec<LastText>,
+}
+
+#[derive(Deserialize)]
+struct LastText {
+    text: String,
+    tokens: Vec<u32>,
+    last: Vec<f32>,
+    llamacpp_last: Vec<f32>,
+}
+
+/// Qwen3-Embedding's pooling: a decoder's final-norm hidden state of the last token, on the
+/// conformance suite's tiny Qwen 3 (bf16 weights). Embeddings run with an f32 cache, so both
+/// numerics are transformers' within 1e-4; llama.cpp (activations rounded to bf16 for these
+/// weights) is up to 0.085 from transformers on values of about 10.
+#[test]
+fn last_token_pooling_of_a_decoder_matches_transformers_and_llama_cpp() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let exp: LastExpected = serde_json::from_str(
+        &std::fs::read_to_string(root.join("encoders/qwen3-last/expected.json")).unwrap(),
+    )
+    .unwrap();
+    let path = root.join("conformance/qwen3/model.gguf");
+    let texts: Vec<&str> = exp.texts.iter().map(|t| t.text.as_str()).collect();
+    for exact in [true, false] {
+        let model = load(&path, exact);
+        let got = model.embed(&texts, Pooling::Last, false).unwrap();
+        for (t, g) in exp.texts.iter().zip(&got) {
+            assert_eq!(model.tokenizer().encode(&t.text, true, false).unwrap(), t.tokens);
+            let d = max_diff(g, &t.last);
+            assert!(d <= 1e-4, "{:?} (exact {exact}): vs transformers {d:e}", t.text);
+            let d = max_diff(g, &t.llamacpp_last);
+            assert!(d <= 0.2, "{:?} (exact {exact}): vs llama.cpp {d:e}", t.text);
+        }
+    }
+}

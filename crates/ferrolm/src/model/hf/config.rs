@@ -258,16 +258,33 @@ fn translate_bert(c: &Cfg<'_>, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     Ok((kv, layout))
 }
 
-/// The `{arch}.pooling_type` code a sentence-transformers folder asks for in
-/// `1_Pooling/config.json` (mean 1, CLS 2, last token 3), if it has one of these.
+/// The `{arch}.pooling_type` code a sentence-transformers folder asks for (mean 1, CLS 2, last
+/// token 3), read as llama.cpp's converter reads it: the Pooling module named in `modules.json`
+/// (default `1_Pooling`), its `pooling_mode_*_token(s)` flags or its `pooling_mode` name.
 pub fn sentence_transformers_pooling(dir: &std::path::Path) -> Option<u32> {
-    let text = std::fs::read_to_string(dir.join("1_Pooling").join("config.json")).ok()?;
-    let v: Value = serde_json::from_str(&text).ok()?;
+    let read = |p: std::path::PathBuf| -> Option<Value> {
+        serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
+    };
+    let module = read(dir.join("modules.json"))
+        .and_then(|m| {
+            m.as_array()?.iter().find_map(|m| {
+                m["type"].as_str()?.ends_with("Pooling").then(|| m["path"].as_str().map(str::to_string))?
+            })
+        })
+        .unwrap_or_else(|| "1_Pooling".into());
+    let v = read(dir.join(module).join("config.json"))?;
     let on = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
-    [("pooling_mode_mean_tokens", 1), ("pooling_mode_cls_token", 2), ("pooling_mode_lasttoken", 3)]
-        .into_iter()
-        .find(|(k, _)| on(k))
-        .map(|(_, code)| code)
+    let by_flag =
+        [("pooling_mode_mean_tokens", 1), ("pooling_mode_cls_token", 2), ("pooling_mode_lasttoken", 3)]
+            .into_iter()
+            .find(|(k, _)| on(k))
+            .map(|(_, code)| code);
+    by_flag.or_else(|| match v.get("pooling_mode").and_then(Value::as_str)? {
+        "mean" => Some(1),
+        "cls" => Some(2),
+        "lasttoken" => Some(3),
+        _ => None,
+    })
 }
 
 /// Translates a parsed `config.json` into GGUF metadata entries and the tensor layout.
