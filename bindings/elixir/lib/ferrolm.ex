@@ -12,8 +12,8 @@ defmodule Ferrolm do
 
   Generation options: `max_tokens:` (default 256), `temp:` (≤ 0: greedy), `top_k:`, `top_p:`,
   `min_p:`, `typical_p:`, `seed:`, `penalty_repeat:`, `penalty_freq:`, `penalty_present:`,
-  `penalty_last_n:`, `stop:` (strings), `ignore_eos:`, and one constraint: `grammar:` (a Lark
-  grammar, see `Ferrolm.Grammar`), `json_schema:` (a map or JSON string) or `regex:`. With a
+  `penalty_last_n:`, `stop:` (strings), `ignore_eos:`, and one constraint: `grammar:` (GBNF or Lark,
+  see `Ferrolm.Grammar`), `json_schema:` (a map or JSON string) or `regex:`. With a
   model (not a context), the context options of `Ferrolm.Context.create/2` apply too.
   """
 

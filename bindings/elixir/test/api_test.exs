@@ -108,7 +108,7 @@ defmodule Ferrolm.ApiTest do
     refute_in_delta Enum.reduce(raw, 0.0, &(&1 * &1 + &2)), 1.0, 1.0e-3
   end
 
-  test "constrained output: json_schema, Lark grammar, GBNF refused", %{smol: m} do
+  test "constrained output: json_schema, Lark and GBNF grammars", %{smol: m} do
     schema = %{type: "object", properties: %{name: %{type: "string"}}, required: ["name"], additionalProperties: false}
     {:ok, json} = Ferrolm.generate(m, "A person as JSON:", json_schema: schema, max_tokens: 40, temp: 0.0)
     assert json =~ ~r/^\{\s*"name"\s*:\s*".*"\s*\}$/s
@@ -117,8 +117,10 @@ defmodule Ferrolm.ApiTest do
     assert json2 =~ ~r/^\{\s*"name"\s*:\s*".*"\s*\}$/s
     {:ok, yes_no} = Ferrolm.generate(m, "Is water wet?", grammar: ~S(start: "yes" | "no"), temp: 0.0)
     assert yes_no in ["yes", "no"]
-    assert {:error, msg} = Ferrolm.generate(m, "x", grammar: ~S(root ::= "a"))
-    assert msg =~ "GBNF"
+    {:ok, gbnf} = Ferrolm.generate(m, "Is water wet?", grammar: ~s(root ::= ("yes" | "no") "."\n), temp: 0.0)
+    assert gbnf in ["yes.", "no."]
+    assert {:error, msg} = Ferrolm.generate(m, "x", grammar: ~S(root ::= "a))
+    assert msg =~ "GBNF: line 1"
   end
 
   test "bad input raises ArgumentError or returns a clear error", %{smol: m} do

@@ -10,19 +10,20 @@ use ferrolm::sampling::{SamplerParams, SamplerStep};
 use crate::errors::{Kind, new_err};
 
 /// Options of one generation: limits, stop strings, the sampler chain (llama.cpp's knobs and
-/// defaults) and an optional constraint (a JSON schema, any JSON object, a Lark grammar or a
-/// regular expression).
+/// defaults) and an optional constraint (a JSON schema, any JSON object, a Lark or GBNF grammar
+/// or a regular expression).
 #[pyclass(name = "GenParams", module = "ferrolm._ferrolm", frozen)]
 #[derive(Clone, Debug)]
 pub struct PyGenParams {
     pub(crate) params: GenerateParams,
 }
 
-/// At most one constraint of the four kinds.
+/// At most one constraint of the five kinds.
 fn constraint(
     json_schema: Option<String>,
     json_object: bool,
     lark: Option<String>,
+    gbnf: Option<String>,
     regex: Option<String>,
 ) -> PyResult<Option<ConstraintSpec>> {
     let mut specs = Vec::new();
@@ -35,9 +36,13 @@ fn constraint(
         specs.push(ConstraintSpec::JsonObject);
     }
     specs.extend(lark.map(ConstraintSpec::Lark));
+    specs.extend(gbnf.map(ConstraintSpec::Gbnf));
     specs.extend(regex.map(ConstraintSpec::Regex));
     if specs.len() > 1 {
-        return Err(new_err(Kind::Invalid, "give at most one of json_schema, json_object, lark and regex"));
+        return Err(new_err(
+            Kind::Invalid,
+            "give at most one of json_schema, json_object, lark, gbnf and regex",
+        ));
     }
     Ok(specs.pop())
 }
@@ -50,7 +55,7 @@ impl PyGenParams {
         *, max_tokens=None, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, typical_p=1.0,
         repeat_penalty=1.0, frequency_penalty=0.0, presence_penalty=0.0, penalty_last_n=64,
         mirostat_mode=0, mirostat_tau=5.0, mirostat_eta=0.1, logit_bias=None, seed=None,
-        stop=None, ignore_eos=false, json_schema=None, json_object=false, lark=None, regex=None,
+        stop=None, ignore_eos=false, json_schema=None, json_object=false, lark=None, gbnf=None, regex=None,
         samplers=None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -75,6 +80,7 @@ impl PyGenParams {
         json_schema: Option<String>,
         json_object: bool,
         lark: Option<String>,
+        gbnf: Option<String>,
         regex: Option<String>,
         samplers: Option<String>,
     ) -> PyResult<Self> {
@@ -109,7 +115,7 @@ impl PyGenParams {
         };
         sampler.validate().map_err(crate::errors::to_py)?;
         let stop = stop.unwrap_or_default().into_iter().filter(|s| !s.is_empty()).collect();
-        let constraint = constraint(json_schema, json_object, lark, regex)?;
+        let constraint = constraint(json_schema, json_object, lark, gbnf, regex)?;
         Ok(Self { params: GenerateParams { max_tokens, sampler, stop, ignore_eos, constraint } })
     }
 

@@ -89,8 +89,8 @@ def test_errors_are_python_exceptions(smollm2_path, tmp_path):
         llm.create_chat_completion([{"role": "user"}], max_tokens=4, response_format={"type": "json_object", "schema": {"type": "bogus"}})
     with pytest.raises(ValueError):
         llm.detokenize([10**9])
-    with pytest.raises(ValueError, match="GBNF"):
-        ferrolm.LlamaGrammar.from_string('root ::= "a"')
+    with pytest.raises(ValueError, match="GBNF: line 1, column 12"):
+        llm("Hi", max_tokens=2, grammar=ferrolm.LlamaGrammar.from_string('root ::= "a'))
     with pytest.raises(TypeError):
         ferrolm.Llama(smollm2_path, no_such_argument=1)
     assert llm("Hi", max_tokens=2, temperature=0.0)["usage"]["completion_tokens"] <= 2
@@ -101,6 +101,10 @@ def test_grammar_and_tools(smollm2_path):
     grammar = ferrolm.LlamaGrammar.from_lark('start: "yes" | "no"')
     out = llm("Is the sky blue? Answer:", grammar=grammar, max_tokens=8)
     assert out["choices"][0]["text"] in ("yes", "no")
+    # GBNF, as llama-cpp-python's LlamaGrammar.from_string takes it.
+    gbnf = ferrolm.LlamaGrammar.from_string('root ::= answer "."\nanswer ::= "yes" | "no"\n')
+    out = llm("Is the sky blue? Answer:", grammar=gbnf, max_tokens=8)
+    assert out["choices"][0]["text"] in ("yes.", "no.")
     tools = [{"type": "function", "function": {
         "name": "get_weather",
         "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}},

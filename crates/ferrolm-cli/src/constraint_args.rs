@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use ferrolm::constrain::{Constraint, ConstraintSpec};
 use ferrolm::model::Model;
 
-/// Constrain the output to a JSON schema, a Lark grammar or a regular expression (at most one).
+/// Constrain the output to a JSON schema, a GBNF or Lark grammar or a regular expression (at most one).
 #[derive(clap::Args, Debug, Default)]
 pub struct ConstraintArgs {
     /// Output must be JSON valid against this JSON schema (given inline).
@@ -21,6 +21,12 @@ pub struct ConstraintArgs {
     /// Output must match the Lark grammar in this file (llguidance's Lark dialect; `start` rule).
     #[arg(long = "lark-file")]
     lark_file: Option<PathBuf>,
+    /// Output must match this GBNF grammar (llama.cpp's format; `root` rule), given inline.
+    #[arg(long = "grammar")]
+    grammar: Option<String>,
+    /// Output must match the GBNF grammar in this file (llama.cpp's `--grammar-file`).
+    #[arg(long = "grammar-file")]
+    grammar_file: Option<PathBuf>,
     /// Output must match this regular expression.
     #[arg(long = "regex")]
     regex: Option<String>,
@@ -57,11 +63,21 @@ impl ConstraintArgs {
             let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             specs.push(("--lark-file", ConstraintSpec::Lark(text)));
         }
+        if let Some(g) = &self.grammar {
+            specs.push(("--grammar", ConstraintSpec::Gbnf(g.clone())));
+        }
+        if let Some(f) = &self.grammar_file {
+            let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+            specs.push(("--grammar-file", ConstraintSpec::Gbnf(text)));
+        }
         if let Some(r) = &self.regex {
             specs.push(("--regex", ConstraintSpec::Regex(r.clone())));
         }
         if specs.len() > 1 {
-            bail!("give at most one of --json-schema, --json-schema-file, --json, --lark-file, --regex");
+            bail!(
+                "give at most one of --json-schema, --json-schema-file, --json, --lark-file, --grammar, \
+                 --grammar-file, --regex"
+            );
         }
         Ok(specs.pop())
     }

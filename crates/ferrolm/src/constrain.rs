@@ -35,6 +35,7 @@
 //! (`start: …`, `/regex/` terminals, `%json {…}`, special tokens as `<|name|>`).
 
 mod env;
+pub mod gbnf;
 #[cfg(test)]
 mod tests;
 
@@ -76,8 +77,22 @@ pub enum ConstraintSpec {
     JsonObject,
     /// A grammar in llguidance's Lark dialect (the start rule is `start`).
     Lark(String),
+    /// A grammar in llama.cpp's GBNF (the start rule is `root`), translated to Lark
+    /// ([`gbnf`]).
+    Gbnf(String),
     /// Text matching this regex in full (Rust `regex` syntax).
     Regex(String),
+}
+
+impl ConstraintSpec {
+    /// A grammar given as text, told apart as llama.cpp's `grammar` field is: GBNF (a rule
+    /// `name ::= …` outside comments), unless it is llguidance's Lark (it starts with
+    /// `%llguidance`, or defines no `::=` rule: `start: …`).
+    pub fn grammar(text: &str) -> ConstraintSpec {
+        let lark = text.trim_start().starts_with("%llguidance")
+            || !text.lines().any(|l| l.split('#').next().unwrap_or("").contains("::="));
+        if lark { ConstraintSpec::Lark(text.to_string()) } else { ConstraintSpec::Gbnf(text.to_string()) }
+    }
 }
 
 /// Errors of constrained generation.
@@ -131,6 +146,8 @@ fn top_level_grammar(spec: &ConstraintSpec) -> TopLevelGrammar {
             TopLevelGrammar::from_json_schema(json!({"type": "object", "x-guidance": json_defaults()}))
         }
         ConstraintSpec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+        // Translated before compiling (see `Constraint::new`); a GBNF spec never gets here.
+        ConstraintSpec::Gbnf(g) => TopLevelGrammar::from_lark(g.clone()),
         ConstraintSpec::Regex(rx) => TopLevelGrammar::from_regex(rx),
     }
 }
@@ -145,7 +162,7 @@ fn spec_bytes(spec: &ConstraintSpec) -> usize {
     match spec {
         ConstraintSpec::JsonSchema(v) => serde_json::to_string(v).map_or(usize::MAX, |s| s.len()),
         ConstraintSpec::JsonObject => 0,
-        ConstraintSpec::Lark(s) | ConstraintSpec::Regex(s) => s.len(),
+        ConstraintSpec::Lark(s) | ConstraintSpec::Gbnf(s) | ConstraintSpec::Regex(s) => s.len(),
     }
 }
 
@@ -206,7 +223,8 @@ fn check_size(spec: &ConstraintSpec) -> crate::Result<()> {
             schema_patterns(v, &mut patterns);
             patterns.iter().map(|p| max_repeat_count(p)).max().unwrap_or(0)
         }
-        ConstraintSpec::JsonObject => 0,
+        // The GBNF parser applies llama.cpp's own limit (2000).
+        ConstraintSpec::JsonObject | ConstraintSpec::Gbnf(_) => 0,
     };
     if count > MAX_REPEAT {
         let msg = format!("a repetition count of {count} is over the limit of {MAX_REPEAT}");
@@ -277,6 +295,14 @@ impl Constraint {
     /// on a tokio worker) aborted the whole process with a stack overflow.
     pub fn new(env: &Arc<TokenEnv>, spec: &ConstraintSpec) -> crate::Result<Constraint> {
         check_size(spec)?;
+        let translated;
+        let spec = match spec {
+            ConstraintSpec::Gbnf(src) => {
+                translated = ConstraintSpec::Lark(gbnf::to_lark(src)?);
+                &translated
+            }
+            other => other,
+        };
         std::thread::scope(|s| {
             let compiler = std::thread::Builder::new()
                 .name("ferrolm-constrain".into())

@@ -1,7 +1,7 @@
 defmodule Ferrolm.Grammar do
   @moduledoc """
-  Grammars for `grammar:`. ferrolm constrains output with llguidance, whose grammars are written
-  in a Lark dialect (`start: ...`); GBNF (`root ::= ...`) is refused with a clear error.
+  Grammars for `grammar:`: GBNF, llama.cpp's format (`root ::= ...`), or llguidance's Lark
+  dialect (`start: ...`, or any grammar starting with `%llguidance`).
   """
 
   @doc """

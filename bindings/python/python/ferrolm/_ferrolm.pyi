@@ -43,6 +43,7 @@ class GenParams:
         json_schema: Optional[str] = None,
         json_object: bool = False,
         lark: Optional[str] = None,
+        gbnf: Optional[str] = None,
         regex: Optional[str] = None,
         samplers: Optional[str] = None,
     ) -> None: ...

@@ -1,12 +1,13 @@
 """``LlamaGrammar``: a constraint on generated text, as llama-cpp-python's class of that name.
 
-ferrolm constrains output with llguidance: JSON schemas, Lark grammars and regular expressions.
-GBNF (llama.cpp's grammar format) is not supported: :meth:`LlamaGrammar.from_string` raises a
-clear error and :meth:`LlamaGrammar.from_lark` takes the same grammar written in Lark."""
+ferrolm constrains output with llguidance: GBNF grammars (llama.cpp's format, as
+:meth:`LlamaGrammar.from_string` and :meth:`LlamaGrammar.from_file` take them), JSON schemas,
+llguidance's Lark grammars and regular expressions."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Dict, Optional, Union
 
 from .errors import InvalidInputError
@@ -16,12 +17,13 @@ class LlamaGrammar:
     """A constraint given to ``create_completion(grammar=...)`` / ``create_chat_completion``."""
 
     def __init__(self, *, json_schema: Optional[str] = None, lark: Optional[str] = None,
-                 regex: Optional[str] = None) -> None:
-        if sum(x is not None for x in (json_schema, lark, regex)) != 1:
-            raise InvalidInputError("a LlamaGrammar has exactly one of json_schema, lark, regex")
+                 regex: Optional[str] = None, gbnf: Optional[str] = None) -> None:
+        if sum(x is not None for x in (json_schema, lark, regex, gbnf)) != 1:
+            raise InvalidInputError("a LlamaGrammar has exactly one of json_schema, lark, regex, gbnf")
         self.json_schema = json_schema
         self.lark = lark
         self.regex = regex
+        self.gbnf = gbnf
 
     @classmethod
     def from_json_schema(cls, json_schema: Union[str, Dict[str, Any]], verbose: bool = True) -> "LlamaGrammar":
@@ -45,13 +47,15 @@ class LlamaGrammar:
 
     @classmethod
     def from_string(cls, grammar: str, verbose: bool = True) -> "LlamaGrammar":
-        """GBNF grammars are not supported by ferrolm: raises ``InvalidInputError``. Write the
-        grammar in Lark (:meth:`from_lark`; ``root ::= a b`` becomes ``start: a b``) or use
-        :meth:`from_json_schema`."""
-        raise InvalidInputError(
-            "GBNF grammars are not supported by ferrolm; use LlamaGrammar.from_lark (the same "
-            "rules in Lark syntax: 'root ::= x' becomes 'start: x'), from_json_schema or from_regex"
-        )
+        """Output matching a GBNF grammar (llama.cpp's format, start rule ``root``). A malformed
+        grammar raises ``InvalidInputError`` when it is used, naming the line and column."""
+        return cls(gbnf=grammar)
+
+    @classmethod
+    def from_file(cls, file: Union[str, "os.PathLike[str]"], verbose: bool = True) -> "LlamaGrammar":
+        """:meth:`from_string` of a file's text."""
+        with open(file, encoding="utf-8") as f:
+            return cls.from_string(f.read(), verbose=verbose)
 
     def params(self) -> Dict[str, Any]:
         """The :class:`ferrolm.GenParams` keywords of this constraint."""
@@ -59,4 +63,6 @@ class LlamaGrammar:
             return {"json_schema": self.json_schema}
         if self.lark is not None:
             return {"lark": self.lark}
+        if self.gbnf is not None:
+            return {"gbnf": self.gbnf}
         return {"regex": self.regex}

@@ -463,7 +463,8 @@ impl CommonFields {
         Ok(stops)
     }
 
-    /// The output constraint: `response_format`, `grammar` (Lark) or `json_schema`, at most one,
+    /// The output constraint: `response_format`, `grammar` (GBNF, or llguidance's Lark:
+    /// [`ConstraintSpec::grammar`]) or `json_schema`, at most one,
     /// with the name of the field it came from.
     pub(crate) fn constraint(&self) -> Result<Option<(&'static str, ConstraintSpec)>, ApiError> {
         let mut specs = Vec::new();
@@ -475,7 +476,7 @@ impl CommonFields {
         if let Some(g) = &self.grammar
             && !g.trim().is_empty()
         {
-            specs.push(("grammar", ConstraintSpec::Lark(g.clone())));
+            specs.push(("grammar", ConstraintSpec::grammar(g)));
         }
         match &self.json_schema {
             None | Some(Value::Null) => {}
@@ -688,6 +689,10 @@ mod tests {
             Some(ConstraintSpec::JsonSchema(json!({"type": "object"})))
         );
         assert_eq!(c(json!({"grammar": "start: \"a\""})), Some(ConstraintSpec::Lark("start: \"a\"".into())));
+        assert_eq!(
+            c(json!({"grammar": "root ::= \"a\""})),
+            Some(ConstraintSpec::Gbnf("root ::= \"a\"".into()))
+        );
         let s = spec(
             json!({"samplers": "top_k;temp", "logit_bias": [[5, 1.5]], "stop": "x", "seed": -1, "top_k": -1}),
         )

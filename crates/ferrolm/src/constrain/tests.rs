@@ -16,7 +16,7 @@ const SMOLLM2: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// The SmolLM2 tokenizer and its token environment, built once for all tests; `None` (a notice)
 /// when the model file is missing, a failure under `CI=true`.
-fn smol() -> Option<&'static (Tokenizer, Arc<TokenEnv>)> {
+pub(super) fn smol() -> Option<&'static (Tokenizer, Arc<TokenEnv>)> {
     static ENV: OnceLock<Option<(Tokenizer, Arc<TokenEnv>)>> = OnceLock::new();
     ENV.get_or_init(|| {
         let dir = match std::env::var_os("FERROLM_MODEL_DIR") {

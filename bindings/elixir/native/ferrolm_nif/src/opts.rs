@@ -62,12 +62,7 @@ fn constraint(map: Term) -> Result<Option<ConstraintSpec>, String> {
     };
     match (grammar, schema) {
         (Some(_), Some(_)) => Err("give either grammar: or json_schema:, not both".into()),
-        (Some(g), None) if is_gbnf(&g) => {
-            Err("grammar: is a GBNF grammar (`::=`); ferrolm takes grammars in \
-            llguidance's Lark dialect (`start: ...`), or a JSON schema through json_schema:"
-                .into())
-        }
-        (Some(g), None) => Ok(Some(ConstraintSpec::Lark(g))),
+        (Some(g), None) => Ok(Some(ConstraintSpec::grammar(&g))),
         (None, Some(t)) => {
             let value = match t.decode::<String>() {
                 Ok(text) => serde_json::from_str(&text).map_err(|e| format!("json_schema: not JSON: {e}"))?,
@@ -77,11 +72,6 @@ fn constraint(map: Term) -> Result<Option<ConstraintSpec>, String> {
         }
         (None, None) => Ok(get::<String>(map, "regex")?.map(ConstraintSpec::Regex)),
     }
-}
-
-/// Whether a grammar is written in GBNF (rules with `::=`) rather than Lark (`:`).
-fn is_gbnf(g: &str) -> bool {
-    g.lines().any(|l| l.split('#').next().unwrap_or("").contains("::="))
 }
 
 /// Context options: `n_ctx`, `n_batch`, `type_k`, `type_v`, and the eviction policy

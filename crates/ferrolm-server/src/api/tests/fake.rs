@@ -50,7 +50,7 @@ pub(crate) enum Mode {
 /// `bad`, a schema whose root is `{"$ref": "#"}`.
 fn unmatchable(spec: &ConstraintSpec) -> bool {
     match spec {
-        ConstraintSpec::Lark(g) | ConstraintSpec::Regex(g) => g.contains("bad"),
+        ConstraintSpec::Lark(g) | ConstraintSpec::Gbnf(g) | ConstraintSpec::Regex(g) => g.contains("bad"),
         ConstraintSpec::JsonSchema(s) => s.get("$ref").is_some_and(|r| r == "#"),
         ConstraintSpec::JsonObject => false,
     }
