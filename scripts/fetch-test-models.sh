@@ -65,3 +65,23 @@ PY
     rm -rf "${wheel_dir}"
     "${py}" scripts/make_minilm_reference.py "${minilm}"
 fi
+
+# llama.cpp's tokenizer test vectors for vocabularies too large to keep in the repository
+# (Qwen 3.5, Gemma 4), from the llama.cpp sources of the llama-cpp-python sdist (downloaded with
+# pip and cached by scripts/bench_compare.py, which the llama.cpp server suite step also uses).
+vocab_dir="${models_dir}/vocab"
+if [[ ! -f "${vocab_dir}/ggml-vocab-gemma-4.gguf.out" || ! -f "${vocab_dir}/ggml-vocab-qwen35.gguf.out" ]]; then
+    echo "==> llama.cpp sources (llama-cpp-python sdist) for the large vocabularies' test vectors" >&2
+    llama_tree="$(python3 -c "
+import sys
+sys.path.insert(0, 'scripts')
+import bench_compare
+print(bench_compare.llama_source(sys.argv[1]))
+" "${cache}/llama.cpp")"
+    mkdir -p "${vocab_dir}"
+    for name in ggml-vocab-qwen35 ggml-vocab-gemma-4; do
+        for ext in gguf gguf.inp gguf.out; do
+            cp "${llama_tree}/models/${name}.${ext}" "${vocab_dir}/"
+        done
+    done
+fi

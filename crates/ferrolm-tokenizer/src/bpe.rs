@@ -60,6 +60,27 @@ impl MergeRanks {
     }
 }
 
+/// Tokenizes one word of SentencePiece-style BPE (Gemma 4: raw UTF-8 symbols, spaces already
+/// `▁`) and appends the ids to `out`: a word of newlines only is one token when the vocabulary
+/// has it; a merged piece the vocabulary lacks becomes its bytes' `<0xXX>` tokens.
+pub(crate) fn encode_word_raw(vocab: &Vocab, merges: &MergeRanks, word: &str, out: &mut Vec<u32>) {
+    if word.is_empty() {
+        return;
+    }
+    if word.bytes().all(|b| b == b'\n')
+        && let Some(id) = vocab.id_of(word)
+    {
+        out.push(id);
+        return;
+    }
+    for piece in merge(word, |a, b, _| merges.rank(a, b).map(Reverse)) {
+        match vocab.id_of(piece) {
+            Some(id) => out.push(id),
+            None => out.extend(piece.bytes().filter_map(|b| vocab.id_of(&format!("<0x{b:02X}>")))),
+        }
+    }
+}
+
 /// Tokenizes one byte-encoded word and appends the ids to `out`.
 pub(crate) fn encode_word(
     vocab: &Vocab,

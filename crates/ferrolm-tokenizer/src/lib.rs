@@ -450,6 +450,19 @@ impl Tokenizer {
                     }
                 }
             }
+            Algorithm::Bpe { pre: PreType::Gemma4, pretok, merges, .. } => {
+                for f in &frags {
+                    match *f {
+                        Fragment::Text(s, e) => {
+                            let escaped = text[s..e].replace(' ', "▁");
+                            for word in pretok.split(&escaped)? {
+                                bpe::encode_word_raw(&self.vocab, merges, word, &mut out);
+                            }
+                        }
+                        Fragment::Token(id) => out.push(id),
+                    }
+                }
+            }
             Algorithm::Bpe { pretok, merges, ignore_merges, .. } => {
                 let table = byte_chars();
                 let mut encoded = String::new();
@@ -493,6 +506,11 @@ impl Tokenizer {
         if a & attr::NORMAL != 0 {
             return match self.kind {
                 TokenizerKind::Spm => text.replace('▁', " ").into_bytes(),
+                TokenizerKind::Bpe
+                    if matches!(self.algorithm, Algorithm::Bpe { pre: PreType::Gemma4, .. }) =>
+                {
+                    text.replace('▁', " ").into_bytes()
+                }
                 TokenizerKind::Bpe => decode_gpt2_text(text),
                 // A Hugging Face WordPiece vocabulary marks continuations with `##`; a GGUF one
                 // marks word starts with `▁`.

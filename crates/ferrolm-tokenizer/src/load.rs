@@ -167,11 +167,11 @@ impl Tokenizer {
 
         let kind = match model.as_str() {
             "llama" => TokenizerKind::Spm,
-            "gpt2" => TokenizerKind::Bpe,
+            "gpt2" | "gemma4" => TokenizerKind::Bpe,
             "bert" => TokenizerKind::Wpm,
             other => {
                 return Err(TokenizerError::Unsupported(format!(
-                    "tokenizer model '{other}' (ferrolm implements 'llama', 'gpt2' and 'bert')"
+                    "tokenizer model '{other}' (ferrolm implements 'llama', 'gpt2', 'gemma4' and 'bert')"
                 )));
             }
         };
@@ -219,7 +219,12 @@ impl Tokenizer {
                 add_bos = false;
                 add_eos = false;
                 add_space_prefix = false;
-                let name = pre_name.as_deref().unwrap_or("");
+                // Gemma 4's vocabulary has no default ids, and its own pre-tokenizer whatever the
+                // file's `pre` says (as llama.cpp decides).
+                let name = if model == "gemma4" { "gemma4" } else { pre_name.as_deref().unwrap_or("") };
+                if model == "gemma4" {
+                    (special.bos, special.eos) = (None, None);
+                }
                 let info = PreType::from_name(name)
                     .ok_or_else(|| TokenizerError::Unsupported(format!("pre-tokenizer '{name}'")))?;
                 if let Some(b) = info.add_bos {
@@ -289,6 +294,10 @@ impl Tokenizer {
         }
         if let Some(v) = gguf.opt_bool("tokenizer.ggml.add_sep_token").map_err(meta_err)? {
             add_sep = v;
+        }
+        // llama.cpp forces a BOS for Gemma 4 whatever the file says.
+        if matches!(algorithm, Algorithm::Bpe { pre: PreType::Gemma4, .. }) {
+            add_bos = true;
         }
         if add_bos && special.bos.is_none() {
             return Err(TokenizerError::InvalidVocab(

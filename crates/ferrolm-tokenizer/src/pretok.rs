@@ -27,6 +27,10 @@ pub enum PreType {
     Starcoder,
     Gpt2,
     Qwen2,
+    /// Qwen 3.5: Qwen 2's split with combining marks (`\p{M}`) kept inside words.
+    Qwen35,
+    /// Gemma 4: SentencePiece-style BPE over whole lines (spaces are `▁` already).
+    Gemma4,
     Poro,
     Chatglm4,
     Viking,
@@ -70,6 +74,10 @@ impl PreType {
             | "mpt" | "olmo" | "jais" | "trillion" | "granite-docling" | "exaone4" => info(PreType::Gpt2),
             "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "stablelm2" | "megrez" | "hunyuan"
             | "solar-open" | "grok-2" => info(PreType::Qwen2),
+            "qwen35" => info(PreType::Qwen35),
+            "gemma4" | "granite-embed-multi-311m" => {
+                PreInfo { pre: PreType::Gemma4, ignore_merges: false, add_bos: Some(true), no_bos: false }
+            }
             "poro-chat" | "bloom" | "gpt3-finnish" => info(PreType::Poro),
             "glm4" | "chatglm-bpe" => {
                 PreInfo { pre: PreType::Chatglm4, ignore_merges: false, add_bos: None, no_bos: true }
@@ -89,6 +97,7 @@ impl PreType {
 /// GPT-2's pattern; llama.cpp matches it with a hand-written splitter.
 const GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const CJK: &str = "[一-龥ࠀ-一가-퟿]+";
 const PORO: &str = r" ?[^(\s|.,!?…。，、।۔،)]+";
 // A few members are escaped: they have canonical equivalents, and text tools that normalize
@@ -226,6 +235,8 @@ impl PreTokenizer {
             PreType::Starcoder => vec![r"\p{N}", GPT2],
             PreType::Gpt2 => vec![GPT2],
             PreType::Qwen2 => vec![QWEN2],
+            PreType::Qwen35 => vec![QWEN35],
+            PreType::Gemma4 => vec![r"[^\n]+|[\n]+"],
             PreType::Poro => vec![PORO],
             PreType::Viking => vec![PORO, r"\p{N}"],
             PreType::Tekken => vec![TEKKEN],

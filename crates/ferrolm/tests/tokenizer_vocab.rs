@@ -97,6 +97,24 @@ fn llama_cpp_vocab_vectors() {
 }
 
 /// Checks a real model's tokenizer against the reference generations made with llama.cpp.
+/// The vectors of vocabularies too large to keep in the repository (Qwen 3.5's 5.9 MB, Gemma 4's
+/// 15 MB): `scripts/fetch-test-models.sh` copies them from llama.cpp's sources (the
+/// llama-cpp-python sdist) into `vocab/` of the model folder.
+#[test]
+fn llama_cpp_vocab_vectors_of_large_vocabularies() {
+    for name in ["ggml-vocab-qwen35.gguf", "ggml-vocab-gemma-4.gguf"] {
+        let Some(path) = common::require_model(&format!("vocab/{name}")) else { return };
+        let (passed, total, failures) = run_vocab(&path);
+        println!("{name}: {passed}/{total} passed");
+        assert!(
+            failures.is_empty(),
+            "{name}: {} mismatches:\n{}",
+            failures.len(),
+            failures[..failures.len().min(5)].join("\n")
+        );
+    }
+}
+
 fn check_reference(model_file: &str) {
     let Some(path) = common::require_model(model_file) else {
         return;
