@@ -35,6 +35,7 @@ mod date;
 mod env;
 mod methods;
 mod pyjson;
+pub mod reasoning;
 #[cfg(test)]
 mod tests;
 

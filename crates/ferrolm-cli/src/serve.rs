@@ -72,6 +72,15 @@ pub struct Args {
     /// formats) or a Jinja template's text.
     #[arg(long = "chat-template", help_heading = "Server")]
     chat_template: Option<String>,
+    /// Thinking for models whose template has it (llama-server's `--reasoning`): on, off (the
+    /// template's `enable_thinking` false; a thinking block it opens is closed) or auto (the
+    /// template's default).
+    #[arg(long = "reasoning", visible_alias = "rea", default_value = "auto", value_parser = ["on", "off", "auto"], help_heading = "Server")]
+    reasoning: String,
+    /// Where a thinking model's reasoning goes: deepseek (or auto) puts it in
+    /// `message.reasoning_content` / `delta.reasoning_content`, none leaves it in the content.
+    #[arg(long = "reasoning-format", default_value = "auto", value_parser = ["none", "deepseek", "auto"], help_heading = "Server")]
+    reasoning_format: String,
     /// Largest request body in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 8 << 20, help_heading = "Server")]
     max_body_bytes: usize,
@@ -256,6 +265,12 @@ impl Args {
             },
             chat_template: self.chat_template_source()?,
             model_path: None,
+            reasoning: match self.reasoning.as_str() {
+                "on" => Some(true),
+                "off" => Some(false),
+                _ => None,
+            },
+            reasoning_to_field: self.reasoning_format != "none",
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,
             connections: ConnLimits {
@@ -396,6 +411,11 @@ mod tests {
             cfg(&["--chat-template", inline]).expect("Jinja text").chat_template.as_deref(),
             Some(inline)
         );
+        let r = cfg(&["--reasoning", "off", "--reasoning-format", "none"]).expect("ok");
+        assert_eq!((r.reasoning, r.reasoning_to_field), (Some(false), false));
+        let r = cfg(&[]).expect("ok");
+        assert_eq!((r.reasoning, r.reasoning_to_field), (None, true));
+        assert!(parse(&["--reasoning", "maybe"]).is_err());
         let err = cfg(&["--chat-template", "llama9"]).expect_err("unknown name").to_string();
         assert!(err.contains("chatml"), "{err}");
         assert!(cfg(&["--chat-template", "{% for %}"]).is_err(), "a template that does not compile");

@@ -103,6 +103,14 @@ pub struct ServerConfig {
     pub chat_template: Option<String>,
     /// The model's file, shown by `/props`.
     pub model_path: Option<String>,
+    /// Thinking (`--reasoning`): `Some(false)` renders every chat with `enable_thinking` false
+    /// (and closes a thinking block the template opens anyway); `Some(true)` or `None` (auto)
+    /// with `enable_thinking` true, as llama.cpp passes it; a request's
+    /// `chat_template_kwargs.enable_thinking` wins.
+    pub reasoning: Option<bool>,
+    /// `--reasoning-format`: whether a thinking model's reasoning goes to `reasoning_content`
+    /// (`deepseek`, the default) or stays in the content (`none`).
+    pub reasoning_to_field: bool,
 }
 
 impl Default for ServerConfig {
@@ -124,6 +132,8 @@ impl Default for ServerConfig {
             n_predict: None,
             chat_template: None,
             model_path: None,
+            reasoning: None,
+            reasoning_to_field: true,
         }
     }
 }

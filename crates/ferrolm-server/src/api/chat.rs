@@ -1,5 +1,6 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat template, then generated.
 
+use ferrolm::chat::reasoning::{ReasoningSplitter, ThinkingTags};
 use ferrolm::chat::{Message, RenderOptions};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -31,6 +32,7 @@ struct ChatFields {
     tools: Option<Value>,
     tool_choice: Option<Value>,
     chat_template_kwargs: Option<Map<String, Value>>,
+    reasoning_format: Option<String>,
 }
 
 /// A chat request ready to run.
@@ -45,6 +47,9 @@ pub(crate) struct ChatJob {
     pub tools: Option<Vec<String>>,
     /// The `model` to answer with.
     pub model: String,
+    /// A thinking model whose reasoning goes to `reasoning_content`: its tags, and whether the
+    /// prompt opened the reasoning.
+    pub thinking: Option<(ThinkingTags, bool)>,
 }
 
 /// A message's content: a string, an array of text parts (joined with newlines), or null.
@@ -248,9 +253,20 @@ pub(crate) fn offered_tools(
     Ok((!chosen.is_empty()).then_some(chosen))
 }
 
+/// A chat request rendered: the prompt, the offered tools, and the thinking split to make of
+/// the output ([`ChatJob::thinking`]).
+struct Rendered {
+    text: String,
+    tools: Option<Vec<Value>>,
+    thinking: Option<(ThinkingTags, bool)>,
+}
+
 /// The prompt text of a chat request's `messages` (with its `tools` and
-/// `chat_template_kwargs`), rendered by the chat template, and the offered tools.
-fn render(backend: &dyn Backend, chat: &ChatFields) -> Result<(String, Option<Vec<Value>>), ApiError> {
+/// `chat_template_kwargs`), rendered by the chat template, with thinking as the server's
+/// `--reasoning` and the request's `enable_thinking` say (llama.cpp's rules, see
+/// [`ThinkingTags::disable`]).
+fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
+    let backend = state.backend.as_ref();
     let msgs = messages(chat.messages.as_ref())?;
     let tools = offered_tools(chat.tools.as_ref(), chat.tool_choice.as_ref())?;
     let template = backend.chat_template().map_err(ApiError::invalid)?;
@@ -260,17 +276,38 @@ fn render(backend: &dyn Backend, chat: &ChatFields) -> Result<(String, Option<Ve
             "this model's chat template does not support tools (it never mentions them)",
         ));
     }
+    let to_field = match chat.reasoning_format.as_deref() {
+        None | Some("auto") => state.cfg.reasoning_to_field,
+        Some("deepseek") => true,
+        Some("none") => false,
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "reasoning_format",
+                format!("reasoning_format must be none, deepseek or auto, not {other:?}"),
+            ));
+        }
+    };
+    // As llama.cpp: templates always see `enable_thinking` (true unless `--reasoning off`), so
+    // that one testing `not enable_thinking` does not take an unset flag for "off".
+    let mut kwargs = chat.chat_template_kwargs.clone().unwrap_or_default();
+    kwargs.entry("enable_thinking").or_insert(Value::Bool(state.cfg.reasoning.unwrap_or(true)));
+    let enable_thinking = kwargs.get("enable_thinking").and_then(Value::as_bool);
     let (bos_token, eos_token) = backend.bos_eos_text();
     let opts = RenderOptions {
         add_generation_prompt: true,
         bos_token,
         eos_token,
         tools: tools.clone(),
-        kwargs: chat.chat_template_kwargs.clone().unwrap_or_default(),
+        kwargs,
         today: None,
     };
-    let text = template.render(&msgs, &opts).map_err(|e| ApiError::invalid(e.to_string()))?;
-    Ok((text, tools))
+    let mut text = template.render(&msgs, &opts).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let tags = ThinkingTags::of_template(template.source());
+    if let (Some(t), Some(false)) = (tags, enable_thinking) {
+        text = t.disable(&text);
+    }
+    let thinking = tags.filter(|_| to_field).map(|t| (t, t.forced_open(&text)));
+    Ok(Rendered { text, tools, thinking })
 }
 
 /// Copies `pairs` of (field of `from`, chat field) into a chat request, leaving out absent and
@@ -302,8 +339,7 @@ pub(crate) fn named_tool_choice(name: Option<&Value>) -> Value {
 /// `{"prompt": text}`, without running it.
 pub(crate) fn apply_template(state: &AppState, v: &Value) -> Result<Value, ApiError> {
     let chat: ChatFields = fields(v)?;
-    let (text, _) = render(state.backend.as_ref(), &chat)?;
-    Ok(json!({"prompt": text}))
+    Ok(json!({"prompt": render(state, &chat)?.text}))
 }
 
 /// Validates a chat request and renders and tokenizes its prompt.
@@ -313,7 +349,7 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
     let chat: ChatFields = fields(v)?;
     let mut spec =
         common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
-    let (text, tools) = render(backend, &chat)?;
+    let Rendered { text, tools, thinking } = render(state, &chat)?;
     let prompt = encode_prompt(backend, &text).map_err(ApiError::invalid)?;
     let asked = match chat.max_completion_tokens {
         Some(m) if common.n_predict.is_none() => {
@@ -335,7 +371,8 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
     let tool_names = tools.map(|t| {
         t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_string)).collect::<Vec<_>>()
     });
-    Ok(ChatJob { prompt, spec, logprobs, tools: tool_names, model: state.cfg.answer_model(common.model) })
+    let model = state.cfg.answer_model(common.model);
+    Ok(ChatJob { prompt, spec, logprobs, tools: tool_names, model, thinking })
 }
 
 /// The engine requests of a job (one per choice).
@@ -344,9 +381,16 @@ pub(crate) fn requests(job: &ChatJob) -> Vec<GenRequest> {
 }
 
 /// One choice of a `chat.completion`.
-fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, tools: Option<&[String]>) -> Value {
-    let parsed = tools.and_then(|names| tools::parse(&c.text, names));
-    let mut message = json!({"role": "assistant", "content": c.text});
+fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, job: &ChatJob) -> Value {
+    let (reasoning, text) = match job.thinking {
+        Some((tags, forced)) => ReasoningSplitter::split(tags, forced, &c.text),
+        None => (None, c.text.clone()),
+    };
+    let parsed = job.tools.as_deref().and_then(|names| tools::parse(&text, names));
+    let mut message = json!({"role": "assistant", "content": text});
+    if let Some(r) = reasoning {
+        message["reasoning_content"] = Value::String(r);
+    }
     let mut reason = c.finish.map_or("stop", |f| f.openai_reason());
     if let Some((content, calls)) = parsed {
         message["content"] = if content.is_empty() { Value::Null } else { Value::String(content) };
@@ -377,14 +421,15 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
             n: job.spec.n,
             include_usage: job.spec.include_usage,
         };
-        return Ok(sse_response(state.backend.clone(), head, StreamKind::Chat { tools: job.tools }, rxs));
+        let kind = StreamKind::Chat { tools: job.tools, thinking: job.thinking };
+        return Ok(sse_response(state.backend.clone(), head, kind, rxs));
     }
     let results = futures_util::future::try_join_all(rxs.into_iter().map(collect)).await?;
     let mut usage = UsageSum::default();
     let mut choices = Vec::with_capacity(results.len());
     for (i, c) in results.iter().enumerate() {
         usage.add(&c.usage, i == 0);
-        choices.push(choice_json(state.backend.as_ref(), i, c, job.tools.as_deref()));
+        choices.push(choice_json(state.backend.as_ref(), i, c, &job));
     }
     let body = completion_body("chat.completion", &id, created, &job.model, choices, &usage);
     Ok(json_response(StatusCode::OK, &body))

@@ -23,6 +23,7 @@ use super::backend::SharedBackend;
 use super::error::ApiError;
 use super::response::{LegacyLogprobs, UsageSum, chat_logprob, fingerprint};
 use super::tools::ToolStream;
+use ferrolm::chat::reasoning::{Part, ReasoningSplitter, ThinkingTags};
 use ferrolm::decoder::TokenLogprob;
 use ferrolm::engine::{Event, RequestHandle};
 
@@ -32,6 +33,9 @@ pub(crate) enum StreamKind {
     Chat {
         /// The offered tools' names (`None`: no tool parsing).
         tools: Option<Vec<String>>,
+        /// A thinking model's tags and whether the prompt opened the reasoning: the reasoning
+        /// streams as `delta.reasoning_content` (`None`: everything is content).
+        thinking: Option<(ThinkingTags, bool)>,
     },
     /// `text_completion`.
     Completion {
@@ -55,6 +59,8 @@ struct Choice {
     started: bool,
     done: bool,
     tools: Option<ToolStream>,
+    /// Splits a thinking model's reasoning from its answer.
+    reasoning: Option<ReasoningSplitter>,
     /// Chat log-probabilities waiting for text.
     chat_lp: Vec<Value>,
     /// Completions log-probabilities waiting for text.
@@ -163,6 +169,29 @@ impl Pump {
         self.text_chunk(i, &text, None);
     }
 
+    /// Emits the reasoning in `text` as `delta.reasoning_content` chunks (a thinking model's) and
+    /// returns the answer part; `end`: the last text of the choice.
+    fn answer(&mut self, i: usize, text: &str, end: bool) -> String {
+        let Some(s) = self.choices[i].reasoning.as_mut() else { return text.to_string() };
+        let mut parts = s.feed(text);
+        if end {
+            parts.extend(s.finish());
+        }
+        let mut answer = String::new();
+        for p in parts {
+            match p {
+                Part::Reasoning(r) => {
+                    let delta = json!({"reasoning_content": r});
+                    let choice = json!({"index": i, "delta": delta, "logprobs": null, "finish_reason": null});
+                    let v = self.chunk(vec![choice]);
+                    self.emit(v);
+                }
+                Part::Content(c) => answer.push_str(&c),
+            }
+        }
+        answer
+    }
+
     /// Text through the tool-call filter.
     fn shown(&mut self, i: usize, text: &str) -> String {
         match &mut self.choices[i].tools {
@@ -192,15 +221,17 @@ impl Pump {
                 if let Some(lp) = &logprob {
                     self.add_logprob(i, lp);
                 }
-                let shown = self.shown(i, &text);
+                let answer = self.answer(i, &text, false);
+                let shown = self.shown(i, &answer);
                 if !shown.is_empty() {
                     self.text_chunk(i, &shown, None);
                 }
             }
             Event::Done { text, finish, usage, .. } => {
-                let mut shown = self.shown(i, &text);
+                let answer = self.answer(i, &text, true);
+                let mut shown = self.shown(i, &answer);
                 let names = match &self.kind {
-                    StreamKind::Chat { tools: Some(t) } => t.clone(),
+                    StreamKind::Chat { tools: Some(t), .. } => t.clone(),
                     _ => Vec::new(),
                 };
                 let calls = match self.choices[i].tools.as_mut() {
@@ -286,14 +317,22 @@ pub(crate) fn sse_response(
 ) -> Response {
     let n_choices = rxs.len();
     let events = stream::select_all(rxs.into_iter().enumerate().map(|(i, rx)| tagged(i, rx)));
-    let tools = matches!(&kind, StreamKind::Chat { tools: Some(_) });
+    let tools = matches!(&kind, StreamKind::Chat { tools: Some(_), .. });
+    let thinking = match &kind {
+        StreamKind::Chat { thinking, .. } => *thinking,
+        StreamKind::Completion { .. } => None,
+    };
     let mut pump = Pump {
         backend,
         head,
         kind,
         events,
         choices: (0..n_choices)
-            .map(|_| Choice { tools: tools.then(ToolStream::default), ..Choice::default() })
+            .map(|_| Choice {
+                tools: tools.then(ToolStream::default),
+                reasoning: thinking.map(|(t, forced)| ReasoningSplitter::new(t, forced)),
+                ..Choice::default()
+            })
             .collect(),
         queue: VecDeque::new(),
         usage: UsageSum::default(),

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::fake::{BOS, Fake, Mode, PLAIN};
 use super::{app, detok, post};
+use crate::api::ServerConfig;
 
 #[tokio::test]
 async fn renders_the_template_and_answers_a_chat_completion() {
@@ -387,4 +388,53 @@ async fn malformed_tool_messages_and_schemaless_json_schema_are_400() {
     for args in [r#""{\"city\": \"Rome\"}""#, r#"{"city": "Rome"}"#] {
         assert_eq!(post(&app, "/v1/chat/completions", &call(args)).await.status, 200, "{args}");
     }
+}
+
+/// A ChatML template that opens a thinking block unless `enable_thinking` is false (QwQ's and
+/// DeepSeek R1's templates force it open).
+const THINKING: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}\
+    {% if add_generation_prompt %}<|im_start|>assistant\n{% if enable_thinking is not defined or enable_thinking %}<think>\n{% endif %}{% endif %}";
+
+#[tokio::test]
+async fn reasoning_goes_to_reasoning_content_plain_and_streamed() {
+    let fake = Arc::new(Fake::reply("I add.</think>\n\n4").with_template(THINKING));
+    let app = app(fake.clone());
+    let chat = |extra: &str| format!(r#"{{"messages": [{{"role": "user", "content": "2+2?"}}]{extra}}}"#);
+    let a = post(&app, "/v1/chat/completions", &chat("")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let m = &a.json()["choices"][0]["message"];
+    assert_eq!((m["reasoning_content"].as_str(), m["content"].as_str()), (Some("I add."), Some("4")));
+    // Streamed: the same split, reasoning first, whatever the token boundaries.
+    let a = post(&app, "/v1/chat/completions", &chat(r#", "stream": true"#)).await;
+    let chunks = a.chunks();
+    let field = |k: &str| -> String {
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"][k].as_str()).collect::<Vec<_>>().concat()
+    };
+    assert_eq!((field("reasoning_content"), field("content")), ("I add.".to_string(), "4".to_string()));
+    // reasoning_format "none" leaves it in the content.
+    let a = post(&app, "/v1/chat/completions", &chat(r#", "reasoning_format": "none""#)).await;
+    let m = &a.json()["choices"][0]["message"];
+    assert!(m.get("reasoning_content").is_none());
+    assert_eq!(m["content"], "I add.</think>\n\n4");
+    let a = post(&app, "/v1/chat/completions", &chat(r#", "reasoning_format": "bogus""#)).await;
+    a.assert_error(400, "invalid_request_error");
+}
+
+#[tokio::test]
+async fn thinking_off_closes_the_block_the_template_opens() {
+    let fake = Arc::new(Fake::reply("4").with_template(THINKING));
+    let msgs = r#"{"messages": [{"role": "user", "content": "2+2?"}]}"#;
+    // The request's enable_thinking: false renders without the block.
+    let app = app(fake.clone());
+    let body = r#"{"messages": [{"role": "user", "content": "2+2?"}], "chat_template_kwargs": {"enable_thinking": false}}"#;
+    let p = post(&app, "/apply-template", body).await.json();
+    assert!(p["prompt"].as_str().is_some_and(|t| t.ends_with("<|im_start|>assistant\n")), "{p}");
+    // --reasoning off, with a template that opens the block regardless: closed, as llama.cpp does.
+    let forced = "{% for m in messages %}{{ m.content }}{% endfor %}<|Assistant|>{{ '<think>\\n' }}";
+    let off = Arc::new(Fake::reply("4").with_template(forced));
+    let app = super::app_with(off, ServerConfig { reasoning: Some(false), ..super::config() });
+    let p = post(&app, "/apply-template", msgs).await.json();
+    assert_eq!(p["prompt"], "2+2?<|Assistant|><think>\n</think>");
+    let a = post(&app, "/v1/chat/completions", msgs).await.json();
+    assert_eq!(a["choices"][0]["message"]["content"], "4");
 }
