@@ -117,7 +117,7 @@ defmodule Ferrolm.ApiTest do
     assert json2 =~ ~r/^\{\s*"name"\s*:\s*".*"\s*\}$/s
     {:ok, yes_no} = Ferrolm.generate(m, "Is water wet?", grammar: ~S(start: "yes" | "no"), temp: 0.0)
     assert yes_no in ["yes", "no"]
-    {:ok, gbnf} = Ferrolm.generate(m, "Is water wet?", grammar: ~s(root ::= ("yes" | "no") "."\n), temp: 0.0)
+    {:ok, gbnf} = Ferrolm.generate(m, "Is water wet?", grammar: ~S[root ::= ("yes" | "no") "."], temp: 0.0)
     assert gbnf in ["yes.", "no."]
     assert {:error, msg} = Ferrolm.generate(m, "x", grammar: ~S(root ::= "a))
     assert msg =~ "GBNF: line 1"
