@@ -39,6 +39,11 @@ impl CalendarDate {
         DateTime::now_utc().date
     }
 
+    /// The date formatted like C's `strftime` (C locale, at midnight), e.g. `"%d %b %Y"`.
+    pub fn format(&self, format: &str) -> String {
+        strftime(&DateTime::midnight(*self), format)
+    }
+
     /// The year.
     pub fn year(&self) -> i32 {
         self.year

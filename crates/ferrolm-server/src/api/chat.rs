@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat template, then generated.
 
 use ferrolm::chat::reasoning::{ReasoningSplitter, ThinkingTags};
-use ferrolm::chat::{Message, RenderOptions};
+use ferrolm::chat::{CalendarDate, Message, RenderOptions};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -291,6 +291,10 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
     // that one testing `not enable_thinking` does not take an unset flag for "off".
     let mut kwargs = chat.chat_template_kwargs.clone().unwrap_or_default();
     kwargs.entry("enable_thinking").or_insert(Value::Bool(state.cfg.reasoning.unwrap_or(true)));
+    // llama.cpp gives every template today's date under these names (Llama 3.x, FireFunction).
+    let today = CalendarDate::today_utc();
+    kwargs.entry("date_string").or_insert_with(|| Value::String(today.format("%d %b %Y")));
+    kwargs.entry("datetime").or_insert_with(|| Value::String(today.format("%b %d %Y")));
     let enable_thinking = kwargs.get("enable_thinking").and_then(Value::as_bool);
     let (bos_token, eos_token) = backend.bos_eos_text();
     let opts = RenderOptions {

@@ -438,3 +438,13 @@ async fn thinking_off_closes_the_block_the_template_opens() {
     let a = post(&app, "/v1/chat/completions", msgs).await.json();
     assert_eq!(a["choices"][0]["message"]["content"], "4");
 }
+
+#[tokio::test]
+async fn templates_see_today_as_llama_cpp_gives_it() {
+    let fake = Arc::new(Fake::reply("x").with_template("{{ date_string }}|{{ datetime }}"));
+    let p = post(&app(fake), "/apply-template", r#"{"messages": [{"role": "user", "content": "hi"}]}"#)
+        .await
+        .json();
+    let today = ferrolm::chat::CalendarDate::today_utc();
+    assert_eq!(p["prompt"], format!("{}|{}", today.format("%d %b %Y"), today.format("%b %d %Y")));
+}
