@@ -298,7 +298,7 @@ impl Constraint {
         let translated;
         let spec = match spec {
             ConstraintSpec::Gbnf(src) => {
-                translated = ConstraintSpec::Lark(gbnf::to_lark(src)?);
+                translated = ConstraintSpec::Lark(gbnf::to_lark(src, env.eog_ids())?);
                 &translated
             }
             other => other,

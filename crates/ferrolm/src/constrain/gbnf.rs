@@ -13,8 +13,9 @@
 //! the two terminals `/\x{61}/ /\x{62}/`). llguidance lexes its terminals greedily; with
 //! multi-character terminals a greedy lexer could miss a split GBNF allows (`("a" | "ab") "bc"`
 //! on `abc`), while one-character terminals leave every split to the Earley parser. Special
-//! tokens `<name>` / `<[id]>` pass through as llguidance's token references; the inverse `!<…>`
-//! has no equivalent and is refused by name.
+//! tokens `<name>` / `<[id]>` become llguidance's token references, and the inverse `!<[id]>`
+//! (any one token but `id` and the end-of-generation tokens) llguidance's `<[^id,eog…]>`;
+//! `!<name>` is refused (give the token id).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -37,8 +38,10 @@ enum Item {
     Rule(String),
     /// A group of alternatives.
     Group(Vec<Vec<Term>>),
-    /// A special token, `<…>` as written.
+    /// A special token, `<…>` in llguidance's form.
     Token(String),
+    /// `!<[id]>`: any one token but this one (or an end-of-generation token).
+    NotToken(u32),
 }
 
 /// An item with its repetition bounds (`max: None` = unbounded).
@@ -56,7 +59,9 @@ struct Grammar {
 }
 
 /// Translates a GBNF grammar to llguidance's Lark (start rule `start`, which is GBNF's `root`).
-pub fn to_lark(src: &str) -> Result<String, ConstrainError> {
+/// `eog` are the vocabulary's end-of-generation tokens, which `!<[id]>` does not match (in
+/// llama.cpp they end the text and are never matched by a grammar element).
+pub fn to_lark(src: &str, eog: &[u32]) -> Result<String, ConstrainError> {
     let g = Parser::new(src).grammar()?;
     let names = mangled_names(&g);
     if !names.contains_key("root") {
@@ -67,7 +72,7 @@ pub fn to_lark(src: &str) -> Result<String, ConstrainError> {
     }
     let mut out = format!("start: {}\n", names["root"]);
     for (name, alts) in &g.rules {
-        let _ = writeln!(out, "{}: {}", names[name.as_str()], lark_alts(alts, &names));
+        let _ = writeln!(out, "{}: {}", names[name.as_str()], lark_alts(alts, &names, eog));
     }
     Ok(out)
 }
@@ -107,18 +112,18 @@ fn check_refs(alts: &[Vec<Term>], names: &BTreeMap<&str, String>) -> Result<(), 
     Ok(())
 }
 
-fn lark_alts(alts: &[Vec<Term>], names: &BTreeMap<&str, String>) -> String {
+fn lark_alts(alts: &[Vec<Term>], names: &BTreeMap<&str, String>, eog: &[u32]) -> String {
     let seqs: Vec<String> = alts
         .iter()
         .map(|seq| {
-            let parts: Vec<String> = seq.iter().map(|t| lark_term(t, names)).collect();
+            let parts: Vec<String> = seq.iter().map(|t| lark_term(t, names, eog)).collect();
             if parts.is_empty() { "\"\"".to_string() } else { parts.join(" ") }
         })
         .collect();
     seqs.join(" | ")
 }
 
-fn lark_term(t: &Term, names: &BTreeMap<&str, String>) -> String {
+fn lark_term(t: &Term, names: &BTreeMap<&str, String>, eog: &[u32]) -> String {
     let item = match &t.item {
         Item::Literal(chars) if chars.is_empty() => "\"\"".to_string(),
         Item::Literal(chars) if chars.len() == 1 => char_terminal(chars[0]),
@@ -128,8 +133,12 @@ fn lark_term(t: &Term, names: &BTreeMap<&str, String>) -> String {
         Item::Class { negated, ranges } => class_terminal(*negated, ranges),
         Item::Any => "/(?s:.)/".to_string(),
         Item::Rule(r) => names[r.as_str()].clone(),
-        Item::Group(alts) => format!("({})", lark_alts(alts, names)),
+        Item::Group(alts) => format!("({})", lark_alts(alts, names, eog)),
         Item::Token(tok) => tok.clone(),
+        Item::NotToken(id) => {
+            let ids: Vec<String> = std::iter::once(id).chain(eog).map(u32::to_string).collect();
+            format!("<[^{}]>", ids.join(","))
+        }
     };
     match (t.min, t.max) {
         (1, Some(1)) => item,
@@ -282,10 +291,16 @@ impl<'a> Parser<'a> {
                     self.pos += 1;
                     Item::Group(alts)
                 }
-                '<' => self.token()?,
-                '!' => return Err(self.err("inverse token references (`!<…>`) are not supported")),
+                '<' => self.token(false)?,
+                '!' => {
+                    self.pos += 1;
+                    if self.peek() != Some('<') {
+                        return Err(self.err("expected `<` after `!`"));
+                    }
+                    self.token(true)?
+                }
                 '*' | '+' | '?' | '{' => {
-                    let (min, max) = self.repetition()?;
+                    let (min, max) = self.repetition(nested)?;
                     let Some(last) = seq.last_mut() else {
                         return Err(self.err("a repetition needs a preceding item"));
                     };
@@ -378,20 +393,44 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn token(&mut self) -> PResult<Item> {
+    /// A token reference after an optional `!`: `<[id]>` (a token id) or `<name>` (a special
+    /// token's text), as llguidance's `<[id]>`, `<[^id]>` (any token but `id`) or `<name>`.
+    fn token(&mut self, inverse: bool) -> PResult<Item> {
         let start = self.pos;
-        while let Some(c) = self.peek() {
+        self.pos += 1;
+        if self.peek() == Some('[') {
             self.pos += 1;
-            if c == '>' {
-                let text: String = self.chars[start..self.pos].iter().map(|&(_, c)| c).collect();
-                return Ok(Item::Token(text));
+            let id = self.int()?;
+            let Ok(id) = u32::try_from(id) else {
+                return Err(self.err(&format!("token id {id} is too large")));
+            };
+            if self.peek() != Some(']') || self.peek_at(1) != Some('>') {
+                return Err(self.err("expected `]>` after a token id"));
             }
-            if c == '\n' {
-                break;
-            }
+            self.pos += 2;
+            return Ok(if inverse { Item::NotToken(id) } else { Item::Token(format!("<[{id}]>")) });
         }
-        self.pos = start;
-        Err(self.err("unterminated token reference `<…>`"))
+        while self.peek().is_some_and(|c| c != '>') {
+            self.pos += 1;
+        }
+        if self.peek().is_none() {
+            self.pos = start;
+            return Err(self.err("unterminated token reference `<…>`"));
+        }
+        self.pos += 1;
+        let text: String = self.chars[start..self.pos].iter().map(|&(_, c)| c).collect();
+        let inner = &text[1..text.len() - 1];
+        if inner.is_empty() || inner.chars().any(|c| c.is_whitespace() || c == '<') {
+            self.pos = start;
+            return Err(self.err(&format!("{text} is not a special token's name")));
+        }
+        if inverse {
+            self.pos = start;
+            return Err(
+                self.err(&format!("an inverse token reference needs a token id: `!<[id]>`, not `!{text}`"))
+            );
+        }
+        Ok(Item::Token(text))
     }
 
     fn int(&mut self) -> PResult<u64> {
@@ -407,7 +446,7 @@ impl<'a> Parser<'a> {
     }
 
     /// `*`, `+`, `?` or `{m}`, `{m,}`, `{m,n}`: the bounds.
-    fn repetition(&mut self) -> PResult<(u64, Option<u64>)> {
+    fn repetition(&mut self, nested: bool) -> PResult<(u64, Option<u64>)> {
         let c = self.peek();
         self.pos += 1;
         let (min, max) = match c {
@@ -415,20 +454,20 @@ impl<'a> Parser<'a> {
             Some('+') => (1, None),
             Some('?') => (0, Some(1)),
             _ => {
-                self.space(true);
+                self.space(nested);
                 let min = self.int()?;
-                self.space(true);
+                self.space(nested);
                 let max = match self.peek() {
                     Some('}') => Some(min),
                     Some(',') => {
                         self.pos += 1;
-                        self.space(true);
+                        self.space(nested);
                         let max = if self.peek().is_some_and(|c| c.is_ascii_digit()) {
                             Some(self.int()?)
                         } else {
                             None
                         };
-                        self.space(true);
+                        self.space(nested);
                         if self.peek() != Some('}') {
                             return Err(self.err("expected `}`"));
                         }

@@ -9,10 +9,16 @@ use super::to_lark;
 /// Whether the grammar accepts `text` in full: each token of it is allowed in turn, then an
 /// end-of-generation token.
 fn matches(grammar: &str, text: &str) -> Option<bool> {
+    let (tok, _) = smol()?;
+    accepts_tokens(grammar, &tok.encode(text, false, false).expect("tokenize"))
+}
+
+/// Whether the grammar accepts these tokens in turn, then an end-of-generation token.
+fn accepts_tokens(grammar: &str, tokens: &[u32]) -> Option<bool> {
     let (tok, env) = smol()?;
     let mut c = Constraint::new(env, &ConstraintSpec::Gbnf(grammar.into()))
         .unwrap_or_else(|e| panic!("{grammar:?}: {e}"));
-    for t in tok.encode(text, false, false).expect("tokenize") {
+    for &t in tokens {
         if c.accept(t).is_err() {
             return Some(false);
         }
@@ -102,7 +108,7 @@ fn llama_cpp_example_grammars_compile_and_match() {
 
 #[test]
 fn malformed_grammars_are_named_with_their_position() {
-    let err = |g: &str| to_lark(g).expect_err(g).to_string();
+    let err = |g: &str| to_lark(g, &[]).expect_err(g).to_string();
     assert!(err("root ::= foo").contains("undefined rule `foo`"));
     assert!(err("start ::= \"a\"").contains("no `root` rule"));
     let e = err("root ::= \"a\"\nx ::= [a-z");
@@ -112,14 +118,21 @@ fn malformed_grammars_are_named_with_their_position() {
     assert!(err("root ::= \"\\q\"").contains("unknown escape `\\q`"));
     assert!(err("root ::= \"a\"{2001}").contains("over the limit of 2000"));
     assert!(err("root ::= * \"a\"").contains("needs a preceding item"));
-    assert!(err("root ::= !<x>").contains("inverse token"));
+    assert!(err("root ::= !<x>").contains("needs a token id: `!<[id]>`"), "{}", err("root ::= !<x>"));
+    assert!(err("root ::= !x").contains("expected `<` after `!`"));
+    assert!(err("root ::= <[1-5]>").contains("expected `]>` after a token id"));
+    assert!(err("root ::= <[4294967296]>").contains("too large"));
+    assert!(err("root ::= <a b>").contains("<a b> is not a special token's name"));
+    // Braces take newlines only inside a group, as in llama.cpp.
+    assert!(err("root ::= \"a\"{2,\n3}").contains("expected `}`"));
+    assert!(to_lark("root ::= (\"a\"{ 2,\n3 })", &[]).is_ok());
     // A maximum over llama.cpp's limit becomes unbounded, as there.
-    assert!(to_lark("root ::= \"a\"{2,5000}").expect("parses").contains("{2,}"));
+    assert!(to_lark("root ::= \"a\"{2,5000}", &[]).expect("parses").contains("{2,}"));
 }
 
 #[test]
 fn the_translation_uses_one_character_terminals_and_renamed_rules() {
-    let lark = to_lark("root ::= Ab-c\nAb-c ::= \"hi\" [^a-c]").expect("parses");
+    let lark = to_lark("root ::= Ab-c\nAb-c ::= \"hi\" [^a-c]", &[]).expect("parses");
     assert_eq!(lark, "start: g_root\ng_root: g_ab_c\ng_ab_c: (/\\x{68}/ /\\x{69}/) /[^\\x{61}-\\x{63}]/\n");
 }
 
@@ -150,5 +163,60 @@ fn llama_cpp_integration_style_cases() {
             &["aaabcccc", "aaaabccccc", "🔵🟠abc🟠🔵"],
         ),
         (words, &["yes", "no", "noyes", "crwth", "four", "bryyyy"], &["yess", "yesno", "forty", "catyyy"]),
+    ]);
+}
+
+/// llama.cpp's "simple grammar with tokens": token ids, and `!<[id]>` as any one token but `id`.
+#[test]
+fn token_references_and_their_inverse() {
+    let g = "root ::= <[10]> content <[11]>\ncontent ::= (!<[11]>)*";
+    let lark = to_lark(g, &[0, 2]).expect("parses");
+    assert_eq!(lark, "start: g_root\ng_root: <[10]> g_content <[11]>\ng_content: (<[^11,0,2]>)*\n");
+    let Some((tok, _)) = smol() else { return };
+    let text = |s: &str| tok.encode(s, false, false).expect("tokenize");
+    let cat = |parts: &[Vec<u32>]| parts.concat();
+    let pass = [
+        cat(&[vec![10], text("hello world"), vec![11]]),
+        cat(&[vec![10], text("text with "), vec![12], text(" other "), vec![13], vec![11]]),
+        vec![10, 11],
+        vec![10, 12, 13, 14, 15, 11],
+    ];
+    let fail = [
+        cat(&[vec![10], text("missing end token")]),
+        vec![10],
+        cat(&[text("missing start token"), vec![11]]),
+        vec![10, 11, 11],
+        cat(&[vec![11], text("wrong order"), vec![10]]),
+    ];
+    for t in &pass {
+        assert_eq!(accepts_tokens(g, t), Some(true), "must accept {t:?}");
+    }
+    for t in &fail {
+        assert_eq!(accepts_tokens(g, t), Some(false), "must reject {t:?}");
+    }
+}
+
+/// llama.cpp's `test-grammar-integration.cpp` cases: counted repetitions, a simple expression
+/// grammar, and the nested star that once crashed it.
+#[test]
+fn llama_cpp_integration_repetition_cases() {
+    check(&[
+        ("root ::= [ab]{4}", &["aaaa", "bbbb", "abab"], &["a", "b", "aaaaa"]),
+        ("root ::= [ab]{4,}", &["aaaa", "aaaaab", "bbbb", "ababab"], &["", "aba"]),
+        ("root ::= [ab]{0,4}", &["", "a", "aa", "aaa", "aaab"], &["aaaaa"]),
+        (
+            "root ::= (\"0x\" [A-F0-9]{2} \" \"?){3,5}",
+            &["0xFF 0x12 0xAB", "0xFF 0x12 0xAB 0x00 0x00"],
+            &["", "0xFF", "0xFF 0x12", "0xFF 0x12 0xAB 0x00 0x00 0x00"],
+        ),
+        ("root ::= ( [x]* )*", &["", "x", "xx"], &["y", "yy"]),
+        (
+            "root ::= expr\nexpr ::= term (\"+\" term)*\nterm ::= number\nnumber ::= [0-9]+",
+            &["42", "1+2+3+4+5", "123+456"],
+            &["+", "/ 3", "1+2+3+4+5+", "12a45"],
+        ),
+        (r#"root ::= "a"*"#, &["", "a", "aaaaa"], &["b", "ab"]),
+        (r#"root ::= "a"+"#, &["a", "aaaaa"], &["", "b", "ab"]),
+        (r#"root ::= "a"?"#, &["", "a"], &["aa", "b"]),
     ]);
 }
