@@ -151,15 +151,20 @@ impl ReasoningSplitter {
         let mut s = ReasoningSplitter::new(tags, forced_open);
         let mut parts = s.feed(text);
         parts.extend(s.finish());
-        let (mut reasoning, mut content) = (None::<String>, String::new());
-        for p in parts {
-            match p {
-                Part::Reasoning(r) => reasoning.get_or_insert_with(String::new).push_str(&r),
-                Part::Content(c) => content.push_str(&c),
-            }
-        }
-        (reasoning, content)
+        join(parts)
     }
+}
+
+/// The parts joined: (reasoning, answer), the reasoning `None` when there is none.
+fn join(parts: Vec<Part>) -> (Option<String>, String) {
+    let (mut reasoning, mut content) = (None::<String>, String::new());
+    for p in parts {
+        match p {
+            Part::Reasoning(r) => reasoning.get_or_insert_with(String::new).push_str(&r),
+            Part::Content(c) => content.push_str(&c),
+        }
+    }
+    (reasoning, content)
 }
 
 /// Appends a non-empty part, merging it with the previous part of the same kind.
@@ -189,14 +194,7 @@ mod tests {
         let mut s = ReasoningSplitter::new(tags, forced);
         let mut parts: Vec<Part> = pieces.iter().flat_map(|p| s.feed(p)).collect();
         parts.extend(s.finish());
-        let (mut r, mut c) = (None::<String>, String::new());
-        for p in parts {
-            match p {
-                Part::Reasoning(x) => r.get_or_insert_with(String::new).push_str(&x),
-                Part::Content(x) => c.push_str(&x),
-            }
-        }
-        (r, c)
+        join(parts)
     }
 
     #[test]
