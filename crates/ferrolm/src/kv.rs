@@ -9,6 +9,7 @@ mod manager;
 mod monitor;
 mod policy;
 mod query_log;
+mod state;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -23,6 +24,9 @@ pub use manager::{CacheManager, CacheOptions, EvictionEvent, EvictionReason, Evi
 pub use monitor::{FixedMonitor, ProcMonitor, SystemMonitor};
 pub use policy::{EvictionPolicy, PolicyKind, make_policy};
 pub use query_log::QueryLog;
+pub use state::{
+    SeqState, StateIdentity, VERSION as STATE_VERSION, decode as decode_state, encode as encode_state, fnv1a,
+};
 pub use stats::attention_mass;
 
 /// Storage type of cached keys or values.

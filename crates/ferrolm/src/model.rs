@@ -273,6 +273,21 @@ impl Model {
         KvCache::new(self.config.n_layer, self.config.kv_dim(), n_ctx, KvType::F16, KvType::F16)
     }
 
+    /// What a saved KV state must match to be loaded into a cache `kv` of this model
+    /// ([`crate::kv::encode_state`]): the architecture, the cache's layout and types, and a hash
+    /// of the vocabulary (its size and every token's text), so that a state of another model of
+    /// the same shape is refused.
+    pub fn state_identity(&self, kv: &KvCache) -> crate::kv::StateIdentity {
+        let mut h = crate::kv::fnv1a(&(self.config.n_vocab as u64).to_le_bytes());
+        if let Ok(tokens) = self.gguf.get_str_array("tokenizer.ggml.tokens") {
+            for t in tokens {
+                h ^= crate::kv::fnv1a(t.as_bytes());
+                h = h.rotate_left(7).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        crate::kv::StateIdentity::of(kv, self.config.arch.name(), h)
+    }
+
     /// The attention geometry of layer `il` (heads, scale, sliding window, soft-capping).
     pub fn attention_shape(&self, il: usize) -> AttentionShape {
         let cfg = &self.config;

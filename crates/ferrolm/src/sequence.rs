@@ -84,6 +84,19 @@ impl Sequence {
         Ok(Self { id, manager, tokens: prefix.to_vec() })
     }
 
+    /// Replaces the sequence's cache by `cache` (made by [`KvCache::new_seq`] of `kv`, e.g. read
+    /// back from a saved state) holding `tokens`. An [`Error::InvalidInput`] when the cache holds
+    /// more slots than there are tokens.
+    pub fn restore(&mut self, kv: &mut KvCache, mut cache: SeqCache, tokens: Vec<u32>) -> Result<()> {
+        if cache.len() > tokens.len() || cache.positions().iter().any(|&p| p as usize >= tokens.len()) {
+            return Err(Error::InvalidInput("the restored cache holds positions past its tokens".into()));
+        }
+        self.manager.prepare_seq(&mut cache);
+        kv.insert_seq(self.id, cache);
+        self.tokens = tokens;
+        Ok(())
+    }
+
     /// The sequence's id in its cache.
     pub fn id(&self) -> SeqId {
         self.id

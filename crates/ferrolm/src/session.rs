@@ -25,6 +25,7 @@
 mod chat;
 mod generation;
 mod speculative;
+mod state;
 mod stream;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub use crate::decoder::{FinishReason, GenerateParams, StopCheck, StopMatcher};
 pub use chat::{ChatSession, ChatStream, encode_rendered};
 pub use generation::{Completion, GenerationStats};
 pub use speculative::{Drafter, MAX_DRAFT, SpeculativeOptions};
+pub use state::StateIo;
 pub use stream::{LogitsProcessor, StreamEvent, TokenStream};
 
 use crate::batch::{Batch, Logits};

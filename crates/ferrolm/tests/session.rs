@@ -356,3 +356,48 @@ fn a_logits_processor_changes_what_is_sampled_and_can_end_the_step() {
     assert_eq!(*seen.lock().unwrap(), vec![n, n + 1, n + 2]);
     assert_eq!(session.tokens().len(), n + 2, "the last token is not run");
 }
+
+/// Saving a session's state and loading it into a fresh session continues the conversation
+/// bit for bit: the same greedy tokens and, after them, the same cache and logits bytes. With
+/// both f16 and quantized (q8_0) caches. A file of another KV type and a truncated one are
+/// refused, leaving the session as it was.
+#[test]
+fn a_restored_state_continues_bit_identically() {
+    let Some(model) = load() else { return };
+    let dir = std::env::temp_dir().join(format!("ferrolm-state-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let params = GenerateParams { ignore_eos: true, ..GenerateParams::greedy(12) };
+    for ty in [ferrolm::kv::KvType::F16, ferrolm::kv::KvType::Q8_0] {
+        let o = SessionOptions { type_k: ty, type_v: ty, ..opts(256) };
+        let mut a = Session::new(&model, o.clone()).unwrap();
+        let prompt = a.tokenize_prompt("Once upon a time, in a quiet village by the sea,").unwrap();
+        a.prefill(&prompt).unwrap();
+        let file = dir.join(format!("{ty}.bin"));
+        let saved = a.save_state(&file).unwrap();
+        assert_eq!(saved.n_tokens, prompt.len());
+        let want = a.generate_tokens(&prompt, &params).unwrap();
+
+        let mut b = Session::new(&model, o.clone()).unwrap();
+        let loaded = b.load_state(&file).unwrap();
+        assert_eq!((loaded.n_tokens, loaded.n_bytes), (saved.n_tokens, saved.n_bytes));
+        assert_eq!(b.tokens(), &prompt[..]);
+        let got = b.generate_tokens(&prompt, &params).unwrap();
+        assert_eq!(got.stats.n_cached, prompt.len(), "{ty}: the restored prompt was recomputed");
+        assert_eq!(got.tokens, want.tokens, "{ty}");
+        assert!(a.state_bytes().unwrap() == b.state_bytes().unwrap(), "{ty}: states differ after generating");
+
+        let other =
+            if ty == ferrolm::kv::KvType::F16 { ferrolm::kv::KvType::F32 } else { ferrolm::kv::KvType::F16 };
+        let mut c = Session::new(&model, SessionOptions { type_k: other, ..o.clone() }).unwrap();
+        let err = c.load_state(&file).unwrap_err().to_string();
+        assert!(err.contains("another model or cache layout"), "{err}");
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(b.load_state_bytes(&bytes[..bytes.len() / 2]).is_err());
+        assert_eq!(
+            b.state_bytes().unwrap(),
+            a.state_bytes().unwrap(),
+            "{ty}: a failed load changed the session"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
