@@ -115,6 +115,7 @@ impl PyEngine {
             lookup: None,
             draft: None,
             fresh_prompt: false,
+            slot: None,
         };
         // Submitting compiles the request's constraint, which may take a while.
         let handle = py.allow_threads(|| self.engine.submit(req)).map_err(submit_to_py)?;

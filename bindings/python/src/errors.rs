@@ -93,5 +93,6 @@ pub(crate) fn engine_to_py(e: EngineError) -> PyErr {
         EngineError::Model(e) => to_py(e),
         EngineError::Config(m) => new_err(Kind::Invalid, format!("invalid engine configuration: {m}")),
         EngineError::Stopped => new_err(Kind::Error, "the engine has stopped"),
+        EngineError::InvalidSlot(_) => new_err(Kind::Invalid, e.to_string()),
     }
 }

@@ -205,6 +205,9 @@ pub struct GenRequest {
     /// (llama-server's `cache_prompt: false`). The output is the same either way, up to the
     /// rounding of a differently batched prompt.
     pub fresh_prompt: bool,
+    /// Run in this slot (llama-server's `id_slot`): the request waits until that slot is free.
+    /// `None`: any free slot.
+    pub slot: Option<usize>,
 }
 
 /// Speculative decoding of one request by prompt lookup (see `decoder::speculative`): with each
@@ -383,6 +386,43 @@ pub enum EngineError {
     /// The engine thread has stopped.
     #[error("the engine has stopped")]
     Stopped,
+    /// A slot action named a slot the engine does not have.
+    #[error("Invalid slot ID {0}")]
+    InvalidSlot(usize),
+}
+
+/// An action on a slot's cached conversation (llama-server's `POST /slots/{id}?action=…`).
+#[derive(Clone, Debug)]
+pub enum SlotAction {
+    /// Serialize what the slot's last request left cached ([`crate::kv::encode_state`]).
+    Save,
+    /// Load a saved state (bytes of a [`SlotAction::Save`]) as the slot's conversation: the
+    /// next request starting with its tokens reuses its cache.
+    Restore(Vec<u8>),
+    /// Forget the slot's conversation.
+    Erase,
+}
+
+/// What a [`SlotAction`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotOutcome {
+    /// The slot's state: `n_tokens` tokens and their cache, as `bytes`.
+    Saved {
+        /// Tokens saved.
+        n_tokens: usize,
+        /// The state ([`crate::kv::decode_state`] reads it).
+        bytes: Vec<u8>,
+    },
+    /// A state was restored.
+    Restored {
+        /// Tokens restored.
+        n_tokens: usize,
+    },
+    /// The slot's conversation was forgotten.
+    Erased {
+        /// Tokens it held.
+        n_tokens: usize,
+    },
 }
 
 /// A request handed to the engine thread.
@@ -401,6 +441,7 @@ pub(crate) enum Job {
         normalize: bool,
         tx: std::sync::mpsc::Sender<Result<Vec<Vec<f32>>, EngineError>>,
     },
+    Slot(scheduler::SlotJob),
     Rerank {
         query: String,
         documents: Vec<String>,
@@ -512,6 +553,14 @@ impl Engine {
         let n_vocab = self.inner.model.config().n_vocab;
         crate::sequence::check_prompt(&req.prompt, n_vocab, cfg.cache.evicts(), cfg.n_ctx)
             .map_err(|e| SubmitError::Invalid(e.to_string()))?;
+        if let Some(s) = req.slot
+            && s >= cfg.n_slots
+        {
+            return Err(SubmitError::Invalid(format!(
+                "slot {s} does not exist (the engine has {})",
+                cfg.n_slots
+            )));
+        }
         if let Some(l) = &req.lookup {
             l.validate().map_err(|e| SubmitError::Invalid(e.to_string()))?;
         }
@@ -551,6 +600,15 @@ impl Engine {
     pub fn rerank(&self, query: String, documents: Vec<String>) -> Result<Vec<Relevance>, EngineError> {
         let (tx, rx) = std::sync::mpsc::channel();
         self.inner.jobs.send(Job::Rerank { query, documents, tx }).map_err(|_| EngineError::Stopped)?;
+        rx.recv().map_err(|_| EngineError::Stopped)?
+    }
+
+    /// Runs a slot action on the engine thread between ticks; on a busy slot it waits until
+    /// the slot's request ends (as llama-server defers it). Blocks until done.
+    pub fn slot_action(&self, slot: usize, action: SlotAction) -> Result<SlotOutcome, EngineError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job = scheduler::SlotJob { slot, action, tx };
+        self.inner.jobs.send(Job::Slot(job)).map_err(|_| EngineError::Stopped)?;
         rx.recv().map_err(|_| EngineError::Stopped)?
     }
 

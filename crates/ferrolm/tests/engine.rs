@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use ferrolm::decoder::FinishReason;
 use ferrolm::engine::{
-    BatchStrategy, Engine, EngineConfig, Event, GenRequest, RequestHandle, SlotState, SubmitError, Usage,
+    BatchStrategy, Engine, EngineConfig, EngineError, Event, GenRequest, RequestHandle, SlotAction,
+    SlotOutcome, SlotState, SubmitError, Usage,
 };
 use ferrolm::model::Model;
 use ferrolm::session::{GenerateParams, Session, SessionOptions};
@@ -577,4 +578,44 @@ fn draft_model_requests_generate_what_they_generate_alone() {
         let err = Engine::start(model.clone(), cfg(Some(gemma))).expect_err("another vocabulary");
         assert!(matches!(&err, EngineError::Config(m) if m.contains("vocabulary")), "{err}");
     }
+}
+
+/// llama-server's slot save/restore/erase: a request pinned to slot 1 (`id_slot`), its slot
+/// saved, restored into slot 0 of a new engine (a restarted server), and a continuation there
+/// reuses every saved token and generates exactly what it does on the first engine. Erasing
+/// forgets the tokens; a bad slot or file is an error.
+#[test]
+fn a_saved_slot_restores_into_another_engine_bit_identically() {
+    let Some(model) = load() else { return };
+    let first = engine(&model, 2, BatchStrategy::DecodeFirst);
+    let a = GenRequest { slot: Some(1), ..request(&model, "The three primary colors are", 8) };
+    let prompt = a.prompt.clone();
+    let (ids_a, _, _, ua) = collect(first.submit(a).expect("accepted"));
+    assert_eq!(ua.slot, Some(1));
+    let SlotOutcome::Saved { n_tokens, bytes } = first.slot_action(1, SlotAction::Save).expect("saves")
+    else {
+        panic!("not a save")
+    };
+    assert_eq!(n_tokens, prompt.len() + ids_a.len() - 1, "prompt and generated tokens but the last");
+    let mut cont = prompt.clone();
+    cont.extend_from_slice(&ids_a);
+    cont.extend(model.tokenizer().encode(" Also,", false, false).expect("tokenizes"));
+    let c = GenRequest { prompt: cont, params: GenerateParams::greedy(12), ..GenRequest::default() };
+    let (want, _, _, uc) = collect(first.submit(c.clone()).expect("accepted"));
+    assert_eq!(uc.cached_tokens, n_tokens);
+
+    let second = engine(&model, 2, BatchStrategy::DecodeFirst);
+    let restored = second.slot_action(0, SlotAction::Restore(bytes.clone())).expect("restores");
+    assert_eq!(restored, SlotOutcome::Restored { n_tokens });
+    let (got, _, _, ug) = collect(second.submit(c.clone()).expect("accepted"));
+    assert_eq!(ug.cached_tokens, n_tokens, "the restored tokens are reused");
+    assert_eq!(got, want, "the continuation after a restore is the same");
+
+    assert!(second.slot_action(0, SlotAction::Restore(bytes)).is_ok());
+    assert_eq!(second.slot_action(0, SlotAction::Erase).expect("erases"), SlotOutcome::Erased { n_tokens });
+    let (_, _, _, ue) = collect(second.submit(c).expect("accepted"));
+    assert_eq!(ue.cached_tokens, 0, "an erased slot's tokens are forgotten");
+    assert!(matches!(second.slot_action(2, SlotAction::Save), Err(EngineError::InvalidSlot(2))));
+    let junk = second.slot_action(0, SlotAction::Restore(b"junk".to_vec())).expect_err("refused");
+    assert!(junk.to_string().contains("not a ferrolm KV state"), "{junk}");
 }

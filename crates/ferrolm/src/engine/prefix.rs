@@ -247,22 +247,38 @@ impl<V> PrefixCache<V> {
         Some(entry)
     }
 
-    /// Removes the least recently used entry and prunes the tree: its leaf goes, and a parent left
-    /// with one child is merged into that child. Returns false when the cache is empty.
-    ///
-    /// No other node's most recent entry changes: every inner node other than the root has at
-    /// least two leaves below it, and the others are all more recent than the removed one. (The
-    /// root's `mru` goes stale, but it is never read: a match of length 0 is no match.)
+    /// Removes the entry stored under exactly `tokens` and returns its value (`None`, and nothing
+    /// changes, when no entry has exactly these tokens).
+    pub fn remove(&mut self, tokens: &[u32]) -> Option<V> {
+        let (node, len) = self.find(tokens);
+        if len != tokens.len() || len == 0 {
+            return None;
+        }
+        let id = self.nodes[node].entry?;
+        let value = self.remove_entry(id)?;
+        Some(value)
+    }
+
+    /// Removes the least recently used entry and prunes the tree. Returns false when the cache
+    /// is empty.
     fn evict_oldest(&mut self) -> bool {
         let Some((_, &id)) = self.lru.first_key_value() else { return false };
-        let Some(entry) = self.take_entry(id) else { return false };
+        self.remove_entry(id).is_some()
+    }
+
+    /// Removes entry `id` and prunes the tree: its leaf goes, a parent left with one child is
+    /// merged into that child, and the most recent entry of every node above is recomputed
+    /// from its children. (The root's `mru` is not kept: a match of length 0 is no match.)
+    fn remove_entry(&mut self, id: usize) -> Option<V> {
+        let entry = self.take_entry(id)?;
         let leaf = entry.node;
         let n = self.nodes[leaf].parent;
         let first = self.nodes[leaf].label[0];
         self.nodes[n].children.remove(&first);
         self.free_node(leaf);
+        let mut up = n;
         if n != ROOT && self.nodes[n].children.len() == 1 {
-            let Some(&only) = self.nodes[n].children.values().next() else { return true };
+            let only = *self.nodes[n].children.values().next()?;
             let parent = self.nodes[n].parent;
             let mut label = std::mem::take(&mut self.nodes[n].label);
             label.extend_from_slice(&self.nodes[only].label);
@@ -270,8 +286,16 @@ impl<V> PrefixCache<V> {
             self.nodes[only].label = label;
             self.nodes[only].parent = parent;
             self.free_node(n);
+            up = parent;
         }
-        true
+        while up != ROOT {
+            let best = self.nodes[up].children.values().map(|&c| self.nodes[c].mru).max();
+            if let Some(best) = best {
+                self.nodes[up].mru = best;
+            }
+            up = self.nodes[up].parent;
+        }
+        Some(entry.value)
     }
 
     /// Splits the edge into `child` after `k` tokens (`0 < k < label length`); returns the new
@@ -358,6 +382,26 @@ mod tests {
 
     fn get(c: &mut PrefixCache<u32>, prompt: &[u32]) -> Option<(u32, usize)> {
         c.lookup(prompt).map(|(v, n)| (*v, n))
+    }
+
+    #[test]
+    fn remove_takes_exactly_one_entry_and_keeps_the_tree_valid() {
+        let mut c = PrefixCache::new(100);
+        assert!(c.insert(vec![1, 2, 3], 1, 10));
+        assert!(c.insert(vec![1, 2, 4], 2, 10));
+        assert!(c.insert(vec![1, 5], 3, 10));
+        assert_eq!(get(&mut c, &[1, 2, 4]), Some((2, 3)));
+        assert_eq!(c.remove(&[1, 2]), None);
+        assert_eq!(c.remove(&[1, 2, 4, 6]), None);
+        assert_eq!(c.remove(&[1, 2, 4]), Some(2));
+        check(&c);
+        assert_eq!((c.len(), c.bytes(), c.tokens()), (2, 20, 5));
+        // The most recent entry under [1, 2] is now [1, 2, 3].
+        assert_eq!(get(&mut c, &[1, 2, 9]), Some((1, 2)));
+        assert_eq!(c.remove(&[1, 5]), Some(3));
+        assert_eq!(c.remove(&[1, 2, 3]), Some(1));
+        assert!(c.is_empty());
+        assert_eq!(check(&c), 1);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The engine thread: intake, slot assignment with prefix reuse, one batched forward pass per
 //! tick, per-slot sampling, and the counters `/metrics` reads.
 
+mod slot_state;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -22,6 +24,7 @@ use crate::kv::{CacheManager, KvCache, SeqCache, SeqId};
 use crate::model::{Model, Pooling};
 use crate::sequence::{Outputs, Sequence};
 use crate::sysmem::Releaser;
+pub(crate) use slot_state::SlotJob;
 
 /// State shared between the engine thread and its handles.
 pub(crate) struct Shared {
@@ -105,6 +108,11 @@ pub(crate) struct Worker {
     hooks: EngineHooks,
     /// Gives the memory of dropped and shrunk caches back to the system.
     releaser: Releaser,
+    /// Per slot, the tokens its last request left in the prefix cache (empty: none), what a
+    /// slot save writes and a slot erase removes.
+    slot_tokens: Vec<Vec<u32>>,
+    /// Slot actions waiting for their slot to be free.
+    slot_jobs: Vec<SlotJob>,
 }
 
 impl Worker {
@@ -152,7 +160,10 @@ impl Worker {
             counters: MetricsSnapshot::default(),
             hooks,
             releaser: Releaser::new(Duration::from_secs(1)),
+            slot_tokens: Vec::new(),
+            slot_jobs: Vec::new(),
         };
+        w.slot_tokens = vec![Vec::new(); w.slots.len()];
         w.publish();
         Ok(w)
     }
@@ -188,13 +199,14 @@ impl Worker {
             self.reap();
             self.assign();
             self.tick();
+            self.run_slot_jobs();
             self.publish();
             self.releaser.maybe_release(Instant::now());
         }
     }
 
     fn is_idle(&self) -> bool {
-        self.queue.is_empty() && self.slots.iter().all(Option::is_none)
+        self.queue.is_empty() && self.slots.iter().all(Option::is_none) && self.slot_jobs.is_empty()
     }
 
     fn accept(&mut self, job: Job) {
@@ -214,6 +226,7 @@ impl Worker {
                 }
                 let _ = tx.send(result);
             }
+            Job::Slot(job) => self.accept_slot_job(job),
             Job::Rerank { query, documents, tx } => {
                 let t0 = Instant::now();
                 let result = self.model.rerank(&query, &documents).map_err(EngineError::from);
@@ -303,7 +316,11 @@ impl Worker {
             if self.slots[i].is_some() {
                 continue;
             }
-            let Some(q) = self.queue.pop_front() else { return };
+            // The first request that may run in slot `i` (llama-server's `id_slot` pins one).
+            let Some(at) = self.queue.iter().position(|q| q.req.slot.is_none_or(|s| s == i)) else {
+                continue;
+            };
+            let Some(q) = self.queue.remove(at) else { continue };
             self.state.queued.fetch_sub(1, Ordering::AcqRel);
             let seq = match self.new_sequence(i as SeqId, &q.req) {
                 Ok(seq) => seq,
@@ -601,7 +618,9 @@ impl Worker {
     /// Moves a finished sequence's cache into the prefix cache (the part no eviction touched)
     /// and leaves its slot an empty one.
     fn release(&mut self, seq: Sequence) {
+        let slot = seq.id() as usize;
         let (old, tokens) = seq.take_cache(&mut self.kv);
+        self.slot_tokens[slot].clear();
         if let Some(mut old) = old
             && self.config.prefix_cache_bytes > 0
         {
@@ -611,6 +630,9 @@ impl Worker {
                 old.shrink_to_fit();
                 let bytes = valid * self.kv.bytes_per_token();
                 self.prefix.insert(tokens[..valid].to_vec(), old, bytes);
+                if self.prefix.peek_len(&tokens[..valid]) == valid {
+                    self.slot_tokens[slot] = tokens[..valid].to_vec();
+                }
             }
         }
         // The slot's buffers were shrunk or dropped, and the insert may have evicted entries.
