@@ -20,7 +20,7 @@ Flags, in four groups (the tables below):
   knob), or a feature ferrolm always enables whose "off" switch the suite passes to every server
   (--no-slots, --no-jinja): dropping them keeps the suite runnable; the tests that check the
   "off" behaviour then fail on their own.
-* Everything else (router, LoRA, slot saving, multimodal,
+* Everything else (router, LoRA, multimodal,
   MCP/tools, --no-ui, --reranking, --tags, --spec-type, --cors-origins, ...) is passed on as
   is: ferrolm rejects the unknown flag and the test fails to start the server (an honest
   failure, never a silent pass).
@@ -52,7 +52,7 @@ MODEL_MAP = {
 # llama-server flags that take a value, and those that do not (to walk the command line).
 SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
               "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
-              "--reasoning", "--reasoning-format",
+              "--reasoning", "--reasoning-format", "--slot-save-path",
               # ferrolm takes the template's text; a built-in name (chatml...) fails the start.
               "--chat-template"}
 RENAMED_VALUE = {

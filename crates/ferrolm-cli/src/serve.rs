@@ -81,6 +81,10 @@ pub struct Args {
     /// `message.reasoning_content` / `delta.reasoning_content`, none leaves it in the content.
     #[arg(long = "reasoning-format", default_value = "auto", value_parser = ["none", "deepseek", "auto"], help_heading = "Server")]
     reasoning_format: String,
+    /// Folder where `POST /slots/{id}?action=save` writes slot files and `restore` reads them
+    /// (llama-server's flag); without it those actions are refused.
+    #[arg(long = "slot-save-path", help_heading = "Server")]
+    slot_save_path: Option<std::path::PathBuf>,
     /// Largest request body in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 8 << 20, help_heading = "Server")]
     max_body_bytes: usize,
@@ -271,6 +275,7 @@ impl Args {
                 _ => None,
             },
             reasoning_to_field: self.reasoning_format != "none",
+            slot_save_path: self.slot_save_path.clone(),
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,
             connections: ConnLimits {

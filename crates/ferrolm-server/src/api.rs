@@ -29,6 +29,7 @@ mod params;
 mod response;
 mod responses;
 mod routes;
+mod slots;
 mod stream;
 mod tools;
 
@@ -111,6 +112,8 @@ pub struct ServerConfig {
     /// `--reasoning-format`: whether a thinking model's reasoning goes to `reasoning_content`
     /// (`deepseek`, the default) or stays in the content (`none`).
     pub reasoning_to_field: bool,
+    /// Folder of slot save files (`--slot-save-path`); `None`: `POST /slots/{id}` is refused.
+    pub slot_save_path: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -134,6 +137,7 @@ impl Default for ServerConfig {
             model_path: None,
             reasoning: None,
             reasoning_to_field: true,
+            slot_save_path: None,
         }
     }
 }

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use ferrolm::chat::ChatTemplate;
 use ferrolm::engine::{
-    Engine, EngineError, GenRequest, MetricsSnapshot, RequestHandle, SlotInfo, SubmitError,
+    Engine, EngineError, GenRequest, MetricsSnapshot, RequestHandle, SlotAction, SlotInfo, SlotOutcome,
+    SubmitError,
 };
 use ferrolm::model::{Pooling, Relevance};
 
@@ -62,6 +63,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ) -> BoxFuture<'_, Result<Vec<Relevance>, EngineError>> {
         let _ = (query, documents);
         Box::pin(async { Err(ferrolm::Error::InvalidInput("the served model cannot rerank".into()).into()) })
+    }
+    /// Saves, restores or erases a slot's cached conversation (waits while the slot is busy).
+    /// Without an engine behind it (the fuzzing stub), every slot id is invalid.
+    fn slot_action(
+        &self,
+        slot: usize,
+        action: SlotAction,
+    ) -> BoxFuture<'_, Result<SlotOutcome, EngineError>> {
+        let _ = action;
+        Box::pin(async move { Err(EngineError::InvalidSlot(slot)) })
     }
     /// Counters.
     fn metrics(&self) -> MetricsSnapshot;
@@ -170,6 +181,19 @@ impl Backend for EngineBackend {
         let engine = self.engine.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || engine.rerank(query, documents))
+                .await
+                .map_err(|_| EngineError::Stopped)?
+        })
+    }
+
+    fn slot_action(
+        &self,
+        slot: usize,
+        action: SlotAction,
+    ) -> BoxFuture<'_, Result<SlotOutcome, EngineError>> {
+        let engine = self.engine.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || engine.slot_action(slot, action))
                 .await
                 .map_err(|_| EngineError::Stopped)?
         })

@@ -76,9 +76,10 @@ pub(crate) struct CommonFields {
     pub cache_prompt: Option<bool>,
     /// llama-server's name of `max_tokens` (-1: until the context is full); wins over it.
     pub n_predict: Option<i64>,
+    /// llama-server's slot to run in (-1: any); the request waits for that slot.
+    pub id_slot: Option<i64>,
     /// llama-server's request fields ferrolm does not implement: refused when they ask for
     /// something (see [`CommonFields::refuse_unsupported`]).
-    pub id_slot: Option<i64>,
     pub timings_per_token: Option<bool>,
     pub return_progress: Option<bool>,
     pub post_sampling_probs: Option<bool>,
@@ -124,6 +125,8 @@ pub(crate) struct GenSpec {
     pub draft: Option<DraftSettings>,
     /// `cache_prompt: false`: reuse no cached prefix.
     pub fresh_prompt: bool,
+    /// `id_slot` (≥ 0): the slot to run in.
+    pub slot: Option<usize>,
 }
 
 impl GenSpec {
@@ -139,6 +142,7 @@ impl GenSpec {
             lookup: self.lookup,
             draft: self.draft,
             fresh_prompt: self.fresh_prompt,
+            slot: self.slot,
         }
     }
 }
@@ -330,12 +334,6 @@ impl CommonFields {
         let refuse = |field: &str, why: &str| {
             Err(ApiError::invalid_param(field, format!("`{field}` is not supported by ferrolm: {why}")))
         };
-        if self.id_slot.is_some_and(|s| s >= 0) {
-            return refuse(
-                "id_slot",
-                "the scheduler picks the slot (the prefix cache finds a prompt's KV in any slot)",
-            );
-        }
         let flags = [
             ("timings_per_token", self.timings_per_token, "timings come with the last chunk"),
             ("return_progress", self.return_progress, "prompt progress is not streamed"),
@@ -542,6 +540,7 @@ impl CommonFields {
             lookup,
             draft,
             fresh_prompt: self.cache_prompt == Some(false),
+            slot: self.id_slot.and_then(|s| usize::try_from(s).ok()),
         })
     }
 }
@@ -756,13 +755,14 @@ mod tests {
         assert!(!spec(json!({})).expect("ok").fresh_prompt);
         assert!(!spec(json!({"cache_prompt": true})).expect("ok").fresh_prompt);
         assert!(spec(json!({"cache_prompt": false})).expect("ok").fresh_prompt);
+        assert_eq!(spec(json!({"id_slot": 1})).expect("ok").slot, Some(1));
+        assert_eq!(spec(json!({"id_slot": -1})).expect("ok").slot, None);
         // Their defaults ask for nothing.
         let defaults = json!({"id_slot": -1, "timings_per_token": false, "return_progress": false,
             "post_sampling_probs": false, "t_max_predict_ms": 0, "n_keep": 0, "n_discard": 0,
             "n_indent": 0, "lora": []});
         spec(defaults).expect("defaults are accepted");
         for (field, v) in [
-            ("id_slot", json!(1)),
             ("timings_per_token", json!(true)),
             ("return_progress", json!(true)),
             ("post_sampling_probs", json!(true)),

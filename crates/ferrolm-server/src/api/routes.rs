@@ -56,6 +56,7 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/health", get(health))
         .route("/metrics", get(prometheus))
         .route("/slots", get(slots))
+        .route("/slots/{id}", post(slot_action))
         .route("/", get(index))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -239,6 +240,21 @@ async fn prometheus(State(state): State<AppState>) -> Response {
 async fn slots(State(state): State<AppState>) -> Response {
     let slots = serde_json::to_value(state.backend.slots()).unwrap_or(Value::Null);
     json_response(StatusCode::OK, &slots)
+}
+
+/// The query of `POST /slots/{id}`.
+#[derive(Deserialize)]
+struct SlotQuery {
+    action: Option<String>,
+}
+
+async fn slot_action(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<SlotQuery>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    super::slots::handle(state, &id, q.action.as_deref(), body).await
 }
 
 /// One `/v1/models` entry.

@@ -10,6 +10,7 @@ mod fuzz;
 mod misc;
 mod native;
 mod responses;
+mod slots;
 
 use std::sync::Arc;
 

@@ -9,8 +9,8 @@ use ferrolm::chat::ChatTemplate;
 use ferrolm::constrain::ConstraintSpec;
 use ferrolm::decoder::{FinishReason, TokenLogprob};
 use ferrolm::engine::{
-    EngineError, Event, EventSender, GenRequest, MetricsSnapshot, RequestHandle, SlotInfo, SlotState,
-    SubmitError, Usage, event_channel,
+    EngineError, Event, EventSender, GenRequest, MetricsSnapshot, RequestHandle, SlotAction, SlotInfo,
+    SlotOutcome, SlotState, SubmitError, Usage, event_channel,
 };
 use ferrolm::model::Pooling;
 
@@ -74,6 +74,9 @@ pub(crate) struct Fake {
     pub reranker: AtomicBool,
     /// The fill-in-the-middle tokens it reports.
     pub fim: Option<crate::api::infill::FimTokens>,
+    /// Per slot (2), the tokens a slot save writes: what the last restore put there, else
+    /// `[1, 2, 3]`; an erase empties it.
+    pub slot_tokens: Mutex<Vec<Vec<u32>>>,
 }
 
 impl Fake {
@@ -91,6 +94,7 @@ impl Fake {
             idle: AtomicBool::new(true),
             reranker: AtomicBool::new(false),
             fim: None,
+            slot_tokens: Mutex::new(vec![vec![1, 2, 3]; 2]),
         }
     }
 
@@ -289,6 +293,33 @@ impl Backend for Fake {
             })
             .collect();
         Box::pin(async move { Ok(scores) })
+    }
+
+    /// A state is `FAKE` and the tokens as bytes; anything else is refused as a real engine
+    /// refuses a file that is not a state.
+    fn slot_action(
+        &self,
+        slot: usize,
+        action: SlotAction,
+    ) -> BoxFuture<'_, Result<SlotOutcome, EngineError>> {
+        let mut slots = self.slot_tokens.lock().expect("lock");
+        let result = match (slots.get_mut(slot), action) {
+            (None, _) => Err(EngineError::InvalidSlot(slot)),
+            (Some(t), SlotAction::Save) => {
+                let mut bytes = b"FAKE".to_vec();
+                bytes.extend(t.iter().map(|&x| x as u8));
+                Ok(SlotOutcome::Saved { n_tokens: t.len(), bytes })
+            }
+            (Some(t), SlotAction::Restore(bytes)) => match bytes.strip_prefix(b"FAKE") {
+                Some(rest) => {
+                    *t = rest.iter().map(|&b| u32::from(b)).collect();
+                    Ok(SlotOutcome::Restored { n_tokens: t.len() })
+                }
+                None => Err(ferrolm::Error::InvalidInput("not a ferrolm KV state file".into()).into()),
+            },
+            (Some(t), SlotAction::Erase) => Ok(SlotOutcome::Erased { n_tokens: std::mem::take(t).len() }),
+        };
+        Box::pin(async move { result })
     }
 
     fn metrics(&self) -> MetricsSnapshot {

@@ -97,10 +97,8 @@ async fn cache_prompt_false_and_refused_fields() {
     let app = app(fake.clone());
     post(&app, "/completion", r#"{"prompt": "x", "cache_prompt": false}"#).await;
     assert!(fake.requests()[0].fresh_prompt);
-    let e = post(&app, "/completion", r#"{"prompt": "x", "id_slot": 1}"#)
-        .await
-        .assert_error(400, "invalid_request_error");
-    assert_eq!(e["error"]["param"], "id_slot");
+    post(&app, "/completion", r#"{"prompt": "x", "id_slot": 1}"#).await;
+    assert_eq!(fake.requests()[1].slot, Some(1));
     let e = post(&app, "/completion", r#"{"prompt": "x", "n": 2}"#)
         .await
         .assert_error(400, "invalid_request_error");
