@@ -229,6 +229,14 @@ impl Args {
         Ok(Some(src))
     }
 
+    /// `--slot-save-path`, created when missing (llama-server needs it to exist already).
+    fn slot_save_folder(&self) -> anyhow::Result<Option<std::path::PathBuf>> {
+        let Some(dir) = &self.slot_save_path else { return Ok(None) };
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--slot-save-path {}: cannot create the folder", dir.display()))?;
+        Ok(Some(dir.clone()))
+    }
+
     fn server_config(&self, default_id: String) -> anyhow::Result<ServerConfig> {
         let api_key = match (&self.api_key, &self.api_key_file) {
             (Some(k), _) => Some(k.trim().to_string()),
@@ -275,7 +283,7 @@ impl Args {
                 _ => None,
             },
             reasoning_to_field: self.reasoning_format != "none",
-            slot_save_path: self.slot_save_path.clone(),
+            slot_save_path: self.slot_save_folder()?,
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,
             connections: ConnLimits {
@@ -425,6 +433,23 @@ mod tests {
         assert!(err.contains("chatml"), "{err}");
         assert!(cfg(&["--chat-template", "{% for %}"]).is_err(), "a template that does not compile");
         assert!(cfg(&["--chat-template-file", "/nonexistent/t.jinja"]).is_err());
+    }
+
+    #[test]
+    fn slot_save_folder_is_created_or_refused() {
+        let base = std::env::temp_dir().join(format!("ferrolm-slot-save-{}", std::process::id()));
+        let dir = base.join("a/b");
+        let arg = dir.to_str().expect("utf-8 temp path");
+        let cfg = parse(&["--slot-save-path", arg]).expect("parses").server_config("m".into());
+        assert_eq!(cfg.expect("created").slot_save_path.as_deref(), Some(dir.as_path()));
+        assert!(dir.is_dir());
+        let file = base.join("file");
+        std::fs::write(&file, b"x").expect("write");
+        let arg = file.join("sub");
+        let arg = arg.to_str().expect("utf-8 temp path");
+        let err = parse(&["--slot-save-path", arg]).expect("parses").server_config("m".into());
+        assert!(err.expect_err("under a file").to_string().contains("--slot-save-path"));
+        std::fs::remove_dir_all(&base).expect("clean up");
     }
 
     #[test]
