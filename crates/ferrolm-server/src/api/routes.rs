@@ -55,6 +55,7 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/apply-template", post(apply_template))
         .route("/health", get(health))
         .route("/metrics", get(prometheus))
+        .route("/get_load", get(load))
         .route("/slots", get(slots))
         .route("/slots/{id}", post(slot_action))
         .route("/", get(index))
@@ -235,6 +236,21 @@ async fn prometheus(State(state): State<AppState>) -> Response {
     let rss = ferrolm::sysmem::resident().map(|(rss, _)| rss);
     let text = metrics::render(&state.backend.metrics(), rss);
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// `GET /get_load`: the load that sglang's router polls for its `power_of_two` policy, in the
+/// shape SGLang's server gives (one entry per data-parallel rank; ferrolm has one): requests
+/// running and waiting, and `num_tokens`, the tokens held in the slots' KV caches, which the
+/// router sums as the worker's load.
+async fn load(State(state): State<AppState>) -> Response {
+    let m = state.backend.metrics();
+    let rank = json!({
+        "dp_rank": 0,
+        "num_reqs": m.slots_busy,
+        "num_waiting_reqs": m.queue_depth,
+        "num_tokens": m.kv_tokens,
+    });
+    json_response(StatusCode::OK, &json!([rank]))
 }
 
 async fn slots(State(state): State<AppState>) -> Response {

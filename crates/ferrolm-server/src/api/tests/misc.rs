@@ -26,6 +26,13 @@ async fn unknown_routes_and_wrong_methods_are_json() {
 }
 
 #[tokio::test]
+async fn load_for_routers() {
+    let app = app(Arc::new(Fake::reply("x")));
+    let v = get(&app, "/get_load").await.json();
+    assert_eq!(v, json!([{"dp_rank": 0, "num_reqs": 1, "num_waiting_reqs": 0, "num_tokens": 0}]));
+}
+
+#[tokio::test]
 async fn api_key() {
     let cfg = ServerConfig { api_key: Some("s3cret".into()), ..config() };
     let app = app_with(Arc::new(Fake::reply("x")), cfg);
