@@ -4,6 +4,7 @@
 #   bash scripts/server_tests/run_all.sh [STEP...]
 #
 # Steps (default: all, in this order): openai anthropic prefix disconnect slowloris fuzz webui load soak
+# router (two replicas behind sglang-router: prefix affinity, failover, throughput)
 # llama (llama.cpp's own server test suite through llama_suite.sh, which fails below
 # FERROLM_LLAMA_SUITE_FLOOR passes, default LLAMA_SUITE_FLOOR below).
 # Builds nothing: the binary is $FERROLM_BIN, else target/release/ferrolm. The model is SmolLM2 in
@@ -13,7 +14,8 @@
 # window, default 60), FERROLM_LOAD_MIN_RATIO (tokens/s of 8 slots over 1 slot that the load test
 # requires, default 3.0; scripts/test.sh sets 0: speed is measured by benchmarks, not gated in CI),
 # FERROLM_FUZZ_SEED (fuzz seed, default time-based), FERROLM_SOAK_SECONDS (memory soak with
-# --cache-ram 256, default 120; the 10-minute soak is test_soak.py --seconds 600).
+# --cache-ram 256, default 120; the 10-minute soak is test_soak.py --seconds 600),
+# FERROLM_ROUTER_SECONDS (each throughput window of the router test, default 10).
 # Exits 1 when any step failed.
 set -uo pipefail
 
@@ -40,7 +42,7 @@ if [[ -n "$missing" ]]; then
     exit 0
 fi
 
-all_steps=(openai anthropic prefix disconnect slowloris fuzz webui load soak llama)
+all_steps=(openai anthropic prefix disconnect slowloris fuzz webui load soak router llama)
 # Passes of llama.cpp's server suite required: some below the 148 of 590 measured when it was
 # set, for its timing-sensitive tests. Raise it as ferrolm passes more.
 LLAMA_SUITE_FLOOR=138
@@ -80,7 +82,7 @@ skip_step() {
 t_start=$(date +%s)
 PY=""
 want() { [[ " ${steps[*]} " == *" $1 "* ]]; }
-if want openai || want webui; then
+if want openai || want anthropic || want webui || want router; then
     echo "=== setup_venv.sh"
     if out="$(bash "$here/setup_venv.sh")"; then
         PY="$(tail -n 1 <<<"$out")"
@@ -128,6 +130,14 @@ for step in "${steps[@]}"; do
             ;;
         soak)
             run_step soak python3 "$here/test_soak.py" --binary "$BIN" --seconds "${FERROLM_SOAK_SECONDS:-120}"
+            ;;
+        router)
+            if [[ -n "$PY" ]]; then
+                run_step router python3 "$here/test_router.py" --binary "$BIN" \
+                    --router "$(dirname "$PY")/sglang-router" --seconds "${FERROLM_ROUTER_SECONDS:-10}"
+            else
+                skip_step router "no venv"
+            fi
             ;;
         llama)
             run_step llama bash "$here/llama_suite.sh" --binary "$BIN" --max-minutes 15 \
