@@ -122,7 +122,8 @@ class Server:
     # -- start ---------------------------------------------------------------------------------
     def command(self):
         """The command line that starts the server."""
-        return [self.binary, "serve", "-m", self.model, "--host", "127.0.0.1", "--port", "0", *self.args]
+        model = ["-m", self.model] if self.model else []  # None: the args name the models
+        return [self.binary, "serve", *model, "--host", "127.0.0.1", "--port", "0", *self.args]
 
     def start(self):
         """Starts the process and waits until /health answers 200."""

@@ -4,6 +4,7 @@
 #   bash scripts/server_tests/run_all.sh [STEP...]
 #
 # Steps (default: all, in this order): openai anthropic prefix disconnect slowloris fuzz webui load soak
+# models (--models-dir: load on first use, LRU unloading, parallel models)
 # router (two replicas behind sglang-router: prefix affinity, failover, throughput)
 # llama (llama.cpp's own server test suite through llama_suite.sh, which fails below
 # FERROLM_LLAMA_SUITE_FLOOR passes, default LLAMA_SUITE_FLOOR below).
@@ -42,7 +43,7 @@ if [[ -n "$missing" ]]; then
     exit 0
 fi
 
-all_steps=(openai anthropic prefix disconnect slowloris fuzz webui load soak router llama)
+all_steps=(openai anthropic prefix disconnect slowloris fuzz webui load soak models router llama)
 # Passes of llama.cpp's server suite required: some below the 148 of 590 measured when it was
 # set, for its timing-sensitive tests. Raise it as ferrolm passes more.
 LLAMA_SUITE_FLOOR=138
@@ -131,6 +132,7 @@ for step in "${steps[@]}"; do
         soak)
             run_step soak python3 "$here/test_soak.py" --binary "$BIN" --seconds "${FERROLM_SOAK_SECONDS:-120}"
             ;;
+        models) run_step models python3 "$here/test_models_dir.py" --binary "$BIN" ;;
         router)
             if [[ -n "$PY" ]]; then
                 run_step router python3 "$here/test_router.py" --binary "$BIN" \

@@ -86,6 +86,18 @@ impl ModelArgs {
 
     /// [`ModelArgs::load`], also returning the file or folder the model came from.
     pub fn load_with_path(&self) -> anyhow::Result<(Model, f64, std::path::PathBuf)> {
+        self.prepare()?;
+        let path = match &self.hf_repo {
+            Some(repo) => crate::pull::resolve_hf(repo, self.hf_file.as_deref())?,
+            None => crate::pull::resolve_model(self.model.as_deref())?,
+        };
+        let t = std::time::Instant::now();
+        let model = self.load_path(&path)?;
+        Ok((model, t.elapsed().as_secs_f64() * 1e3, path))
+    }
+
+    /// Checks the options and sets up the worker threads (once per process, before any load).
+    pub fn prepare(&self) -> anyhow::Result<()> {
         if self.ctx_size == 0 {
             anyhow::bail!("--ctx-size must be at least 1");
         }
@@ -93,18 +105,17 @@ impl ModelArgs {
             anyhow::bail!("--batch-size must be at least 1");
         }
         self.cache.validate()?;
-        self.cpu.apply(self.threads)?;
-        let path = match &self.hf_repo {
-            Some(repo) => crate::pull::resolve_hf(repo, self.hf_file.as_deref())?,
-            None => crate::pull::resolve_model(self.model.as_deref())?,
-        };
-        let t = std::time::Instant::now();
+        self.cpu.apply(self.threads)
+    }
+
+    /// Loads the model at `path` with these options (after [`ModelArgs::prepare`]).
+    pub fn load_path(&self, path: &std::path::Path) -> anyhow::Result<Model> {
         let opts =
             LoadOptions { quantize: self.quantize, low_memory: self.low_memory, ..LoadOptions::default() };
         let mut model =
-            Model::load_with(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+            Model::load_with(path, &opts).with_context(|| format!("loading {}", path.display()))?;
         self.backend.apply(&mut model)?;
-        Ok((model, t.elapsed().as_secs_f64() * 1e3, path))
+        Ok(model)
     }
 
     /// The model as the user named it (`-m`, or `--hf-repo` with `--hf-file`), if they did.

@@ -119,6 +119,20 @@ pub struct Args {
     /// A draft model for speculative decoding, and the requests' default settings.
     #[command(flatten)]
     draft: ServeDraftArgs,
+    /// Serve every model of this folder, each under its file or folder name: GGUF files (a split
+    /// model by its -00001-of-N file) and Hugging Face model folders. A request picks one by
+    /// `model`; a model is loaded on first use with this command's options (each has its own
+    /// slots and prefix cache). GET /v1/models lists them with their status.
+    #[arg(long = "models-dir", conflicts_with_all = ["model", "hf_repo", "alias", "model_draft"], help_heading = "Models")]
+    models_dir: Option<std::path::PathBuf>,
+    /// With --models-dir: most models loaded at once; loading another unloads the least
+    /// recently used model that has no request in flight.
+    #[arg(long = "models-max", default_value_t = 4, help_heading = "Models")]
+    models_max: usize,
+    /// With --models-dir: memory budget in MiB of the loaded models (weight files plus KV
+    /// caches); 0: only --models-max limits them.
+    #[arg(long = "models-memory", default_value_t = 0, help_heading = "Models")]
+    models_memory: u64,
 }
 
 fn parse_strategy(s: &str) -> Result<BatchStrategy, String> {
@@ -327,6 +341,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A server runs for days with a load that comes and goes: large freed buffers go straight
     // back to the system rather than staying in the allocator's heaps.
     ferrolm::sysmem::return_large_buffers();
+    if let Some(dir) = args.models_dir.clone() {
+        return run_models(args, &dir);
+    }
     let engine_cfg = args.engine_config()?;
     // Check the server options before the (slower) model load.
     args.server_config(String::new())?;
@@ -353,13 +370,59 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         engine_cfg.n_ctx
     );
     let engine = Engine::start(Arc::new(model), engine_cfg).context("starting the engine")?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
+    runtime()?.block_on(serve(engine, server_cfg, shutdown_signal()))?;
+    Ok(())
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .context("starting the async runtime")?;
-    rt.block_on(serve(engine, server_cfg, shutdown_signal()))?;
-    Ok(())
+        .context("starting the async runtime")
+}
+
+/// `--models-dir`: every model of `dir`, each loaded on first use.
+fn run_models(args: Args, dir: &Path) -> anyhow::Result<()> {
+    if args.models_max == 0 {
+        bail!("--models-max must be at least 1");
+    }
+    let engine_cfg = args.engine_config()?;
+    let server_cfg = args.server_config("models".into())?;
+    let catalog = ferrolm_server::api::scan_models_dir(dir)?;
+    args.model.prepare()?;
+    eprintln!(
+        "serving {} models of {} (at most {} loaded{}): {}",
+        catalog.len(),
+        dir.display(),
+        args.models_max,
+        if args.models_memory > 0 { format!(", {} MiB", args.models_memory) } else { String::new() },
+        catalog.iter().map(|e| e.id.as_str()).collect::<Vec<_>>().join(", ")
+    );
+    let connections = ConnLimits {
+        max_connections: connection_cap(server_cfg.connections.max_connections),
+        ..server_cfg.connections
+    };
+    let server_cfg = ServerConfig { connections, ..server_cfg };
+    let model_args = Arc::new(args.model);
+    let load: ferrolm_server::api::LoadFn = Arc::new(move |path: &Path| {
+        let model = model_args.load_path(path).map_err(|e| format!("{e:#}"))?;
+        Engine::start(Arc::new(model), engine_cfg.clone()).map_err(|e| e.to_string())
+    });
+    let models = ferrolm_server::api::ModelsConfig {
+        catalog,
+        max_loaded: args.models_max,
+        memory_budget: (args.models_memory > 0).then_some(args.models_memory.saturating_mul(1 << 20)),
+        load,
+    };
+    let (host, port) = (server_cfg.host.clone(), server_cfg.port);
+    runtime()?.block_on(async move {
+        let listener = tokio::net::TcpListener::bind((host.as_str(), port))
+            .await
+            .with_context(|| format!("cannot listen on {host}:{port}"))?;
+        ferrolm_server::serve_models(listener, server_cfg, models, shutdown_signal()).await?;
+        anyhow::Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -433,6 +496,20 @@ mod tests {
         assert!(err.contains("chatml"), "{err}");
         assert!(cfg(&["--chat-template", "{% for %}"]).is_err(), "a template that does not compile");
         assert!(cfg(&["--chat-template-file", "/nonexistent/t.jinja"]).is_err());
+    }
+
+    #[test]
+    fn models_dir_flags() {
+        let a = parse(&["--models-dir", "/srv/models", "--models-max", "2", "--models-memory", "512"])
+            .expect("parses");
+        assert_eq!(a.models_dir.as_deref(), Some(Path::new("/srv/models")));
+        assert_eq!((a.models_max, a.models_memory), (2, 512));
+        let d = parse(&[]).expect("defaults");
+        assert_eq!((d.models_dir.is_none(), d.models_max, d.models_memory), (true, 4, 0));
+        for other in [&["-m", "x.gguf"][..], &["--alias", "a"], &["--model-draft", "d.gguf"]] {
+            let args = [&["--models-dir", "/srv/models"][..], other].concat();
+            assert!(parse(&args).is_err(), "--models-dir with {other:?}");
+        }
     }
 
     #[test]

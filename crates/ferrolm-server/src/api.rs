@@ -24,6 +24,7 @@ mod events_sse;
 mod infill;
 mod json;
 mod metrics;
+mod multi;
 mod native;
 mod params;
 mod response;
@@ -56,6 +57,7 @@ use tokio::sync::watch;
 use crate::conn::{self, ConnLimits};
 
 pub use error::ApiError;
+pub use multi::{CatalogEntry, LoadFn, ModelsConfig, scan_models_dir, serve_models};
 pub(crate) use routes::MAX_HEADERS;
 
 use backend::{Backend, EngineBackend, SharedBackend};
@@ -263,11 +265,50 @@ pub(crate) async fn run(
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let local = listener.local_addr()?;
-    let shutdown_timeout = cfg.shutdown_timeout;
-    let state_limits = cfg.connections;
+    let (shutdown_timeout, limits) = (cfg.shutdown_timeout, cfg.connections);
     let state = AppState { backend: backend.clone(), cfg: Arc::new(cfg), created: response::unix_now() };
     let app = routes::router(state)?;
+    serve_app(listener, app, &OneModel(backend), limits, shutdown_timeout, shutdown).await
+}
+
+/// What a graceful shutdown needs from what runs the requests: one model's engine, or every
+/// model loaded by a multi-model server.
+pub(crate) trait Drain: Send + Sync {
+    /// Stops taking requests (queued ones are refused, running ones go on).
+    fn shutdown(&self);
+    /// Cancels every queued and running request.
+    fn cancel_all(&self);
+    /// Resolves `true` once nothing runs, `false` after `timeout`.
+    fn wait_idle(&self, timeout: Duration) -> futures_util::future::BoxFuture<'_, bool>;
+}
+
+/// The one model of a single-model server.
+struct OneModel(SharedBackend);
+
+impl Drain for OneModel {
+    fn shutdown(&self) {
+        self.0.shutdown();
+    }
+    fn cancel_all(&self) {
+        self.0.cancel_all();
+    }
+    fn wait_idle(&self, timeout: Duration) -> futures_util::future::BoxFuture<'_, bool> {
+        self.0.wait_idle(timeout)
+    }
+}
+
+/// Serves `app` on `listener` until `shutdown` completes, then drains: the engine(s) stop taking
+/// requests, the server stops accepting connections, running requests get `shutdown_timeout`
+/// to finish, then the rest are cancelled.
+pub(crate) async fn serve_app(
+    listener: TcpListener,
+    app: axum::Router,
+    drain: &dyn Drain,
+    limits: ConnLimits,
+    shutdown_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let local = listener.local_addr()?;
     tracing::info!(%local, "listening");
     {
         use std::io::Write;
@@ -276,24 +317,24 @@ pub(crate) async fn run(
         let _ = out.flush();
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut done = conn::spawn_server(listener, app, state_limits, stop_rx);
+    let mut done = conn::spawn_server(listener, app, limits, stop_rx);
     tokio::select! {
         _ = conn::flipped(&mut done) => return Ok(()),
         _ = shutdown => {}
     }
     tracing::info!("shutting down: refusing new requests, letting running ones finish");
-    backend.shutdown();
+    drain.shutdown();
     let _ = stop_tx.send(true);
     let idle = tokio::select! {
         _ = conn::flipped(&mut done) => return Ok(()),
-        idle = backend.wait_idle(shutdown_timeout) => idle,
+        idle = drain.wait_idle(shutdown_timeout) => idle,
     };
     if !idle {
         tracing::warn!(
             ?shutdown_timeout,
             "requests still running after the shutdown timeout: cancelling them"
         );
-        backend.cancel_all();
+        drain.cancel_all();
     }
     match tokio::time::timeout(FINAL_GRACE, conn::flipped(&mut done)).await {
         Ok(_) => Ok(()),

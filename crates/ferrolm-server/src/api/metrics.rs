@@ -10,8 +10,92 @@ pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8"
 /// Renders `m` and the process's resident set size `rss` (bytes, where the system reports it) as
 /// Prometheus text: `# HELP`, `# TYPE` and one sample per metric.
 pub(crate) fn render(m: &MetricsSnapshot, rss: Option<u64>) -> String {
+    let mut out = String::with_capacity(4096);
+    for (name, kind, help, value) in rows(m) {
+        write_metric(&mut out, name, kind, help, value);
+    }
+    write_rss(&mut out, rss);
+    out
+}
+
+/// One unlabelled metric: `# HELP`, `# TYPE` and its sample.
+fn write_metric(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "# HELP ferrolm_{name} {help}");
+    let _ = writeln!(out, "# TYPE ferrolm_{name} {kind}");
+    let _ = writeln!(out, "ferrolm_{name} {}", sample(value));
+}
+
+/// What a multi-model server's `/metrics` says of its model table.
+pub(crate) struct ModelsSnapshot {
+    /// Models in the catalog.
+    pub available: usize,
+    /// Ids of the models loaded now.
+    pub loaded: Vec<String>,
+    /// Loads, unloads and failed loads since the start.
+    pub loads: u64,
+    pub unloads: u64,
+    pub load_failures: u64,
+}
+
+/// The model table of a multi-model server as Prometheus text.
+pub(crate) fn render_models(m: &ModelsSnapshot) -> String {
+    let rows: [(&str, &str, &str, f64); 5] = [
+        ("models_available", "gauge", "Models the server can load.", m.available as f64),
+        ("models_loaded", "gauge", "Models loaded now.", m.loaded.len() as f64),
+        ("model_loads_total", "counter", "Models loaded since the start.", m.loads as f64),
+        ("model_unloads_total", "counter", "Models unloaded since the start.", m.unloads as f64),
+        ("model_load_failures_total", "counter", "Model loads that failed.", m.load_failures as f64),
+    ];
+    let mut out = String::new();
+    for (name, kind, help, value) in rows {
+        write_metric(&mut out, name, kind, help, value);
+    }
+    let _ = writeln!(out, "# HELP ferrolm_model_loaded 1 for each model loaded now.");
+    let _ = writeln!(out, "# TYPE ferrolm_model_loaded gauge");
+    for id in &m.loaded {
+        let _ = writeln!(out, "ferrolm_model_loaded{{model=\"{}\"}} 1", label_value(id));
+    }
+    out
+}
+
+/// The engine metrics of several models, each sample labelled with its `model`, then the
+/// process's resident memory.
+pub(crate) fn render_labelled(models: &[(String, MetricsSnapshot)], rss: Option<u64>) -> String {
+    let mut out = String::new();
+    let per_model: Vec<_> = models.iter().map(|(id, m)| (label_value(id), rows(m))).collect();
+    if let Some((_, first)) = per_model.first() {
+        for (i, (name, kind, help, _)) in first.iter().enumerate() {
+            let _ = writeln!(out, "# HELP ferrolm_{name} {help}");
+            let _ = writeln!(out, "# TYPE ferrolm_{name} {kind}");
+            for (id, rows) in &per_model {
+                let _ = writeln!(out, "ferrolm_{name}{{model=\"{id}\"}} {}", sample(rows[i].3));
+            }
+        }
+    }
+    write_rss(&mut out, rss);
+    out
+}
+
+/// A label value with `\`, `"` and newlines escaped, as the exposition format wants.
+fn label_value(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+fn write_rss(out: &mut String, rss: Option<u64>) {
+    write_metric(
+        out,
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory of the server process (NaN where the system does not report it).",
+        rss.map_or(f64::NAN, |b| b as f64),
+    );
+}
+
+/// One model's engine metrics: (name, type, help, value).
+fn rows(m: &MetricsSnapshot) -> [(&'static str, &'static str, &'static str, f64); 26] {
     let ratio = if m.kv_capacity_tokens > 0 { m.kv_tokens as f64 / m.kv_capacity_tokens as f64 } else { 0.0 };
-    let rows: [(&str, &str, &str, f64); 27] = [
+    [
         ("requests_total", "counter", "Requests accepted.", m.requests_total as f64),
         (
             "requests_finished_total",
@@ -93,21 +177,7 @@ pub(crate) fn render(m: &MetricsSnapshot, rss: Option<u64>) -> String {
             m.prefix_cache_lookups as f64,
         ),
         ("uptime_seconds", "gauge", "Seconds since the engine started.", m.uptime_seconds),
-        (
-            "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory of the server process (NaN where the system does not report it).",
-            rss.map_or(f64::NAN, |b| b as f64),
-        ),
-    ];
-    let mut out = String::with_capacity(rows.len() * 120);
-    for (name, kind, help, value) in rows {
-        // Writing to a String cannot fail.
-        let _ = writeln!(out, "# HELP ferrolm_{name} {help}");
-        let _ = writeln!(out, "# TYPE ferrolm_{name} {kind}");
-        let _ = writeln!(out, "ferrolm_{name} {}", sample(value));
-    }
-    out
+    ]
 }
 
 /// A sample value: integers without a fraction, NaN and infinities as Prometheus spells them.

@@ -2,6 +2,8 @@
 //! layer itself refuses (404, 405, 413). Also the small endpoints: models, tokenize,
 //! detokenize, embeddings, health, metrics, slots and the web page.
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
@@ -17,7 +19,10 @@ use tower_http::limit::RequestBodyLimitLayer;
 use super::error::ApiError;
 use super::json::{fields, is_token_array, parse_object, token_id, type_name};
 use super::params::CommonFields;
-use super::{AppState, ServerError, anthropic, chat, completions, json_response, metrics, native, responses};
+use super::{
+    AppState, ServerConfig, ServerError, anthropic, chat, completions, json_response, metrics, native,
+    responses,
+};
 
 /// The web page served at `/`.
 const INDEX_HTML: &str = include_str!("../../static/index.html");
@@ -25,11 +30,15 @@ const INDEX_HTML: &str = include_str!("../../static/index.html");
 /// Most texts in one embeddings request.
 const MAX_EMBED_INPUTS: usize = 2048;
 
-/// Builds the router.
+/// Builds the router: [`routes`] inside [`outer_layers`].
 pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
-    let cors = cors_layer(&state.cfg.cors_origins)?;
-    let max_body = state.cfg.max_body_bytes;
-    let mut app = Router::new()
+    let cfg = state.cfg.clone();
+    outer_layers(routes(state), &cfg)
+}
+
+/// Every route of one model's server, without the layers.
+pub(crate) fn routes(state: AppState) -> Router {
+    Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
         .route("/v1/completions", post(text_completions))
@@ -60,14 +69,22 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
         .route("/slots/{id}", post(slot_action))
         .route("/", get(index))
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .with_state(state)
+}
+
+/// The layers around a server's routes: API key, body limit, JSON errors for what the HTTP
+/// layer refuses, head limits and CORS.
+pub(crate) fn outer_layers(app: Router, cfg: &ServerConfig) -> Result<Router, ServerError> {
+    let cors = cors_layer(&cfg.cors_origins)?;
+    let key: Option<Arc<str>> = cfg.api_key.as_deref().map(Arc::from);
+    let mut app = app
+        .layer(middleware::from_fn_with_state(key, auth))
         .layer(DefaultBodyLimit::disable())
-        .layer(RequestBodyLimitLayer::new(max_body))
+        .layer(RequestBodyLimitLayer::new(cfg.max_body_bytes))
         // Outside the body limit, so that its 413 (a too-large Content-Length is refused before
         // any handler runs) is turned into an OpenAI-shaped error too.
         .layer(middleware::from_fn(json_errors))
-        .layer(middleware::from_fn(head_limits))
-        .with_state(state);
+        .layer(middleware::from_fn(head_limits));
     if let Some(c) = cors {
         app = app.layer(c);
     }
@@ -114,8 +131,8 @@ fn bearer_token(value: &str) -> Option<&str> {
 
 /// With an API key set, every route but `/health` and `/` needs `Authorization: Bearer KEY`
 /// or `X-Api-Key: KEY` (Anthropic's header, which llama-server accepts too).
-async fn auth(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let Some(key) = &state.cfg.api_key else { return next.run(req).await };
+async fn auth(State(key): State<Option<Arc<str>>>, req: Request, next: Next) -> Response {
+    let Some(key) = key else { return next.run(req).await };
     if matches!(req.uri().path(), "/health" | "/") || req.method() == Method::OPTIONS {
         return next.run(req).await;
     }
@@ -204,7 +221,7 @@ async fn head_limits(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
+pub(crate) async fn not_found(method: Method, uri: axum::http::Uri) -> ApiError {
     ApiError::route_not_found(method.as_str(), uri.path())
 }
 
@@ -224,11 +241,11 @@ async fn infill(State(state): State<AppState>, body: Bytes) -> Result<Response, 
     super::infill::handle(state, body).await
 }
 
-async fn health() -> Response {
+pub(crate) async fn health() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
-async fn index() -> Response {
+pub(crate) async fn index() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML).into_response()
 }
 

@@ -8,6 +8,7 @@ mod constraint;
 mod fake;
 mod fuzz;
 mod misc;
+mod multi;
 mod native;
 mod responses;
 mod slots;
