@@ -12,7 +12,9 @@ other --hf-repo/--hf-file/--model goes through unchanged; with HF_HUB_OFFLINE=1 
 llama_suite.sh sets, and which --offline sets) ferrolm then fails to start at once.
 
 Flags, in four groups (the tables below):
-* SAME: ferrolm has the flag under the same name and meaning; passed on.
+* SAME: ferrolm has the flag under the same name and meaning; passed on. --metrics is
+  ferrolm's default: without it (llama-server's default is no /metrics) the shim passes
+  --no-metrics.
 * RENAMED: ferrolm has it under another name (values translated where needed). --ctx-size is
   per slot in ferrolm but shared by all slots in llama-server (each of --parallel P slots gets
   N/P, unless --kv-unified), so `-c N -np P` becomes `-c N/P`; --alias lists are split by commas.
@@ -50,6 +52,7 @@ MODEL_MAP = {
 }
 
 # llama-server flags that take a value, and those that do not (to walk the command line).
+SAME_SWITCH = {"--metrics"}
 SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
               "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
               "--reasoning", "--reasoning-format", "--slot-save-path",
@@ -71,7 +74,6 @@ RENAMED_SWITCH = {
 DROPPED_SWITCH = {
     "--cont-batching",   # ferrolm always batches continuously
     "--embedding",       # ferrolm always serves /v1/embeddings (llama-server then refuses completions)
-    "--metrics",         # ferrolm always serves /metrics
     "--slots", "--no-slots",  # ferrolm always serves /slots
     "--kv-unified",      # only changes the --ctx-size split (handled above)
     "--swa-full",        # memory only: ferrolm keeps the full cache for sliding-window layers
@@ -128,6 +130,8 @@ def translate(argv):
         if flag in SAME_VALUE:
             out += [flag, value]
             values[flag] = value
+        elif flag in SAME_SWITCH:
+            values[flag] = True
         elif flag in RENAMED_VALUE:
             out += [RENAMED_VALUE[flag], value]
         elif flag in RENAMED_SWITCH:
@@ -163,6 +167,10 @@ def translate(argv):
     if "--model-draft" in values:
         draft = values["--model-draft"]
         out += ["--model-draft", draft]
+
+    # llama-server serves /metrics only with --metrics; ferrolm by default.
+    if not values.get("--metrics"):
+        out.append("--no-metrics")
 
     # Context: llama-server shares --ctx-size among its --parallel slots (unless --kv-unified);
     # ferrolm's --ctx-size is per slot.

@@ -85,6 +85,12 @@ pub struct Args {
     /// (llama-server's flag); without it those actions are refused.
     #[arg(long = "slot-save-path", help_heading = "Server")]
     slot_save_path: Option<std::path::PathBuf>,
+    /// Serve `GET /metrics` (the default; llama-server's flag, which it needs to serve them).
+    #[arg(long = "metrics", overrides_with = "no_metrics", help_heading = "Server")]
+    metrics: bool,
+    /// Do not serve `GET /metrics` (501).
+    #[arg(long = "no-metrics", help_heading = "Server")]
+    no_metrics: bool,
     /// Largest request body in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 8 << 20, help_heading = "Server")]
     max_body_bytes: usize,
@@ -298,6 +304,7 @@ impl Args {
             },
             reasoning_to_field: self.reasoning_format != "none",
             slot_save_path: self.slot_save_folder()?,
+            metrics: !self.no_metrics,
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,
             connections: ConnLimits {

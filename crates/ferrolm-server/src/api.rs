@@ -116,6 +116,8 @@ pub struct ServerConfig {
     pub reasoning_to_field: bool,
     /// Folder of slot save files (`--slot-save-path`); `None`: `POST /slots/{id}` is refused.
     pub slot_save_path: Option<std::path::PathBuf>,
+    /// Whether `GET /metrics` answers (`--no-metrics`: 501).
+    pub metrics: bool,
 }
 
 impl Default for ServerConfig {
@@ -140,6 +142,7 @@ impl Default for ServerConfig {
             reasoning: None,
             reasoning_to_field: true,
             slot_save_path: None,
+            metrics: true,
         }
     }
 }

@@ -344,6 +344,9 @@ async fn serve_conn(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)
         .keep_alive(true)
+        // `Content-Type`, not `content-type`: names are case-insensitive, but some clients
+        // (llama.cpp's server tests among them) look response headers up by their usual case.
+        .title_case_headers(true)
         .max_headers(2 * crate::api::MAX_HEADERS);
     let http = builder.serve_connection(TokioIo::new(json_errors::JsonErrors::new(stream)), service);
     tokio::pin!(http);

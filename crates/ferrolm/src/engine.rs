@@ -302,6 +302,8 @@ pub struct Usage {
     pub draft_tokens: usize,
     /// Drafted tokens kept (part of `completion_tokens`).
     pub draft_accepted: usize,
+    /// Verification passes that checked drafted tokens.
+    pub draft_passes: usize,
     /// The slot that ran the request (none when it ended in the queue).
     pub slot: Option<usize>,
 }

@@ -73,13 +73,14 @@ impl ApiError {
         ApiError::new(StatusCode::NOT_IMPLEMENTED, "not_supported_error", message)
     }
 
-    /// 401: missing or wrong API key.
+    /// 401 `authentication_error` (llama-server's and Anthropic's type; OpenAI's code
+    /// `invalid_api_key`): missing or wrong API key.
     pub fn unauthorized() -> ApiError {
         ApiError {
             code: Some("invalid_api_key"),
             ..ApiError::new(
                 StatusCode::UNAUTHORIZED,
-                "invalid_request_error",
+                "authentication_error",
                 "missing or incorrect API key: send it as `Authorization: Bearer KEY`",
             )
         }

@@ -15,7 +15,70 @@ pub(crate) fn render(m: &MetricsSnapshot, rss: Option<u64>) -> String {
         write_metric(&mut out, name, kind, help, value);
     }
     write_rss(&mut out, rss);
+    write_llamacpp(&mut out, m);
     out
+}
+
+/// The same counters under llama-server's `llamacpp:` names, for dashboards and tests written
+/// for it.
+fn write_llamacpp(out: &mut String, m: &MetricsSnapshot) {
+    let per_pass = if m.forward_passes_total > 0 {
+        m.busy_slots_per_pass_total as f64 / m.forward_passes_total as f64
+    } else {
+        0.0
+    };
+    let rows: [(&str, &str, &str, f64); 15] = [
+        (
+            "prompt_tokens_total",
+            "counter",
+            "Prompt tokens processed (cached ones apart).",
+            m.prompt_tokens_total.saturating_sub(m.cached_tokens_total) as f64,
+        ),
+        (
+            "prompt_tokens_cached_total",
+            "counter",
+            "Prompt tokens taken from the cache.",
+            m.cached_tokens_total as f64,
+        ),
+        ("prompt_seconds_total", "counter", "Prompt processing time.", m.prompt_seconds_total),
+        ("tokens_predicted_total", "counter", "Generated tokens.", m.generated_tokens_total as f64),
+        ("tokens_predicted_seconds_total", "counter", "Generation time.", m.generation_seconds_total),
+        ("n_decode_total", "counter", "Forward passes (llama_decode calls).", m.forward_passes_total as f64),
+        ("n_tokens_max", "counter", "Most tokens one request held.", m.request_tokens_max as f64),
+        ("spec_decode_num_draft_tokens_total", "counter", "Drafted tokens.", m.draft_tokens_total as f64),
+        (
+            "spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Drafted tokens accepted.",
+            m.draft_accepted_total as f64,
+        ),
+        (
+            "spec_decode_num_drafts_total",
+            "counter",
+            "Verification passes of drafts.",
+            m.draft_passes_total as f64,
+        ),
+        (
+            "prompt_tokens_seconds",
+            "gauge",
+            "Prompt tokens per second (last 10 s).",
+            m.prompt_tokens_per_second,
+        ),
+        (
+            "predicted_tokens_seconds",
+            "gauge",
+            "Generated tokens per second (last 10 s).",
+            m.generation_tokens_per_second,
+        ),
+        ("requests_processing", "gauge", "Requests running in a slot.", m.slots_busy as f64),
+        ("requests_deferred", "gauge", "Requests waiting for a slot.", m.queue_depth as f64),
+        ("n_busy_slots_per_decode", "gauge", "Busy slots per forward pass, on average.", per_pass),
+    ];
+    for (name, kind, help, value) in rows {
+        let _ = writeln!(out, "# HELP llamacpp:{name} {help}");
+        let _ = writeln!(out, "# TYPE llamacpp:{name} {kind}");
+        let _ = writeln!(out, "llamacpp:{name} {}", sample(value));
+    }
 }
 
 /// One unlabelled metric: `# HELP`, `# TYPE` and its sample.

@@ -163,16 +163,22 @@ impl UsageSum {
     /// llama-server's `timings`, with `draft_n` and `draft_n_accepted` when the request drafted.
     pub(crate) fn timings_json(&self) -> Value {
         let per_s = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+        let per_token_ms = |n: usize, ms: f64| if n > 0 { ms / n as f64 } else { 0.0 };
         let prompt_n = self.0.prompt_tokens.saturating_sub(self.0.cached_tokens);
+        let decode_steps = self.0.completion_tokens.saturating_sub(1);
         let mut t = json!({
             "queue_ms": self.0.queue_ms,
             "cache_n": self.0.cached_tokens,
             "prompt_n": prompt_n,
             "prompt_ms": self.0.prompt_ms,
             "prompt_per_second": per_s(prompt_n, self.0.prompt_ms),
+            "prompt_per_token_ms": per_token_ms(prompt_n, self.0.prompt_ms),
             "predicted_n": self.0.completion_tokens,
             "predicted_ms": self.0.decode_ms,
-            "predicted_per_second": per_s(self.0.completion_tokens, self.0.decode_ms),
+            // The first token comes with the prompt's last pass: the generation time covers
+            // the decode steps of the others.
+            "predicted_per_second": per_s(decode_steps, self.0.decode_ms),
+            "predicted_per_token_ms": per_token_ms(decode_steps, self.0.decode_ms),
         });
         if self.0.draft_tokens > 0 {
             t["draft_n"] = json!(self.0.draft_tokens);

@@ -249,10 +249,18 @@ pub(crate) async fn index() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML).into_response()
 }
 
-async fn prometheus(State(state): State<AppState>) -> Response {
+/// `GET /metrics`, with llama-server's `Process-Start-Time-Unix` header.
+async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiError> {
+    if !state.cfg.metrics {
+        return Err(ApiError::not_supported(
+            "the metrics endpoint is off (the server was started with --no-metrics)",
+        ));
+    }
     let rss = ferrolm::sysmem::resident().map(|(rss, _)| rss);
     let text = metrics::render(&state.backend.metrics(), rss);
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+    let mut resp = ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response();
+    resp.headers_mut().insert("process-start-time-unix", HeaderValue::from(state.created));
+    Ok(resp)
 }
 
 /// `GET /get_load`: the load that sglang's router polls for its `power_of_two` policy, in the
@@ -270,9 +278,21 @@ async fn load(State(state): State<AppState>) -> Response {
     json_response(StatusCode::OK, &json!([rank]))
 }
 
+/// `GET /slots`: each slot's row, with llama-server's `is_processing` and `n_ctx`.
 async fn slots(State(state): State<AppState>) -> Response {
-    let slots = serde_json::to_value(state.backend.slots()).unwrap_or(Value::Null);
-    json_response(StatusCode::OK, &slots)
+    let n_ctx = state.backend.n_ctx();
+    let rows: Vec<Value> = state
+        .backend
+        .slots()
+        .into_iter()
+        .map(|s| {
+            let mut row = serde_json::to_value(&s).unwrap_or(Value::Null);
+            row["is_processing"] = json!(s.state != ferrolm::engine::SlotState::Idle);
+            row["n_ctx"] = json!(n_ctx);
+            row
+        })
+        .collect();
+    json_response(StatusCode::OK, &Value::Array(rows))
 }
 
 /// The query of `POST /slots/{id}`.

@@ -26,6 +26,7 @@ pub struct Pass {
     open: bool,
     n_drafted: usize,
     n_kept: usize,
+    n_passes: usize,
 }
 
 /// What [`Pass::verify`] decided.
@@ -53,6 +54,7 @@ impl Pass {
         self.kept = 0;
         self.open = !drafts.is_empty();
         self.n_drafted += drafts.len();
+        self.n_passes += usize::from(!drafts.is_empty());
     }
 
     /// Whether a pass is open.
@@ -111,6 +113,11 @@ impl Pass {
     /// Drafted tokens kept over the generation.
     pub fn n_kept(&self) -> usize {
         self.n_kept
+    }
+
+    /// Passes that verified at least one drafted token.
+    pub fn n_passes(&self) -> usize {
+        self.n_passes
     }
 }
 

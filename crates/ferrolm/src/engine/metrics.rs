@@ -91,6 +91,20 @@ pub struct MetricsSnapshot {
     pub prefix_cache_lookups: u64,
     /// Seconds since the engine started.
     pub uptime_seconds: f64,
+    /// Seconds ended requests spent on their prompts (from taking a slot to the first token).
+    pub prompt_seconds_total: f64,
+    /// Seconds ended requests spent generating (from the first token to the end).
+    pub generation_seconds_total: f64,
+    /// Tokens drafted by speculative decoding, by ended requests.
+    pub draft_tokens_total: u64,
+    /// Drafted tokens kept, by ended requests.
+    pub draft_accepted_total: u64,
+    /// Verification passes of drafted tokens, by ended requests.
+    pub draft_passes_total: u64,
+    /// Most tokens one request held (prompt and generated), over the ended requests.
+    pub request_tokens_max: u64,
+    /// Busy slots summed over the forward passes (over `forward_passes_total`: slots per pass).
+    pub busy_slots_per_pass_total: u64,
 }
 
 /// Events in a sliding window, for rates.

@@ -397,6 +397,7 @@ impl Worker {
             return;
         }
         self.counters.forward_passes_total += 1;
+        self.counters.busy_slots_per_pass_total += self.slots.iter().filter(|s| s.is_some()).count() as u64;
         let now = Instant::now();
         self.prompt_rate.add(now, n_prompt as u64);
         let n_gen = self.sample_outputs();
@@ -583,6 +584,14 @@ impl Worker {
     fn finish(&mut self, i: usize, finish: FinishReason) {
         let Some(mut a) = self.slots[i].take() else { return };
         let usage = a.finish(finish);
+        let c = &mut self.counters;
+        c.prompt_seconds_total += usage.prompt_ms / 1e3;
+        c.generation_seconds_total += usage.decode_ms / 1e3;
+        c.draft_tokens_total += usage.draft_tokens as u64;
+        c.draft_accepted_total += usage.draft_accepted as u64;
+        c.draft_passes_total += usage.draft_passes as u64;
+        c.request_tokens_max =
+            c.request_tokens_max.max((usage.prompt_tokens + usage.completion_tokens) as u64);
         if finish.is_natural() {
             self.counters.requests_finished += 1;
         } else {

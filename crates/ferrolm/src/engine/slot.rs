@@ -202,6 +202,7 @@ impl Active {
             decode_ms: if self.first_token_at.is_some() { ms(first, now) } else { 0.0 },
             draft_tokens: self.pass.n_drafted(),
             draft_accepted: self.pass.n_kept(),
+            draft_passes: self.pass.n_passes(),
             slot: Some(self.slot),
         }
     }

@@ -203,6 +203,7 @@ impl Backend for Fake {
             // A speculating request drafted 3 tokens and kept 2.
             draft_tokens: if req.draft.is_some() || req.lookup.is_some() { 3 } else { 0 },
             draft_accepted: if req.draft.is_some() || req.lookup.is_some() { 2 } else { 0 },
+            draft_passes: usize::from(req.draft.is_some() || req.lookup.is_some()),
             slot: Some(0),
         };
         match &mode {

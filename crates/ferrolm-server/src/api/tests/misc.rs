@@ -26,6 +26,20 @@ async fn unknown_routes_and_wrong_methods_are_json() {
 }
 
 #[tokio::test]
+async fn metrics_under_llama_server_names_or_off() {
+    let on = get(&app(Arc::new(Fake::reply("x"))), "/metrics").await;
+    assert!(on.headers.contains_key("process-start-time-unix"));
+    for line in ["# TYPE llamacpp:n_decode_total counter", "llamacpp:requests_processing 1"] {
+        assert!(on.body.lines().any(|l| l == line), "no `{line}` in\n{}", on.body);
+    }
+    let off = app_with(Arc::new(Fake::reply("x")), ServerConfig { metrics: false, ..config() });
+    get(&off, "/metrics").await.assert_error(501, "not_supported_error");
+    let slots = get(&off, "/slots").await.json();
+    assert_eq!(slots[0]["is_processing"], true, "{slots}"); // the fake's one slot is busy
+    assert!(slots[0]["n_ctx"].is_u64(), "{slots}");
+}
+
+#[tokio::test]
 async fn load_for_routers() {
     let app = app(Arc::new(Fake::reply("x")));
     let v = get(&app, "/get_load").await.json();
@@ -40,11 +54,7 @@ async fn api_key() {
     assert_eq!(get(&app, "/").await.status, 200);
     for path in ["/metrics", "/v1/models", "/slots", "/nope"] {
         let a = get(&app, path).await;
-        assert_eq!(
-            a.assert_error(401, "invalid_request_error")["error"]["code"],
-            "invalid_api_key",
-            "{path}"
-        );
+        assert_eq!(a.assert_error(401, "authentication_error")["error"]["code"], "invalid_api_key", "{path}");
     }
     let wrong = send(&app, Method::GET, "/metrics", None, &[("authorization", "Bearer s3creT")]).await;
     assert_eq!(wrong.status, 401);
