@@ -11,12 +11,13 @@
 //! - at most `max_loaded` models are loaded or loading, and the loaded ones' cost (weight files
 //!   plus KV capacity) stays within `memory_budget` when one is set;
 //! - to make room, the least recently used models with no request in flight are unloaded; when
-//!   every loaded model is busy, the request is refused with 503 and `Retry-After`, never queued
-//!   behind a model that may not finish soon;
+//!   every loaded model is busy, the request waits, first come first served, until one is idle
+//!   (at most the request timeout, then 503 with `Retry-After`); a waiting client that goes
+//!   away leaves the queue without costing any model its place;
 //! - concurrent requests for a model that is loading wait for the same load;
 //! - a request in flight (its response body included, for streams) keeps its model loaded.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,7 @@ use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tower::ServiceExt;
 
 use super::backend::{EngineBackend, SharedBackend};
@@ -186,14 +188,37 @@ pub(crate) struct Models {
     loads: AtomicU64,
     unloads: AtomicU64,
     load_failures: AtomicU64,
+    /// Tickets of the requests waiting for room, oldest first.
+    queue: Mutex<VecDeque<u64>>,
+    next_ticket: AtomicU64,
+    /// Woken when a model goes idle or a waiter leaves the queue.
+    idle: Arc<Notify>,
 }
 
 /// Keeps a model loaded while a request (or its response body) lives.
-struct InFlight(Arc<AtomicUsize>);
+struct InFlight {
+    count: Arc<AtomicUsize>,
+    idle: Arc<Notify>,
+}
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+/// A request's place in the queue for room; leaving (served, failed or gone) lets the next in.
+struct Ticket {
+    models: Arc<Models>,
+    id: u64,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.models.queue.lock().unwrap_or_else(|e| e.into_inner()).retain(|t| *t != self.id);
+        self.models.idle.notify_waiters();
     }
 }
 
@@ -217,43 +242,94 @@ impl Models {
 
     /// The model's server, loading it first when needed, and a guard that keeps it loaded.
     async fn acquire(self: &Arc<Self>, entry: &CatalogEntry) -> Result<(Arc<Loaded>, InFlight), ApiError> {
+        let deadline = self.base.request_timeout().map(|t| tokio::time::Instant::now() + t);
+        let mut ticket: Option<Ticket> = None;
         loop {
+            // Created before looking, so that a model going idle after the look still wakes us.
+            let woken = self.idle.notified();
             let pending = {
                 let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
                 match table.get(&entry.id) {
-                    Some(Slot::Ready(l)) => {
-                        l.in_flight.fetch_add(1, Ordering::AcqRel);
-                        l.last_used.store(self.clock.fetch_add(1, Ordering::AcqRel), Ordering::Release);
-                        return Ok((l.clone(), InFlight(l.in_flight.clone())));
-                    }
-                    Some(Slot::Loading(f)) => f.clone(),
+                    Some(Slot::Ready(l)) => return Ok(self.enter(l)),
+                    Some(Slot::Loading(f)) => Some(f.clone()),
                     None => {
                         if !self.accepting.load(Ordering::Acquire) {
                             return Err(ApiError::busy("the server is shutting down", 1));
                         }
-                        self.make_room(&mut table, entry)?;
-                        let f = self.start_load(entry);
-                        table.insert(entry.id.clone(), Slot::Loading(f.clone()));
-                        f
+                        if self.first_in_line(ticket.as_ref()) && self.make_room(&mut table, entry)? {
+                            let f = self.start_load(entry);
+                            table.insert(entry.id.clone(), Slot::Loading(f.clone()));
+                            Some(f)
+                        } else {
+                            None
+                        }
                     }
                 }
             };
+            let Some(pending) = pending else {
+                // Every loaded model is busy (or others came first): wait in line.
+                if ticket.is_none() {
+                    ticket = Some(self.take_ticket());
+                }
+                let waited = match deadline {
+                    Some(d) => tokio::time::timeout_at(d, woken).await.is_ok(),
+                    None => {
+                        woken.await;
+                        true
+                    }
+                };
+                if !waited {
+                    return Err(ApiError::busy(
+                        format!("cannot load model '{}': every loaded model stayed busy", entry.id),
+                        2,
+                    ));
+                }
+                continue;
+            };
+            drop(ticket.take());
             let done = pending.await;
             let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
             let still_loading = matches!(table.get(&entry.id), Some(Slot::Loading(_)));
             match done {
                 Ok(l) if still_loading => {
+                    // Entered under the same lock: nothing can unload it before its first use.
+                    let entered = self.enter(&l);
                     table.insert(entry.id.clone(), Slot::Ready(l));
+                    return Ok(entered);
                 }
                 Ok(_) => {}
                 Err(e) => {
                     if still_loading {
                         table.remove(&entry.id);
+                        self.idle.notify_waiters();
                     }
                     return Err(ApiError::internal(format!("cannot load model '{}': {e}", entry.id)));
                 }
             }
         }
+    }
+
+    /// Counts a request on a loaded model (call with the table locked).
+    fn enter(&self, l: &Arc<Loaded>) -> (Arc<Loaded>, InFlight) {
+        l.in_flight.fetch_add(1, Ordering::AcqRel);
+        l.last_used.store(self.clock.fetch_add(1, Ordering::AcqRel), Ordering::Release);
+        (l.clone(), InFlight { count: l.in_flight.clone(), idle: self.idle.clone() })
+    }
+
+    /// Whether a request holding `ticket` may make room now: it is first in the queue, or
+    /// (without a ticket) nobody waits.
+    fn first_in_line(&self, ticket: Option<&Ticket>) -> bool {
+        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        match ticket {
+            Some(t) => queue.front() == Some(&t.id),
+            None => queue.is_empty(),
+        }
+    }
+
+    fn take_ticket(self: &Arc<Self>) -> Ticket {
+        let id = self.next_ticket.fetch_add(1, Ordering::AcqRel);
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(id);
+        Ticket { models: self.clone(), id }
     }
 
     /// Starts loading `entry` on a blocking thread; the shared future gives its server.
@@ -311,8 +387,9 @@ impl Models {
         }
     }
 
-    /// Unloads least recently used idle models until `entry` fits; 503 when it cannot.
-    fn make_room(&self, table: &mut HashMap<String, Slot>, entry: &CatalogEntry) -> Result<(), ApiError> {
+    /// Unloads least recently used idle models until `entry` fits: `false` when every loaded
+    /// model is busy, an error when it can never fit.
+    fn make_room(&self, table: &mut HashMap<String, Slot>, entry: &CatalogEntry) -> Result<bool, ApiError> {
         if let Some(budget) = self.memory_budget.filter(|b| entry.bytes > *b) {
             return Err(ApiError::with_status(
                 StatusCode::INSUFFICIENT_STORAGE,
@@ -335,7 +412,7 @@ impl Models {
             let over_count = table.len() >= self.max_loaded;
             let over_memory = self.memory_budget.is_some_and(|b| used + entry.bytes > b);
             if !over_count && !over_memory {
-                return Ok(());
+                return Ok(true);
             }
             let victim = table
                 .iter()
@@ -346,16 +423,7 @@ impl Models {
                     _ => None,
                 })
                 .min();
-            let Some((_, id)) = victim else {
-                let why = if over_count { "--models-max" } else { "--models-memory" };
-                return Err(ApiError::busy(
-                    format!(
-                        "cannot load model '{}' now: every loaded model is busy and {why} is reached",
-                        entry.id
-                    ),
-                    2,
-                ));
-            };
+            let Some((_, id)) = victim else { return Ok(false) };
             if let Some(Slot::Ready(l)) = table.remove(&id) {
                 l.backend.shutdown();
                 self.unloads.fetch_add(1, Ordering::AcqRel);
@@ -375,6 +443,7 @@ impl Models {
                 if let Some(Slot::Ready(l)) = table.remove(id) {
                     l.backend.shutdown();
                     self.unloads.fetch_add(1, Ordering::AcqRel);
+                    self.idle.notify_waiters();
                     tracing::info!(model = %id, "model unloaded (asked)");
                 }
                 Ok(true)
@@ -425,6 +494,7 @@ impl Models {
 impl Drain for Models {
     fn shutdown(&self) {
         self.accepting.store(false, Ordering::Release);
+        self.idle.notify_waiters(); // the requests waiting for room give up
         for (_, l) in self.ready() {
             l.backend.shutdown();
         }
@@ -501,6 +571,9 @@ pub(crate) fn app(cfg: ServerConfig, t: ModelTable) -> Result<(Router, Arc<Model
         loads: AtomicU64::new(0),
         unloads: AtomicU64::new(0),
         load_failures: AtomicU64::new(0),
+        queue: Mutex::new(VecDeque::new()),
+        next_ticket: AtomicU64::new(0),
+        idle: Arc::new(Notify::new()),
     });
     let app = routes::outer_layers(front(state.clone()), &cfg)?;
     Ok((app, state))

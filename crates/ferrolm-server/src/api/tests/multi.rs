@@ -139,9 +139,9 @@ async fn the_memory_budget_unloads_too() {
     assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("--models-memory")), "{v}");
 }
 
-#[tokio::test]
-async fn a_busy_model_is_not_unloaded() {
-    let (app, _) = server(vec![entry("hang", 10), entry("b", 10)], 1, None);
+/// Starts a streamed request to the `hang` model and returns its response (the stream stays
+/// open, keeping the model busy, until it is dropped).
+async fn hold(app: &Router) -> axum::response::Response {
     let body = r#"{"model": "hang", "stream": true, "messages": [{"role": "user", "content": "hi"}]}"#;
     let req = Request::builder()
         .method(Method::POST)
@@ -151,14 +151,48 @@ async fn a_busy_model_is_not_unloaded() {
         .expect("request");
     let stream = app.clone().oneshot(req).await.expect("infallible");
     assert_eq!(stream.status(), 200);
+    stream
+}
+
+#[tokio::test]
+async fn a_busy_model_is_not_unloaded_and_requests_wait_in_line() {
+    let (app, _) = server(vec![entry("hang", 10), entry("b", 10), entry("c", 10)], 1, None);
+    let stream = hold(&app).await;
+    let unload = send(&app, Method::POST, "/models/unload", Some(r#"{"model": "hang"}"#), &[]).await;
+    assert_eq!(unload.status, 503);
+    let waiting_b = tokio::spawn({
+        let app = app.clone();
+        async move { (answer(&app, "b").await, std::time::Instant::now()) }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let waiting_c = tokio::spawn({
+        let app = app.clone();
+        async move { (answer(&app, "c").await, std::time::Instant::now()) }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!waiting_b.is_finished() && !waiting_c.is_finished(), "they wait while the model is busy");
+    assert_eq!(get(&app, "/v1/models/hang").await.json()["status"]["value"], "loaded");
+    drop(stream); // the client goes away: the model is idle, the first in line gets its place
+    let (b, c) = (waiting_b.await.expect("b"), waiting_c.await.expect("c"));
+    assert_eq!((b.0.as_str(), c.0.as_str()), ("b", "c"));
+    assert!(b.1 <= c.1, "first come, first served");
+}
+
+#[tokio::test]
+async fn waiting_ends_at_the_request_timeout() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let table = ModelTable {
+        catalog: vec![entry("hang", 10), entry("b", 10)],
+        max_loaded: 1,
+        memory_budget: None,
+        load: loader(calls),
+    };
+    let cfg = ServerConfig { timeout: std::time::Duration::from_millis(100), ..config() };
+    let (app, _) = multi::app(cfg, table).expect("app");
+    let _stream = hold(&app).await;
     let a = post(&app, "/v1/chat/completions", &chat("b")).await;
     let v = a.assert_error(503, "server_error");
     assert!(a.headers.contains_key("retry-after"), "{v}");
-    assert!(
-        send(&app, Method::POST, "/models/unload", Some(r#"{"model": "hang"}"#), &[]).await.status == 503
-    );
-    drop(stream); // the client goes away: the model is idle again
-    assert_eq!(answer(&app, "b").await, "b");
 }
 
 #[tokio::test]
