@@ -22,8 +22,10 @@ Flags, in four groups (the tables below):
   knob), or a feature ferrolm always enables whose "off" switch the suite passes to every server
   (--no-slots, --no-jinja): dropping them keeps the suite runnable; the tests that check the
   "off" behaviour then fail on their own.
-* Everything else (router, LoRA, multimodal,
-  MCP/tools, --no-ui, --reranking, --tags, --spec-type, --cors-origins, ...) is passed on as
+* Router mode (no model given): the suite's cache models (ROUTER_MODELS) are written into a
+  models preset naming the local stand-ins, served with --models-preset.
+* Everything else (LoRA, multimodal,
+  MCP/tools, --no-ui, --reranking, --tags, --spec-type, ...) is passed on as
   is: ferrolm rejects the unknown flag and the test fails to start the server (an honest
   failure, never a silent pass).
 
@@ -53,9 +55,11 @@ MODEL_MAP = {
 
 # llama-server flags that take a value, and those that do not (to walk the command line).
 SAME_SWITCH = {"--metrics"}
+PASSED_SWITCH = {"--no-models-autoload"}
 SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
               "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
               "--reasoning", "--reasoning-format", "--slot-save-path",
+              "--models-max", "--models-dir", "--models-preset",
               # ferrolm takes the template's text; a built-in name (chatml...) fails the start.
               "--chat-template"}
 RENAMED_VALUE = {
@@ -132,6 +136,8 @@ def translate(argv):
             values[flag] = value
         elif flag in SAME_SWITCH:
             values[flag] = True
+        elif flag in PASSED_SWITCH:
+            out.append(flag)
         elif flag in RENAMED_VALUE:
             out += [RENAMED_VALUE[flag], value]
         elif flag in RENAMED_SWITCH:
@@ -190,13 +196,35 @@ def translate(argv):
                 out += ["--alias", name.strip()]
 
     if "--cors-origins" in values:
-        origins = [o.strip() for o in values["--cors-origins"].split(",") if o.strip()]
-        if origins and all(o == "*" or "://" in o for o in origins):
-            for o in origins:
-                out += ["--cors-origin", o]
-        else:  # llama-server's keywords (e.g. "localhost") have no ferrolm equivalent
-            out += ["--cors-origins", values["--cors-origins"]]
+        out += ["--cors-origins", values["--cors-origins"]]  # the same list, `localhost` included
+
+    # Router mode (no model): llama-server serves the models of its Hugging Face cache under
+    # their repo:quant names; ferrolm serves a preset naming the local stand-ins so.
+    if not (repo or file or model or "--models-dir" in values or "--models-preset" in values):
+        preset = write_router_preset()
+        out += ["--models-preset", preset]
+        notes.append(f"router mode -> --models-preset {preset}")
     return out, notes, env
+
+
+# The cache models the suite's router tests name, and their local stand-ins: all SmolLM2, whose
+# GGUF has a chat template (the local Gemma 3 file has none, and the router tests chat).
+ROUTER_MODELS = {
+    "ggml-org/tinygemma3-GGUF:Q8_0": common.SMOLLM2,
+    "ggml-org/test-model-stories260K:F32": common.SMOLLM2,
+    "ggml-org/test-model-stories260K-infill:F32": common.SMOLLM2,
+}
+
+
+def write_router_preset():
+    """A models preset (INI) of ROUTER_MODELS in a fresh temporary folder; its path."""
+    import tempfile
+    folder = tempfile.mkdtemp(prefix="ferrolm-router-")
+    path = os.path.join(folder, "models.ini")
+    with open(path, "w") as f:
+        for name, local in ROUTER_MODELS.items():
+            f.write(f"[{name}]\nmodel = {common.find_model(local)}\n\n")
+    return path
 
 
 def main():

@@ -57,8 +57,15 @@ pub struct Args {
     /// Read the API key from this file (first line).
     #[arg(long = "api-key-file", help_heading = "Server")]
     api_key_file: Option<std::path::PathBuf>,
-    /// Allow this origin by CORS (repeatable; `*` for any). None: no CORS headers.
-    #[arg(long = "cors-origin", help_heading = "Server")]
+    /// Allow this origin by CORS (repeatable, or comma-separated as llama-server's
+    /// `--cors-origins`; `*` for any, `localhost` for any origin on this machine). None: no CORS
+    /// headers.
+    #[arg(
+        long = "cors-origin",
+        visible_alias = "cors-origins",
+        value_delimiter = ',',
+        help_heading = "Server"
+    )]
     cors_origin: Vec<String>,
     /// Most tokens a request generates, and the number it generates when it does not say
     /// (llama-server's; -1: each endpoint's default, no cap).
@@ -135,6 +142,14 @@ pub struct Args {
     /// recently used model that has no request in flight.
     #[arg(long = "models-max", default_value_t = 4, help_heading = "Models")]
     models_max: usize,
+    /// Serve the models of a llama-server preset file: a `[name]` section per model with
+    /// `model = PATH` (relative to the file). With --models-dir too, both are served.
+    #[arg(long = "models-preset", conflicts_with_all = ["model", "hf_repo", "alias", "model_draft"], help_heading = "Models")]
+    models_preset: Option<std::path::PathBuf>,
+    /// With --models-dir/--models-preset: load a model only on `POST /models/load`, not on the
+    /// first request naming it (which then gets 400).
+    #[arg(long = "no-models-autoload", help_heading = "Models")]
+    no_models_autoload: bool,
     /// With --models-dir: memory budget in MiB of the loaded models (weight files plus KV
     /// caches); 0: only --models-max limits them.
     #[arg(long = "models-memory", default_value_t = 0, help_heading = "Models")]
@@ -348,8 +363,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A server runs for days with a load that comes and goes: large freed buffers go straight
     // back to the system rather than staying in the allocator's heaps.
     ferrolm::sysmem::return_large_buffers();
-    if let Some(dir) = args.models_dir.clone() {
-        return run_models(args, &dir);
+    if args.models_dir.is_some() || args.models_preset.is_some() {
+        return run_models(args);
     }
     let engine_cfg = args.engine_config()?;
     // Check the server options before the (slower) model load.
@@ -389,19 +404,26 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// `--models-dir`: every model of `dir`, each loaded on first use.
-fn run_models(args: Args, dir: &Path) -> anyhow::Result<()> {
+/// `--models-dir` / `--models-preset`: every model of the folder and the preset, each loaded on
+/// first use.
+fn run_models(args: Args) -> anyhow::Result<()> {
     if args.models_max == 0 {
         bail!("--models-max must be at least 1");
     }
     let engine_cfg = args.engine_config()?;
     let server_cfg = args.server_config("models".into())?;
-    let catalog = ferrolm_server::api::scan_models_dir(dir)?;
+    let mut catalog = Vec::new();
+    if let Some(dir) = &args.models_dir {
+        catalog.extend(ferrolm_server::api::scan_models_dir(dir)?);
+    }
+    if let Some(preset) = &args.models_preset {
+        catalog.extend(ferrolm_server::api::read_models_preset(preset)?);
+    }
+    let catalog = ferrolm_server::api::check_catalog(catalog).map_err(anyhow::Error::msg)?;
     args.model.prepare()?;
     eprintln!(
-        "serving {} models of {} (at most {} loaded{}): {}",
+        "serving {} models (at most {} loaded{}): {}",
         catalog.len(),
-        dir.display(),
         args.models_max,
         if args.models_memory > 0 { format!(", {} MiB", args.models_memory) } else { String::new() },
         catalog.iter().map(|e| e.id.as_str()).collect::<Vec<_>>().join(", ")
@@ -421,6 +443,7 @@ fn run_models(args: Args, dir: &Path) -> anyhow::Result<()> {
         max_loaded: args.models_max,
         memory_budget: (args.models_memory > 0).then_some(args.models_memory.saturating_mul(1 << 20)),
         load,
+        autoload: !args.no_models_autoload,
     };
     let (host, port) = (server_cfg.host.clone(), server_cfg.port);
     runtime()?.block_on(async move {
@@ -514,9 +537,20 @@ mod tests {
         let d = parse(&[]).expect("defaults");
         assert_eq!((d.models_dir.is_none(), d.models_max, d.models_memory), (true, 4, 0));
         for other in [&["-m", "x.gguf"][..], &["--alias", "a"], &["--model-draft", "d.gguf"]] {
-            let args = [&["--models-dir", "/srv/models"][..], other].concat();
-            assert!(parse(&args).is_err(), "--models-dir with {other:?}");
+            for flag in ["--models-dir", "--models-preset"] {
+                let args = [&[flag, "/srv/models"][..], other].concat();
+                assert!(parse(&args).is_err(), "{flag} with {other:?}");
+            }
         }
+        let p = parse(&["--models-preset", "m.ini", "--no-models-autoload"]).expect("parses");
+        assert!(p.models_preset.is_some() && p.no_models_autoload);
+        let cors =
+            parse(&["--cors-origins", "localhost,http://a.example", "--cors-origin", "http://b.example"])
+                .expect("parses")
+                .server_config("m".into())
+                .expect("config")
+                .cors_origins;
+        assert_eq!(cors, ["localhost", "http://a.example", "http://b.example"]);
     }
 
     #[test]

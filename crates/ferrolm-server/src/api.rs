@@ -57,7 +57,9 @@ use tokio::sync::watch;
 use crate::conn::{self, ConnLimits};
 
 pub use error::ApiError;
-pub use multi::{CatalogEntry, LoadFn, ModelsConfig, scan_models_dir, serve_models};
+pub use multi::{
+    CatalogEntry, LoadFn, ModelsConfig, check_catalog, read_models_preset, scan_models_dir, serve_models,
+};
 pub(crate) use routes::MAX_HEADERS;
 
 use backend::{Backend, EngineBackend, SharedBackend};

@@ -67,6 +67,9 @@ pub struct ModelsConfig {
     pub memory_budget: Option<u64>,
     /// How a model is loaded.
     pub load: LoadFn,
+    /// Whether a request loads the model it names (`--no-models-autoload`: only
+    /// `POST /models/load` does).
+    pub autoload: bool,
 }
 
 /// The catalog of `dir`: each `*.gguf` file (a split model once, by its `-00001-of-N` file,
@@ -107,23 +110,78 @@ pub fn scan_models_dir(dir: &Path) -> Result<Vec<CatalogEntry>, ServerError> {
             out.push(CatalogEntry { id, path, bytes });
         }
     }
-    out.sort_by(|a, b| a.id.cmp(&b.id));
-    if let Some(w) = out.windows(2).find(|w| w[0].id == w[1].id) {
-        return Err(ServerError::Config(format!(
-            "--models-dir {}: two models are named '{}' ({} and {})",
-            dir.display(),
-            w[0].id,
-            w[0].path.display(),
-            w[1].path.display()
-        )));
-    }
     if out.is_empty() {
         return Err(ServerError::Config(format!(
             "--models-dir {}: no GGUF file or Hugging Face model folder in it",
             dir.display()
         )));
     }
+    check_catalog(out).map_err(|m| ServerError::Config(format!("--models-dir {}: {m}", dir.display())))
+}
+
+/// The catalog of a models preset, llama-server's INI file: a `[name]` section per model with
+/// `model = PATH` (relative to the file's folder). Other keys (llama-server's per-model flags)
+/// are refused by name, as is a section without `model`.
+pub fn read_models_preset(path: &Path) -> Result<Vec<CatalogEntry>, ServerError> {
+    let bad = |m: String| ServerError::Config(format!("--models-preset {}: {m}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut out: Vec<CatalogEntry> = Vec::new();
+    let mut section: Option<(String, Option<PathBuf>)> = None;
+    let mut finish = |section: Option<(String, Option<PathBuf>)>| -> Result<(), ServerError> {
+        let Some((id, file)) = section else { return Ok(()) };
+        let file = file.ok_or_else(|| bad(format!("[{id}] has no `model = PATH`")))?;
+        let bytes = if file.is_dir() {
+            folder_bytes(&file)
+        } else {
+            std::fs::metadata(&file).map_err(|e| bad(format!("[{id}] {}: {e}", file.display())))?.len()
+        };
+        out.push(CatalogEntry { id, path: file, bytes });
+        Ok(())
+    };
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            finish(section.take())?;
+            section = Some((name.trim().to_string(), None));
+            continue;
+        }
+        let (key, value) =
+            line.split_once('=').ok_or_else(|| bad(format!("line {}: not `key = value`", n + 1)))?;
+        let Some((id, file)) = section.as_mut() else {
+            return Err(bad(format!("line {}: a key before any [section]", n + 1)));
+        };
+        match key.trim() {
+            "model" | "m" => *file = Some(base.join(value.trim())),
+            other => {
+                return Err(bad(format!(
+                    "[{id}] key `{other}` is not supported (ferrolm's presets take `model = PATH`)"
+                )));
+            }
+        }
+    }
+    finish(section.take())?;
+    if out.is_empty() {
+        return Err(bad("no [model] section".into()));
+    }
     Ok(out)
+}
+
+/// Sorts a catalog by name; refuses two models of the same name.
+pub fn check_catalog(mut catalog: Vec<CatalogEntry>) -> Result<Vec<CatalogEntry>, String> {
+    catalog.sort_by(|a, b| a.id.cmp(&b.id));
+    if let Some(w) = catalog.windows(2).find(|w| w[0].id == w[1].id) {
+        return Err(format!(
+            "two models are named '{}' ({} and {})",
+            w[0].id,
+            w[0].path.display(),
+            w[1].path.display()
+        ));
+    }
+    Ok(catalog)
 }
 
 /// `NAME-0000K-of-0000N` (five digits each, as `gguf-split` writes) -> (`NAME`, K).
@@ -181,6 +239,7 @@ pub(crate) struct Models {
     max_loaded: usize,
     memory_budget: Option<u64>,
     load: BackendLoadFn,
+    autoload: bool,
     created: u64,
     table: Mutex<HashMap<String, Slot>>,
     clock: AtomicU64,
@@ -540,6 +599,7 @@ pub async fn serve_models(
         max_loaded: models.max_loaded,
         memory_budget: models.memory_budget,
         load: backend_load,
+        autoload: models.autoload,
     };
     let (app, state) = app(cfg, table)?;
     super::serve_app(listener, app, state.as_ref(), limits, shutdown_timeout, shutdown).await
@@ -551,6 +611,7 @@ pub(crate) struct ModelTable {
     pub max_loaded: usize,
     pub memory_budget: Option<u64>,
     pub load: BackendLoadFn,
+    pub autoload: bool,
 }
 
 /// The multi-model server's router and state.
@@ -564,6 +625,7 @@ pub(crate) fn app(cfg: ServerConfig, t: ModelTable) -> Result<(Router, Arc<Model
         max_loaded: t.max_loaded,
         memory_budget: t.memory_budget,
         load: t.load,
+        autoload: t.autoload,
         created: response::unix_now(),
         table: Mutex::new(HashMap::new()),
         clock: AtomicU64::new(0),
@@ -588,10 +650,27 @@ fn front(state: Arc<Models>) -> Router {
         .route("/models", get(list))
         .route("/v1/models/{*id}", get(one))
         .route("/metrics", get(prometheus))
+        .route("/props", get(props))
         .route("/models/load", post(load))
         .route("/models/unload", post(unload))
         .fallback(forward)
         .with_state(state)
+}
+
+/// `GET /props`: the server's own (llama-server's router `role`, limits) without `?model=`,
+/// that model's with it.
+async fn props(State(m): State<Arc<Models>>, req: Request) -> Result<Response, ApiError> {
+    if requested_model(req.uri(), &[]).is_some() {
+        return forward(State(m), req).await;
+    }
+    let body = json!({
+        "role": "router",
+        "max_instances": m.max_loaded,
+        "models_autoload": m.autoload,
+        "build_info": format!("ferrolm {}", env!("CARGO_PKG_VERSION")),
+        "models": m.catalog.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
+    });
+    Ok(json_response(StatusCode::OK, &body))
 }
 
 async fn list(State(m): State<Arc<Models>>) -> Response {
@@ -652,6 +731,16 @@ async fn forward(State(m): State<Arc<Models>>, req: Request) -> Result<Response,
         .map_err(|e| ApiError::invalid(format!("cannot read the request body: {e}")))?;
     let name = requested_model(&parts.uri, &bytes);
     let entry = m.resolve(name.as_deref())?.clone();
+    if !m.autoload && m.status(&entry.id) == "unloaded" {
+        return Err(ApiError::invalid_param(
+            "model",
+            format!(
+                "model '{}' is not loaded, and this server loads models only when asked \
+                 (--no-models-autoload): POST /models/load first",
+                entry.id
+            ),
+        ));
+    }
     let (loaded, guard) = m.acquire(&entry).await?;
     let req = Request::from_parts(parts, Body::from(bytes));
     let resp = match loaded.app.clone().oneshot(req).await {

@@ -91,7 +91,8 @@ pub(crate) fn outer_layers(app: Router, cfg: &ServerConfig) -> Result<Router, Se
     Ok(app)
 }
 
-/// `--cors-origin`: `*` or a list of origins; none gives no CORS headers.
+/// `--cors-origin`: `*`, or a list of origins where `localhost` stands for any origin on this
+/// machine (`http(s)://localhost`, `127.0.0.1` or `[::1]`, any port); none gives no CORS headers.
 fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
     if origins.is_empty() {
         return Ok(None);
@@ -101,12 +102,19 @@ fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
     } else {
         let values = origins
             .iter()
+            .filter(|o| *o != "localhost")
             .map(|o| {
                 HeaderValue::from_str(o.trim_end_matches('/'))
                     .map_err(|_| ServerError::Config(format!("invalid CORS origin {o:?}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        AllowOrigin::list(values)
+        if origins.iter().any(|o| o == "localhost") {
+            AllowOrigin::predicate(move |origin: &HeaderValue, _| {
+                values.contains(origin) || origin.to_str().is_ok_and(is_local_origin)
+            })
+        } else {
+            AllowOrigin::list(values)
+        }
     };
     Ok(Some(
         CorsLayer::new()
@@ -115,6 +123,23 @@ fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
             .allow_headers(Any)
             .max_age(std::time::Duration::from_secs(3600)),
     ))
+}
+
+/// Whether `origin` is `http(s)://localhost`, `127.0.0.1` or `[::1]`, with any port.
+fn is_local_origin(origin: &str) -> bool {
+    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
+        return false;
+    };
+    let host = match rest.strip_prefix("[::1]") {
+        Some(port) => return port.is_empty() || port.strip_prefix(':').is_some_and(is_port),
+        None => rest,
+    };
+    let (name, port) = host.split_once(':').unwrap_or((host, ""));
+    matches!(name, "localhost" | "127.0.0.1") && (port.is_empty() || is_port(port))
+}
+
+fn is_port(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 5 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Compares two byte strings in time independent of where they differ.

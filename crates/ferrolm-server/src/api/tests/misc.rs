@@ -40,6 +40,40 @@ async fn metrics_under_llama_server_names_or_off() {
 }
 
 #[tokio::test]
+async fn cors_localhost_reflects_only_this_machine() {
+    let cfg = ServerConfig { cors_origins: vec!["localhost".into(), "http://a.example".into()], ..config() };
+    let app = app_with(Arc::new(Fake::reply("x")), cfg);
+    let allowed = |origin: &'static str| {
+        let app = app.clone();
+        async move {
+            let headers = [("origin", origin), ("access-control-request-method", "POST")];
+            let a = send(&app, Method::OPTIONS, "/completions", None, &headers).await;
+            assert!(a.status.is_success(), "{origin}: {}", a.status);
+            a.headers.get("access-control-allow-origin").map(|v| v.to_str().unwrap_or("").to_string())
+        }
+    };
+    for origin in [
+        "http://localhost",
+        "http://localhost:8080",
+        "http://127.0.0.1:3000",
+        "http://[::1]",
+        "https://[::1]:3000",
+        "http://a.example",
+    ] {
+        assert_eq!(allowed(origin).await.as_deref(), Some(origin));
+    }
+    for origin in [
+        "http://evil.com",
+        "http://notlocalhost",
+        "http://localhost.evil.com",
+        "http://localhost:80x",
+        "ftp://localhost",
+    ] {
+        assert_eq!(allowed(origin).await, None, "{origin}");
+    }
+}
+
+#[tokio::test]
 async fn load_for_routers() {
     let app = app(Arc::new(Fake::reply("x")));
     let v = get(&app, "/get_load").await.json();

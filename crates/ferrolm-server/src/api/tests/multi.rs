@@ -37,7 +37,13 @@ fn loader(calls: Arc<AtomicUsize>) -> BackendLoadFn {
 
 fn server(catalog: Vec<CatalogEntry>, max_loaded: usize, budget: Option<u64>) -> (Router, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
-    let table = ModelTable { catalog, max_loaded, memory_budget: budget, load: loader(calls.clone()) };
+    let table = ModelTable {
+        catalog,
+        max_loaded,
+        memory_budget: budget,
+        load: loader(calls.clone()),
+        autoload: true,
+    };
     let (app, _) = multi::app(config(), table).expect("app");
     (app, calls)
 }
@@ -186,6 +192,7 @@ async fn waiting_ends_at_the_request_timeout() {
         max_loaded: 1,
         memory_budget: None,
         load: loader(calls),
+        autoload: true,
     };
     let cfg = ServerConfig { timeout: std::time::Duration::from_millis(100), ..config() };
     let (app, _) = multi::app(cfg, table).expect("app");
@@ -212,6 +219,58 @@ async fn load_and_unload_endpoints_and_failed_loads() {
     assert!(get(&app, "/metrics").await.body.contains("ferrolm_model_load_failures_total 2"));
     post(&app, "/models/load", r#"{"model": "nope"}"#).await.assert_error(404, "invalid_request_error");
     post(&app, "/models/load", "{}").await.assert_error(400, "invalid_request_error");
+}
+
+#[tokio::test]
+async fn without_autoload_models_load_only_when_asked() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let table = ModelTable {
+        catalog: vec![entry("a", 1), entry("b", 1)],
+        max_loaded: 2,
+        memory_budget: None,
+        load: loader(calls),
+        autoload: false,
+    };
+    let (app, _) = multi::app(config(), table).expect("app");
+    let v = post(&app, "/v1/chat/completions", &chat("a")).await.assert_error(400, "invalid_request_error");
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("/models/load")), "{v}");
+    assert_eq!(post(&app, "/models/load", r#"{"model": "a"}"#).await.status, 200);
+    assert_eq!(answer(&app, "a").await, "a");
+    let props = get(&app, "/props").await.json();
+    assert_eq!(
+        (props["role"].as_str(), props["max_instances"].as_u64()),
+        (Some("router"), Some(2)),
+        "{props}"
+    );
+    assert_eq!(props["models_autoload"], false);
+    assert_eq!(get(&app, "/props?model=a").await.json()["model_alias"], "a");
+}
+
+#[test]
+fn a_preset_names_its_models() {
+    let dir = std::env::temp_dir().join(format!("ferrolm-models-preset-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(dir.join("small.gguf"), [0u8; 7]).expect("write");
+    let ini = dir.join("models.ini");
+    let text = "; models\n[org/repo:Q8_0]\nmodel = small.gguf\n\n[other]\nm = small.gguf\n";
+    std::fs::write(&ini, text).expect("write");
+    let got = multi::read_models_preset(&ini).expect("preset");
+    let summary: Vec<_> =
+        got.iter().map(|e| (e.id.as_str(), e.bytes, e.path == dir.join("small.gguf"))).collect();
+    assert_eq!(summary, [("org/repo:Q8_0", 7, true), ("other", 7, true)]);
+    for (bad, why) in [
+        ("[a]\nctx-size = 4096\n", "ctx-size"),
+        ("[a]\n", "no `model"),
+        ("model = small.gguf\n", "before any [section]"),
+        ("[a]\nmodel = missing.gguf\n", "missing.gguf"),
+        ("", "no [model] section"),
+    ] {
+        std::fs::write(&ini, bad).expect("write");
+        let err = multi::read_models_preset(&ini).expect_err(bad).to_string();
+        assert!(err.contains(why), "{bad:?}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
 }
 
 #[test]
@@ -243,8 +302,13 @@ fn the_catalog_is_the_folders_gguf_files_and_model_folders() {
 #[tokio::test]
 async fn the_api_key_covers_the_model_table() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let table =
-        ModelTable { catalog: vec![entry("a", 1)], max_loaded: 1, memory_budget: None, load: loader(calls) };
+    let table = ModelTable {
+        catalog: vec![entry("a", 1)],
+        max_loaded: 1,
+        memory_budget: None,
+        load: loader(calls),
+        autoload: true,
+    };
     let cfg = ServerConfig { api_key: Some("k".into()), ..config() };
     let (app, _) = multi::app(cfg, table).expect("app");
     assert_eq!(get(&app, "/health").await.status, 200);
