@@ -27,6 +27,7 @@ mod metrics;
 mod multi;
 mod native;
 mod params;
+mod predict;
 mod response;
 mod responses;
 mod routes;
@@ -230,10 +231,14 @@ pub(crate) fn check_context(
     if backend.evicts() || need <= n_ctx {
         return Ok(());
     }
-    Err(ApiError::context_length(format!(
-        "the prompt has {n_prompt} tokens, which leaves no room in the context of {n_ctx} tokens \
-         (prompt and reply together)"
-    )))
+    Err(ApiError::context_size(
+        format!(
+            "the prompt has {n_prompt} tokens, which leaves no room in the context of {n_ctx} tokens \
+             (prompt and reply together)"
+        ),
+        n_prompt,
+        n_ctx,
+    ))
 }
 
 /// Binds `cfg.host:cfg.port` and serves until `shutdown` completes (see [`serve_listener`]).

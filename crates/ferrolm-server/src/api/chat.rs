@@ -346,6 +346,15 @@ pub(crate) fn apply_template(state: &AppState, v: &Value) -> Result<Value, ApiEr
     Ok(json!({"prompt": render(state, &chat)?.text}))
 }
 
+/// `POST /chat/completions/input_tokens` (llama-server's): the number of prompt tokens a chat
+/// request would run, as `{"input_tokens": n}`, without running it.
+pub(crate) fn input_tokens(state: &AppState, v: &Value) -> Result<Value, ApiError> {
+    let chat: ChatFields = fields(v)?;
+    let text = render(state, &chat)?.text;
+    let prompt = encode_prompt(state.backend.as_ref(), &text).map_err(ApiError::invalid)?;
+    Ok(json!({"input_tokens": prompt.len()}))
+}
+
 /// Validates a chat request and renders and tokenizes its prompt.
 pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> {
     let backend = state.backend.as_ref();

@@ -21,11 +21,22 @@ pub struct ApiError {
     pub code: Option<&'static str>,
     /// Seconds for the `Retry-After` header.
     pub retry_after: Option<u64>,
+    /// A prompt too long for the context: its tokens and the context's (llama-server's
+    /// `n_prompt_tokens` and `n_ctx`).
+    pub sizes: Option<(usize, usize)>,
 }
 
 impl ApiError {
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, message: message.into(), kind, param: None, code: None, retry_after: None }
+        ApiError {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            retry_after: None,
+            sizes: None,
+        }
     }
 
     /// 400: the request is malformed or a value is out of range.
@@ -41,6 +52,16 @@ impl ApiError {
     /// 400 `context_length_exceeded`.
     pub fn context_length(message: impl Into<String>) -> ApiError {
         ApiError { code: Some("context_length_exceeded"), ..ApiError::invalid(message) }
+    }
+
+    /// 400 for a prompt that does not fit the context: llama-server's type
+    /// `exceed_context_size_error` with the sizes, OpenAI's code `context_length_exceeded`.
+    pub fn context_size(message: impl Into<String>, n_prompt_tokens: usize, n_ctx: usize) -> ApiError {
+        ApiError {
+            kind: "exceed_context_size_error",
+            sizes: Some((n_prompt_tokens, n_ctx)),
+            ..ApiError::context_length(message)
+        }
     }
 
     /// 404 `model_not_found`.
@@ -114,12 +135,17 @@ impl ApiError {
 
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {
+        let mut body = json!({"error": {
             "message": self.message,
             "type": self.kind,
             "param": self.param,
             "code": self.code,
-        }})
+        }});
+        if let Some((n_prompt_tokens, n_ctx)) = self.sizes {
+            body["error"]["n_prompt_tokens"] = json!(n_prompt_tokens);
+            body["error"]["n_ctx"] = json!(n_ctx);
+        }
+        body
     }
 }
 

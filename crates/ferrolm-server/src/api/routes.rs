@@ -41,6 +41,8 @@ pub(crate) fn routes(state: AppState) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
+        .route("/v1/chat/completions/input_tokens", post(chat_input_tokens))
+        .route("/chat/completions/input_tokens", post(chat_input_tokens))
         .route("/v1/completions", post(text_completions))
         .route("/completion", post(native_completion))
         .route("/completions", post(native_completion))
@@ -62,6 +64,7 @@ pub(crate) fn routes(state: AppState) -> Router {
         .route("/v1/messages/count_tokens", post(anthropic_count_tokens))
         .route("/props", get(props))
         .route("/apply-template", post(apply_template))
+        .route("/predict", post(predict))
         .route("/health", get(health))
         .route("/metrics", get(prometheus))
         .route("/get_load", get(load))
@@ -391,6 +394,15 @@ async fn anthropic_messages(State(state): State<AppState>, body: Bytes) -> Resul
 async fn anthropic_count_tokens(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     Ok(json_response(StatusCode::OK, &anthropic::count_tokens(&state, &v)?))
+}
+
+async fn predict(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    super::predict::handle(state, body).await
+}
+
+async fn chat_input_tokens(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    Ok(json_response(StatusCode::OK, &chat::input_tokens(&state, &v)?))
 }
 
 async fn apply_template(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {

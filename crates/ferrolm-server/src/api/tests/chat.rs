@@ -296,7 +296,10 @@ async fn model_names_context_and_engine_errors() {
         &format!(r#"{{"messages": [{{"role": "user", "content": "{long}"}}]}}"#),
     )
     .await;
-    assert_eq!(a.assert_error(400, "invalid_request_error")["error"]["code"], "context_length_exceeded");
+    let e = a.assert_error(400, "exceed_context_size_error");
+    assert_eq!(e["error"]["code"], "context_length_exceeded");
+    assert!(e["error"]["n_prompt_tokens"].as_u64().is_some_and(|n| n > 512), "{e}");
+    assert_eq!(e["error"]["n_ctx"], 512);
 
     *fake.mode.lock().expect("lock") = Mode::Fail("constraint exploded".into());
     let a = post(&app, "/v1/chat/completions", &format!("{{{msg}}}")).await;
@@ -449,4 +452,38 @@ async fn templates_see_today_as_llama_cpp_gives_it() {
         .json();
     let today = ferrolm::chat::CalendarDate::today_utc();
     assert_eq!(p["prompt"], format!("{}|{}", today.format("%d %b %Y"), today.format("%b %d %Y")));
+}
+
+#[tokio::test]
+async fn input_tokens_counts_the_rendered_prompt() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let body = r#"{"messages": [{"role": "user", "content": "hello there"}]}"#;
+    let prompt =
+        post(&app, "/apply-template", body).await.json()["prompt"].as_str().unwrap_or("").to_string();
+    let n = post(&app, "/chat/completions/input_tokens", body).await.json()["input_tokens"].as_u64();
+    let expected = super::super::backend::encode_prompt(fake.as_ref(), &prompt).map(|t| t.len() as u64).ok();
+    assert!(expected.is_some_and(|e| e > 0));
+    assert_eq!(n, expected);
+    assert_eq!(fake.requests().len(), 0, "nothing runs");
+    post(&app, "/v1/chat/completions/input_tokens", "{}").await.assert_error(400, "invalid_request_error");
+}
+
+#[tokio::test]
+async fn vertex_ai_predictions_run_each_instance() {
+    let app = app(Arc::new(Fake::reply("hi")));
+    let inst = r#"{"@requestFormat": "chatCompletions", "messages": [{"role": "user", "content": "x"}]}"#;
+    let v = post(&app, "/predict", &format!(r#"{{"instances": [{inst}, {inst}]}}"#)).await.json();
+    let predictions = v["predictions"].as_array().expect("predictions");
+    assert_eq!(predictions.len(), 2);
+    for p in predictions {
+        assert_eq!(p["choices"][0]["message"]["content"], "hi", "{p}");
+    }
+    for bad in [
+        r#"{"instances": []}"#,
+        r#"{"instances": [{"messages": []}]}"#,
+        r#"{"instances": [{"@requestFormat": "chatCompletions", "stream": true, "messages": [{"role": "user", "content": "x"}]}]}"#,
+    ] {
+        post(&app, "/predict", bad).await.assert_error(400, "invalid_request_error");
+    }
 }

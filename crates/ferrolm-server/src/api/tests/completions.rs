@@ -156,7 +156,7 @@ async fn bad_prompts() {
     }
     let long = format!(r#"{{"prompt": [{}]}}"#, vec!["1"; 512].join(","));
     let a = post(&app, "/v1/completions", &long).await;
-    assert_eq!(a.assert_error(400, "invalid_request_error")["error"]["code"], "context_length_exceeded");
+    assert_eq!(a.assert_error(400, "exceed_context_size_error")["error"]["code"], "context_length_exceeded");
     // Exactly the context with max_tokens 0 fits.
     let fits = format!(r#"{{"prompt": [{}], "echo": true, "max_tokens": 0}}"#, vec!["1"; 512].join(","));
     assert_eq!(post(&app, "/v1/completions", &fits).await.status, 200);
