@@ -23,7 +23,7 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// A prompt too long for the context: its tokens and the context's (llama-server's
     /// `n_prompt_tokens` and `n_ctx`).
-    pub sizes: Option<(usize, usize)>,
+    pub sizes: Option<(u32, u32)>,
 }
 
 impl ApiError {
@@ -59,7 +59,7 @@ impl ApiError {
     pub fn context_size(message: impl Into<String>, n_prompt_tokens: usize, n_ctx: usize) -> ApiError {
         ApiError {
             kind: "exceed_context_size_error",
-            sizes: Some((n_prompt_tokens, n_ctx)),
+            sizes: Some((clamp_u32(n_prompt_tokens), clamp_u32(n_ctx))),
             ..ApiError::context_length(message)
         }
     }
@@ -147,6 +147,11 @@ impl ApiError {
         }
         body
     }
+}
+
+/// `n`, or `u32::MAX` when larger.
+fn clamp_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 impl std::fmt::Display for ApiError {
