@@ -95,6 +95,9 @@ pub struct Args {
     /// Serve `GET /metrics` (the default; llama-server's flag, which it needs to serve them).
     #[arg(long = "metrics", overrides_with = "no_metrics", help_heading = "Server")]
     metrics: bool,
+    /// Do not serve the chat page at `/` (404).
+    #[arg(long = "no-ui", help_heading = "Server")]
+    no_ui: bool,
     /// Do not serve `GET /metrics` (501).
     #[arg(long = "no-metrics", help_heading = "Server")]
     no_metrics: bool,
@@ -320,6 +323,7 @@ impl Args {
             reasoning_to_field: self.reasoning_format != "none",
             slot_save_path: self.slot_save_folder()?,
             metrics: !self.no_metrics,
+            web_ui: !self.no_ui,
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,
             connections: ConnLimits {

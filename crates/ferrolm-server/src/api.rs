@@ -121,6 +121,8 @@ pub struct ServerConfig {
     pub slot_save_path: Option<std::path::PathBuf>,
     /// Whether `GET /metrics` answers (`--no-metrics`: 501).
     pub metrics: bool,
+    /// Whether `GET /` serves the chat page (`--no-ui`: 404).
+    pub web_ui: bool,
 }
 
 impl Default for ServerConfig {
@@ -146,6 +148,7 @@ impl Default for ServerConfig {
             reasoning_to_field: true,
             slot_save_path: None,
             metrics: true,
+            web_ui: true,
         }
     }
 }

@@ -645,7 +645,7 @@ pub(crate) fn app(cfg: ServerConfig, t: ModelTable) -> Result<(Router, Arc<Model
 fn front(state: Arc<Models>) -> Router {
     Router::new()
         .route("/health", get(routes::health))
-        .route("/", get(routes::index))
+        .route("/", get(page))
         .route("/v1/models", get(list))
         .route("/models", get(list))
         .route("/v1/models/{*id}", get(one))
@@ -671,6 +671,10 @@ async fn props(State(m): State<Arc<Models>>, req: Request) -> Result<Response, A
         "models": m.catalog.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
     });
     Ok(json_response(StatusCode::OK, &body))
+}
+
+async fn page(State(m): State<Arc<Models>>, uri: axum::http::Uri) -> Response {
+    routes::index(m.base.web_ui, uri).await
 }
 
 async fn list(State(m): State<Arc<Models>>) -> Response {

@@ -70,9 +70,13 @@ pub(crate) fn routes(state: AppState) -> Router {
         .route("/get_load", get(load))
         .route("/slots", get(slots))
         .route("/slots/{id}", post(slot_action))
-        .route("/", get(index))
+        .route("/", get(page))
         .fallback(not_found)
         .with_state(state)
+}
+
+async fn page(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
+    index(state.cfg.web_ui, uri).await
 }
 
 /// The layers around a server's routes: API key, body limit, JSON errors for what the HTTP
@@ -273,7 +277,11 @@ pub(crate) async fn health() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
-pub(crate) async fn index() -> Response {
+/// `GET /`: the chat page, unless `--no-ui`.
+pub(crate) async fn index(web_ui: bool, uri: axum::http::Uri) -> Response {
+    if !web_ui {
+        return ApiError::route_not_found("GET", uri.path()).into_response();
+    }
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML).into_response()
 }
 

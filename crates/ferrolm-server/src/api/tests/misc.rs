@@ -32,8 +32,10 @@ async fn metrics_under_llama_server_names_or_off() {
     for line in ["# TYPE llamacpp:n_decode_total counter", "llamacpp:requests_processing 1"] {
         assert!(on.body.lines().any(|l| l == line), "no `{line}` in\n{}", on.body);
     }
-    let off = app_with(Arc::new(Fake::reply("x")), ServerConfig { metrics: false, ..config() });
+    let off =
+        app_with(Arc::new(Fake::reply("x")), ServerConfig { metrics: false, web_ui: false, ..config() });
     get(&off, "/metrics").await.assert_error(501, "not_supported_error");
+    get(&off, "/").await.assert_error(404, "invalid_request_error");
     let slots = get(&off, "/slots").await.json();
     assert_eq!(slots[0]["is_processing"], true, "{slots}"); // the fake's one slot is busy
     assert!(slots[0]["n_ctx"].is_u64(), "{slots}");
