@@ -7,8 +7,9 @@
 use std::fmt;
 use std::sync::Arc;
 
+use minijinja::filters;
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Kwargs, Object, ObjectRepr, Rest, ValueKind};
+use minijinja::value::{Kwargs, Object, ObjectRepr, Rest, ValueKind, ValueOrKwargs};
 use minijinja::{Environment, Error, ErrorKind, State, UndefinedBehavior, Value};
 
 use super::date::{self, DateTime};
@@ -46,12 +47,50 @@ pub(crate) fn build(source: &str) -> Result<Environment<'static>, Error> {
     env.add_filter("count", length);
     env.add_filter("int", int_filter);
     env.add_filter("float", float_filter);
+    env.add_filter("select", |s: &mut State, v: Value, a: Rest<ValueOrKwargs>| {
+        on_sequence(v, |v| filters::select(s, v, first_name(&a), rest_after(a, 1)))
+    });
+    env.add_filter("reject", |s: &mut State, v: Value, a: Rest<ValueOrKwargs>| {
+        on_sequence(v, |v| filters::reject(s, v, first_name(&a), rest_after(a, 1)))
+    });
+    env.add_filter("selectattr", |s: &mut State, v: Value, attr: String, a: Rest<ValueOrKwargs>| {
+        on_sequence(v, |v| filters::selectattr(s, v, attr.into(), first_name(&a), rest_after(a, 1)))
+    });
+    env.add_filter("rejectattr", |s: &mut State, v: Value, attr: String, a: Rest<ValueOrKwargs>| {
+        on_sequence(v, |v| filters::rejectattr(s, v, attr.into(), first_name(&a), rest_after(a, 1)))
+    });
+    env.add_filter("map", |s: &mut State, v: Value, a: Rest<ValueOrKwargs>| {
+        on_sequence(v, |v| filters::map(s, v, a))
+    });
     env.add_test("none", is_none);
     env.add_test("iterable", is_iterable);
     env.add_function("raise_exception", raise_exception);
     env.add_function("strftime_now", strftime_now);
     env.add_template_owned(TEMPLATE_NAME, rewrite_generation_blocks(source))?;
     Ok(env)
+}
+
+/// jinja2's `select`, `reject`, `selectattr`, `rejectattr` and `map` give nothing for a false
+/// value (they start with `if value:`): `none | selectattr(...)` is an empty sequence, which
+/// real templates rely on (`{% set tools = none %}` then `tools | selectattr(...)`).
+fn on_sequence(
+    value: Value,
+    f: impl FnOnce(Value) -> Result<Vec<Value>, Error>,
+) -> Result<Vec<Value>, Error> {
+    if is_py_none(&value) || value.is_undefined() {
+        return Ok(Vec::new());
+    }
+    f(value)
+}
+
+/// The test name a `select`-like filter got first, when it is a string.
+fn first_name(args: &Rest<ValueOrKwargs>) -> Option<std::borrow::Cow<'static, str>> {
+    args.first().and_then(|a| a.as_str().map(|s| std::borrow::Cow::Owned(s.to_string())))
+}
+
+/// The arguments after the first `skip`.
+fn rest_after(args: Rest<ValueOrKwargs>, skip: usize) -> Rest<ValueOrKwargs> {
+    Rest(args.0.into_iter().skip(skip).collect())
 }
 
 /// Python's `None` where a template must not be able to iterate over it: `tools` and

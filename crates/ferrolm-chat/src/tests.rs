@@ -90,6 +90,11 @@ const JINJA2_CASES: &[(&str, &str, &str)] = &[
         r#"{"xs": [{"role": "user"}, {"role": "system"}]}"#,
         "1|user,system|USER|x1None",
     ),
+    (
+        "{% set t = none %}{{ t|selectattr('type', 'equalto', 'x')|list|length }}|{{ t|rejectattr('a')|list }}|{{ t|map(attribute='a')|list }}|{{ t|select('odd')|list }}|{{ u|reject|list }}|{{ [1, 2, 3]|select('odd')|join(',') }}|{{ [1, 2, 3]|reject('odd')|join(',') }}|{{ xs|rejectattr('role', 'equalto', 'user')|map(attribute='role')|join }}",
+        r#"{"xs": [{"role": "user"}, {"role": "system"}]}"#,
+        "0|[]|[]|[]|[]|1,3|2|system",
+    ),
     ("{{ 'Hi {} {name}'.format(1, name='x') }}", r#"{}"#, "Hi 1 x"),
     (
         "{{ loop }}{% for i in [1,2,3] %}{{ loop.index }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{% endfor %}",
