@@ -43,7 +43,8 @@ METRIC_NAMES = [
     "prefix_cache_entries", "prefix_cache_tokens", "prefix_cache_bytes", "prefix_cache_hits_total",
     "prefix_cache_lookups_total", "uptime_seconds",
 ]
-SLOT_KEYS = {"id", "state", "request_id", "n_prompt", "n_cached", "n_prompt_done", "n_generated", "n_kv"}
+SLOT_KEYS = {"id", "state", "request_id", "n_prompt", "n_cached", "n_prompt_done", "n_generated", "n_kv",
+             "is_processing", "n_ctx"}
 
 
 def expect_error(exc_type, status, fn, param=None, code=None):
