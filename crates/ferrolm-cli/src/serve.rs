@@ -185,8 +185,10 @@ fn positive_seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
     Ok(d)
 }
 
-/// `--max-connections` (0: derived) under the file-descriptor limit, raised to the hard limit.
-fn connection_cap(wanted: usize) -> usize {
+/// `limits` with `--max-connections` (0: derived) under the file-descriptor limit, raised to
+/// the hard limit.
+fn connection_cap(limits: ConnLimits) -> ConnLimits {
+    let wanted = limits.max_connections;
     let nofile = match raise_fd_limit() {
         Ok(n) => n,
         Err(e) => {
@@ -199,7 +201,7 @@ fn connection_cap(wanted: usize) -> usize {
         eprintln!("--max-connections {wanted} lowered to {cap} (file-descriptor limit {nofile})");
     }
     tracing::info!(nofile, max_connections = cap, "connection cap");
-    cap
+    ConnLimits { max_connections: cap, ..limits }
 }
 
 /// The model's default id: its catalog name, its Hub name (`org/repo[:tag]`), else its file (or
@@ -380,11 +382,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         engine_cfg.draft_model = Some(Arc::new(draft));
     }
     let server_cfg = args.server_config(default_model_id(args.model.name().as_deref(), &path))?;
-    let pooling = server_cfg.embeddings_pooling.or_else(|| model.default_pooling()).unwrap_or_default();
-    let connections = ConnLimits {
-        max_connections: connection_cap(server_cfg.connections.max_connections),
-        ..server_cfg.connections
-    };
+    let pooling = server_cfg.pooling_for(model.default_pooling());
+    let connections = connection_cap(server_cfg.connections);
     let model_path = Some(path.display().to_string());
     let server_cfg =
         ServerConfig { embeddings_pooling: Some(pooling), connections, model_path, ..server_cfg };
@@ -432,11 +431,7 @@ fn run_models(args: Args) -> anyhow::Result<()> {
         if args.models_memory > 0 { format!(", {} MiB", args.models_memory) } else { String::new() },
         catalog.iter().map(|e| e.id.as_str()).collect::<Vec<_>>().join(", ")
     );
-    let connections = ConnLimits {
-        max_connections: connection_cap(server_cfg.connections.max_connections),
-        ..server_cfg.connections
-    };
-    let server_cfg = ServerConfig { connections, ..server_cfg };
+    let server_cfg = ServerConfig { connections: connection_cap(server_cfg.connections), ..server_cfg };
     let model_args = Arc::new(args.model);
     let load: ferrolm_server::api::LoadFn = Arc::new(move |path: &Path| {
         let model = model_args.load_path(path).map_err(|e| format!("{e:#}"))?;
@@ -449,14 +444,8 @@ fn run_models(args: Args) -> anyhow::Result<()> {
         load,
         autoload: !args.no_models_autoload,
     };
-    let (host, port) = (server_cfg.host.clone(), server_cfg.port);
-    runtime()?.block_on(async move {
-        let listener = tokio::net::TcpListener::bind((host.as_str(), port))
-            .await
-            .with_context(|| format!("cannot listen on {host}:{port}"))?;
-        ferrolm_server::serve_models(listener, server_cfg, models, shutdown_signal()).await?;
-        anyhow::Ok(())
-    })
+    runtime()?.block_on(ferrolm_server::serve_models(server_cfg, models, shutdown_signal()))?;
+    Ok(())
 }
 
 #[cfg(test)]

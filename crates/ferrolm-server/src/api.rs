@@ -154,6 +154,11 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// The pooling of `/v1/embeddings`: `--embeddings-pooling`, else the model's, else mean.
+    pub fn pooling_for(&self, model_default: Option<Pooling>) -> Pooling {
+        self.embeddings_pooling.or(model_default).unwrap_or_default()
+    }
+
     /// The id and the aliases.
     pub fn model_names(&self) -> Vec<String> {
         std::iter::once(self.model_id.clone()).chain(self.aliases.iter().cloned()).collect()
@@ -250,11 +255,16 @@ pub async fn serve(
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let addr = format!("{}:{}", cfg.host, cfg.port);
-    let listener = TcpListener::bind((cfg.host.as_str(), cfg.port))
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })?;
+    let listener = bind(&cfg).await?;
     serve_listener(listener, engine, cfg, shutdown).await
+}
+
+/// Binds `cfg.host:cfg.port`.
+pub(crate) async fn bind(cfg: &ServerConfig) -> Result<TcpListener, ServerError> {
+    let addr = format!("{}:{}", cfg.host, cfg.port);
+    TcpListener::bind((cfg.host.as_str(), cfg.port))
+        .await
+        .map_err(|source| ServerError::Bind { addr, source })
 }
 
 /// Serves on a bound listener until `shutdown` completes. Prints `listening on http://ADDR`

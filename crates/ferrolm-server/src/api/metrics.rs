@@ -75,18 +75,21 @@ fn write_llamacpp(out: &mut String, m: &MetricsSnapshot) {
         ("n_busy_slots_per_decode", "gauge", "Busy slots per forward pass, on average.", per_pass),
     ];
     for (name, kind, help, value) in rows {
-        let _ = writeln!(out, "# HELP llamacpp:{name} {help}");
-        let _ = writeln!(out, "# TYPE llamacpp:{name} {kind}");
-        let _ = writeln!(out, "llamacpp:{name} {}", sample(value));
+        write_sample(out, "llamacpp:", name, kind, help, value);
     }
 }
 
-/// One unlabelled metric: `# HELP`, `# TYPE` and its sample.
+/// One unlabelled `ferrolm_` metric: `# HELP`, `# TYPE` and its sample.
 fn write_metric(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
+    write_sample(out, "ferrolm_", name, kind, help, value);
+}
+
+/// One unlabelled metric named `{prefix}{name}`.
+fn write_sample(out: &mut String, prefix: &str, name: &str, kind: &str, help: &str, value: f64) {
     // Writing to a String cannot fail.
-    let _ = writeln!(out, "# HELP ferrolm_{name} {help}");
-    let _ = writeln!(out, "# TYPE ferrolm_{name} {kind}");
-    let _ = writeln!(out, "ferrolm_{name} {}", sample(value));
+    let _ = writeln!(out, "# HELP {prefix}{name} {help}");
+    let _ = writeln!(out, "# TYPE {prefix}{name} {kind}");
+    let _ = writeln!(out, "{prefix}{name} {}", sample(value));
 }
 
 /// What a multi-model server's `/metrics` says of its model table.

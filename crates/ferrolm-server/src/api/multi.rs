@@ -34,7 +34,6 @@ use ferrolm::model::Pooling;
 use futures_util::StreamExt;
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tower::ServiceExt;
 
@@ -427,12 +426,11 @@ impl Models {
         backend: SharedBackend,
         pooling: Option<Pooling>,
     ) -> Loaded {
-        let pooling = self.base.embeddings_pooling.or(pooling);
         let cfg = ServerConfig {
             model_id: entry.id.clone(),
             aliases: Vec::new(),
             model_path: Some(entry.path.display().to_string()),
-            embeddings_pooling: Some(pooling.unwrap_or_default()),
+            embeddings_pooling: Some(self.base.pooling_for(pooling)),
             ..(*self.base).clone()
         };
         let cost = entry.bytes + backend.metrics().kv_capacity_bytes as u64;
@@ -576,11 +574,10 @@ impl Drain for Models {
     }
 }
 
-/// Serves the models of `models` on `listener` until `shutdown` completes (see
+/// Binds `cfg.host:cfg.port` and serves the models of `models` until `shutdown` completes (see
 /// [`super::serve_listener`] for the shutdown sequence). `cfg` holds what every model shares
 /// (sampler defaults, limits, API key); its `model_id` and aliases are not used.
 pub async fn serve_models(
-    listener: TcpListener,
     cfg: ServerConfig,
     models: ModelsConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -601,6 +598,7 @@ pub async fn serve_models(
         load: backend_load,
         autoload: models.autoload,
     };
+    let listener = super::bind(&cfg).await?;
     let (app, state) = app(cfg, table)?;
     super::serve_app(listener, app, state.as_ref(), limits, shutdown_timeout, shutdown).await
 }
@@ -762,9 +760,16 @@ async fn forward(State(m): State<Arc<Models>>, req: Request) -> Result<Response,
 
 /// The model a request names: the body's top-level `model` string, else `?model=`.
 fn requested_model(uri: &axum::http::Uri, body: &[u8]) -> Option<String> {
-    let from_body = serde_json::from_slice::<Value>(body)
+    // Only the `model` field is read: the rest of the body is skipped, not built into a tree
+    // (the model's own server parses it).
+    #[derive(serde::Deserialize)]
+    struct ModelField {
+        model: Option<Value>,
+    }
+    let from_body = serde_json::from_slice::<ModelField>(body)
         .ok()
-        .and_then(|v| v.get("model").and_then(Value::as_str).map(str::to_string));
+        .and_then(|f| f.model)
+        .and_then(|m| m.as_str().map(str::to_string));
     from_body.or_else(|| {
         let Query(q) = Query::<HashMap<String, String>>::try_from_uri(uri).ok()?;
         q.get("model").cloned()
