@@ -217,13 +217,19 @@ ROUTER_MODELS = {
 
 
 def write_router_preset():
-    """A models preset (INI) of ROUTER_MODELS in a fresh temporary folder; its path."""
+    """A models preset (INI) of ROUTER_MODELS; its path. The shim execs the server and cannot
+    clean up after it, so the file has one fixed name per content, rewritten in place, rather
+    than a fresh temporary folder per server start."""
+    import hashlib
     import tempfile
-    folder = tempfile.mkdtemp(prefix="ferrolm-router-")
-    path = os.path.join(folder, "models.ini")
-    with open(path, "w") as f:
-        for name, local in ROUTER_MODELS.items():
-            f.write(f"[{name}]\nmodel = {common.find_model(local)}\n\n")
+    text = "".join(f"[{name}]\nmodel = {common.find_model(local)}\n\n"
+                   for name, local in ROUTER_MODELS.items())
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"ferrolm-router-{digest}.ini")
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
     return path
 
 
