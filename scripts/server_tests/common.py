@@ -27,6 +27,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3 = "gemma-3-270m-q4_k_m.gguf"
+# A BERT embedding model: a Hugging Face folder (scripts/fetch-test-models.sh).
+MINILM = "all-MiniLM-L6-v2"
 
 # The server gives running requests --shutdown-timeout seconds, then closes connections within a
 # final grace of 5 s (crates/ferrolm-server/src/api.rs); a little slack on top for the engine.
@@ -59,11 +61,11 @@ def models_dir():
 
 
 def find_model(name=SMOLLM2):
-    """The path of model file `name` (or `name` itself when it is an existing path)."""
+    """The path of model file or folder `name` (or `name` itself when it is an existing path)."""
     if os.path.sep in name and os.path.exists(name):
         return str(Path(name).resolve())
     path = models_dir() / name
-    if not path.is_file():
+    if not path.exists():
         raise SetupError(
             f"model {name} not found in {models_dir()} "
             "(set FERROLM_MODEL_DIR, or run scripts/fetch-test-models.sh)"

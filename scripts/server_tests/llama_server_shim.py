@@ -41,14 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (find_model, default_binary, SMOLLM2, GEMMA3)
 
 # (hf repo without ":quant", hf file or None) -> local model file. The suite's stories models
-# (260K, infill, MoE) and the BERT/Jina embedding/rerank models become SmolLM2; tinygemma3
-# becomes Gemma 3 270M. Tests that check a model's exact text fail for any other model.
+# (260K, infill, MoE) and the Jina rerank model become SmolLM2; the BERT embedding model (bge
+# small) becomes all-MiniLM-L6-v2, another BERT with the same tokenizer kind; tinygemma3 becomes
+# Gemma 3 270M. Tests that check a model's exact text fail for any other model.
 MODEL_MAP = {
     ("ggml-org/test-model-stories260K", None): common.SMOLLM2,
     ("ggml-org/test-model-stories260K-infill", None): common.SMOLLM2,
     ("ggml-org/models", "tinyllamas/stories260K.gguf"): common.SMOLLM2,
     ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): common.SMOLLM2,
-    ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf"): common.SMOLLM2,
+    ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf"): common.MINILM,
     ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf"): common.SMOLLM2,
     ("ggml-org/tinygemma3-GGUF", None): common.GEMMA3,
 }

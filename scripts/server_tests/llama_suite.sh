@@ -59,7 +59,7 @@ if [[ ! -x "$binary" ]]; then
     exit 2
 fi
 # The shim finds the models the way the other server tests do; fail early when they are missing.
-if ! python3 -c "import sys; sys.path.insert(0, '${here}'); import common; common.find_model(common.SMOLLM2); common.find_model(common.GEMMA3)"; then
+if ! python3 -c "import sys; sys.path.insert(0, '${here}'); import common; common.find_model(common.SMOLLM2); common.find_model(common.GEMMA3); common.find_model(common.MINILM)"; then
     echo "ERROR: test models missing (scripts/fetch-test-models.sh, or set FERROLM_MODEL_DIR)" >&2
     exit 2
 fi

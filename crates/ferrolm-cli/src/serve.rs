@@ -387,14 +387,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let model_path = Some(path.display().to_string());
     let server_cfg =
         ServerConfig { embeddings_pooling: Some(pooling), connections, model_path, ..server_cfg };
+    let engine = Engine::start(Arc::new(model), engine_cfg).context("starting the engine")?;
     eprintln!(
         "loaded {} in {load_ms:.0} ms; serving it as '{}' with {} slots of {} tokens",
         path.display(),
         server_cfg.model_id,
-        engine_cfg.n_slots,
-        engine_cfg.n_ctx
+        engine.config().n_slots,
+        engine.config().n_ctx
     );
-    let engine = Engine::start(Arc::new(model), engine_cfg).context("starting the engine")?;
     runtime()?.block_on(serve(engine, server_cfg, shutdown_signal()))?;
     Ok(())
 }

@@ -28,6 +28,7 @@ mod multi;
 mod native;
 mod params;
 mod predict;
+mod prompt;
 mod response;
 mod responses;
 mod routes;

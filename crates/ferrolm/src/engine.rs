@@ -99,7 +99,7 @@ impl BatchStrategy {
 pub struct EngineConfig {
     /// Number of slots: sequences generating at the same time.
     pub n_slots: usize,
-    /// Context size of each slot, in tokens.
+    /// Context size of each slot, in tokens (capped at an encoder model's positions).
     pub n_ctx: usize,
     /// Most tokens in one forward pass (prompt chunks and decode tokens together).
     pub chunk_size: usize,
@@ -438,7 +438,8 @@ pub(crate) enum Job {
         queued_at: std::time::Instant,
     },
     Embed {
-        texts: Vec<String>,
+        /// One token sequence per input (as the tokenizer gives them: BOS/EOS included).
+        inputs: Vec<Vec<u32>>,
         pooling: Option<Pooling>,
         normalize: bool,
         tx: std::sync::mpsc::Sender<Result<Vec<Vec<f32>>, EngineError>>,
@@ -476,6 +477,18 @@ impl Engine {
         config: EngineConfig,
         hooks: EngineHooks,
     ) -> Result<Engine, EngineError> {
+        let mut config = config;
+        let mc = model.config();
+        // An encoder has learned positions up to its training context and no further: a longer
+        // slot context would only promise texts it refuses.
+        if mc.arch.is_encoder() && mc.n_ctx_train > 0 && config.n_ctx > mc.n_ctx_train {
+            tracing::info!(
+                n_ctx = mc.n_ctx_train,
+                asked = config.n_ctx,
+                "context capped at the encoder's positions"
+            );
+            config.n_ctx = mc.n_ctx_train;
+        }
         let (jobs, rx) = std::sync::mpsc::channel();
         let state = Arc::new(scheduler::State::default());
         state.accepting.store(true, Ordering::Release);
@@ -581,18 +594,36 @@ impl Engine {
     }
 
     /// Embeds texts (run on the engine thread between ticks) with `pooling` (`None`: the
-    /// configured one, else the model's, else mean). One `[n_embd]` vector per text. Blocks
-    /// until done.
+    /// configured one, else the model's, else mean). Each text is tokenized as a whole prompt
+    /// (BOS and EOS as the tokenizer adds them). One `[n_embd]` vector per text. Blocks until
+    /// done.
     pub fn embed(
         &self,
         texts: Vec<String>,
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> Result<Vec<Vec<f32>>, EngineError> {
+        let tok = self.inner.model.tokenizer();
+        let inputs = texts
+            .iter()
+            .map(|t| tok.encode(t, true, false))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| EngineError::Model(e.into()))?;
+        self.embed_tokens(inputs, pooling, normalize)
+    }
+
+    /// Embeds token sequences as given (nothing is added); see [`Engine::embed`]. An empty
+    /// sequence or an id outside the vocabulary is an error.
+    pub fn embed_tokens(
+        &self,
+        inputs: Vec<Vec<u32>>,
+        pooling: Option<Pooling>,
+        normalize: bool,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
         let (tx, rx) = std::sync::mpsc::channel();
         self.inner
             .jobs
-            .send(Job::Embed { texts, pooling, normalize, tx })
+            .send(Job::Embed { inputs, pooling, normalize, tx })
             .map_err(|_| EngineError::Stopped)?;
         rx.recv().map_err(|_| EngineError::Stopped)?
     }

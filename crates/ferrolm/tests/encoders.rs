@@ -136,6 +136,30 @@ fn an_encoder_refuses_to_generate_and_overlong_texts() {
     assert!(err.contains("longer than this encoder's 64 positions"), "{err}");
 }
 
+/// The engine embeds token sequences exactly as the model does (normalised when asked), caps
+/// its context at the encoder's positions, and counts the tokens in its metrics.
+#[test]
+fn the_engine_embeds_tokens_as_the_model_does() {
+    use ferrolm::engine::{Engine, EngineConfig};
+    let (path, exp) = fixture("bert");
+    let model = std::sync::Arc::new(load(&path, false));
+    let engine = Engine::start(model.clone(), EngineConfig::default()).unwrap();
+    assert_eq!(engine.config().n_ctx, 64, "the slot context is the encoder's 64 positions");
+    let ids: Vec<Vec<u32>> = exp.texts.iter().map(|t| t.tokens.clone()).collect();
+    let want = model.embed_tokens(&ids, Pooling::Cls).unwrap();
+    let raw = engine.embed_tokens(ids.clone(), Some(Pooling::Cls), false).unwrap();
+    assert_eq!(raw, want);
+    let unit = engine.embed_tokens(ids.clone(), Some(Pooling::Cls), true).unwrap();
+    for (u, w) in unit.iter().zip(&want) {
+        let norm = w.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!(max_diff(u, &w.iter().map(|x| x / norm).collect::<Vec<_>>()) < 1e-6);
+    }
+    let n: usize = ids.iter().map(Vec::len).sum();
+    assert_eq!(engine.metrics().prompt_tokens_total, 2 * n as u64);
+    let err = engine.embed_tokens(vec![vec![u32::MAX]], None, true).unwrap_err().to_string();
+    assert!(err.contains("outside the vocabulary"), "{err}");
+}
+
 #[test]
 fn bert_from_its_hugging_face_folder_equals_transformers() {
     let (path, exp) = fixture("bert");

@@ -40,10 +40,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// Queues a generation (its constraint is compiled here: a bad schema or grammar is a
     /// [`SubmitError::Constraint`]).
     fn submit(&self, req: GenRequest) -> Result<RequestHandle, SubmitError>;
-    /// Embeds texts.
+    /// Embeds token sequences (used as given: nothing is added).
     fn embed(
         &self,
-        texts: Vec<String>,
+        inputs: Vec<Vec<u32>>,
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>>;
@@ -151,14 +151,14 @@ impl Backend for EngineBackend {
 
     fn embed(
         &self,
-        texts: Vec<String>,
+        inputs: Vec<Vec<u32>>,
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>> {
         let engine = self.engine.clone();
         Box::pin(async move {
             // The engine thread embeds between ticks; wait for it off the async workers.
-            tokio::task::spawn_blocking(move || engine.embed(texts, pooling, normalize))
+            tokio::task::spawn_blocking(move || engine.embed_tokens(inputs, pooling, normalize))
                 .await
                 .map_err(|_| EngineError::Stopped)?
         })

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use super::backend::{Backend, encode_prompt};
 use super::error::ApiError;
 use super::json::{fields, parse_object, type_name};
-use super::params::{CommonFields, GenSpec, max_tokens, top_logprobs};
+use super::params::{CommonFields, GenSpec, Vocab, max_tokens, top_logprobs};
 use super::response::{
     Collected, UsageSum, chat_logprob, collect, completion_body, new_id, submit_all, unix_now,
 };
@@ -361,7 +361,7 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
     let common: CommonFields = fields(v)?;
     let chat: ChatFields = fields(v)?;
     let mut spec =
-        common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
+        common.spec(&state.cfg.sampler, Vocab::of(backend), state.cfg.request_timeout(), state.cfg.draft)?;
     let Rendered { text, tools, thinking } = render(state, &chat)?;
     let prompt = encode_prompt(backend, &text).map_err(ApiError::invalid)?;
     let asked = match chat.max_completion_tokens {

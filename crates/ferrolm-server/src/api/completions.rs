@@ -7,10 +7,12 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::backend::{Backend, encode_prompt};
+use super::backend::Backend;
 use super::error::ApiError;
-use super::json::{fields, is_token_array, parse_object, token_id, type_name};
-use super::params::{CommonFields, GenSpec, top_logprobs};
+use super::json::{fields, parse_object};
+use super::params::{CommonFields, GenSpec, Vocab, top_logprobs};
+pub(crate) use super::prompt::PromptIn;
+use super::prompt::prompt_list;
 use super::response::{LegacyLogprobs, UsageSum, collect, completion_body, new_id, submit_all, unix_now};
 use super::stream::{StreamHead, StreamKind, sse_response};
 use super::{AppState, check_context, json_response};
@@ -33,15 +35,6 @@ struct CompletionFields {
     best_of: Option<i64>,
 }
 
-/// One prompt: its tokens and its text (for `echo`).
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct PromptIn {
-    /// Tokens run through the model.
-    pub tokens: Vec<u32>,
-    /// The text echoed back.
-    pub text: String,
-}
-
 /// A completions request ready to run.
 pub(crate) struct CompletionJob {
     pub prompts: Vec<PromptIn>,
@@ -52,55 +45,10 @@ pub(crate) struct CompletionJob {
     pub model: String,
 }
 
-/// `prompt`: a string, an array of strings, a token array, or an array of token arrays.
+/// `prompt`: one prompt or many, in any of llama-server's forms ([`super::prompt`]); each
+/// must have tokens.
 pub(crate) fn prompts(backend: &dyn Backend, v: Option<&Value>) -> Result<Vec<PromptIn>, ApiError> {
-    let n_vocab = backend.n_vocab();
-    let text_prompt = |s: &str| -> Result<PromptIn, ApiError> {
-        let tokens = encode_prompt(backend, s).map_err(ApiError::invalid)?;
-        Ok(PromptIn { tokens, text: s.to_string() })
-    };
-    let token_prompt = |param: String, items: &[Value]| -> Result<PromptIn, ApiError> {
-        let tokens = items.iter().map(|t| token_id(&param, t, n_vocab)).collect::<Result<Vec<u32>, _>>()?;
-        let bytes: Vec<u8> = tokens.iter().flat_map(|&t| backend.piece(t)).collect();
-        Ok(PromptIn { tokens, text: String::from_utf8_lossy(&bytes).into_owned() })
-    };
-    let out = match v {
-        None | Some(Value::Null) => return Err(ApiError::invalid_param("prompt", "`prompt` is required")),
-        Some(Value::String(s)) => vec![text_prompt(s)?],
-        Some(arr @ Value::Array(items)) if is_token_array(arr) => vec![token_prompt("prompt".into(), items)?],
-        Some(Value::Array(items)) => {
-            if items.is_empty() {
-                return Err(ApiError::invalid_param("prompt", "`prompt` is empty"));
-            }
-            if items.len() > MAX_PROMPTS {
-                return Err(ApiError::invalid_param(
-                    "prompt",
-                    format!("at most {MAX_PROMPTS} prompts per request, not {}", items.len()),
-                ));
-            }
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| match item {
-                    Value::String(s) => text_prompt(s),
-                    Value::Array(toks) if is_token_array(item) => token_prompt(format!("prompt[{i}]"), toks),
-                    other => Err(ApiError::invalid_param(
-                        format!("prompt[{i}]"),
-                        format!(
-                            "a prompt in an array must be a string or an array of token ids, not {}",
-                            type_name(other)
-                        ),
-                    )),
-                })
-                .collect::<Result<Vec<_>, _>>()?
-        }
-        Some(other) => {
-            return Err(ApiError::invalid_param(
-                "prompt",
-                format!("`prompt` must be a string or an array, not {}", type_name(other)),
-            ));
-        }
-    };
+    let out = prompt_list(backend, "prompt", v, MAX_PROMPTS)?;
     if let Some(i) = out.iter().position(|p| p.tokens.is_empty()) {
         return Err(ApiError::invalid_param(format!("prompt[{i}]"), "the prompt has no tokens"));
     }
@@ -113,7 +61,7 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiE
     let common: CommonFields = fields(v)?;
     let f: CompletionFields = fields(v)?;
     let mut spec =
-        common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
+        common.spec(&state.cfg.sampler, Vocab::of(backend), state.cfg.request_timeout(), state.cfg.draft)?;
     if f.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::invalid_param("suffix", "`suffix` (fill-in-the-middle) is not supported"));
     }

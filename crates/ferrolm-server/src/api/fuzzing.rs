@@ -58,11 +58,11 @@ impl Backend for Stub {
     }
     fn embed(
         &self,
-        texts: Vec<String>,
+        inputs: Vec<Vec<u32>>,
         _pooling: Option<Pooling>,
         _normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>> {
-        Box::pin(async move { Ok(texts.iter().map(|_| vec![0.0; 4]).collect()) })
+        Box::pin(async move { Ok(inputs.iter().map(|_| vec![0.0; 4]).collect()) })
     }
     fn metrics(&self) -> MetricsSnapshot {
         MetricsSnapshot::default()

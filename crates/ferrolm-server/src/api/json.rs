@@ -83,11 +83,6 @@ pub(crate) fn token_id(param: &str, v: &Value, n_vocab: usize) -> Result<u32, Ap
     Ok(id as u32)
 }
 
-/// Whether a value is an array of integers (a token array).
-pub(crate) fn is_token_array(v: &Value) -> bool {
-    matches!(v, Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_number))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,7 +114,5 @@ mod tests {
         assert!(token_id("t", &Value::from(10), 10).is_err());
         assert!(token_id("t", &Value::from(-1), 10).is_err());
         assert!(token_id("t", &Value::from(1.5), 10).is_err());
-        assert!(is_token_array(&serde_json::json!([1, 2])));
-        assert!(!is_token_array(&serde_json::json!([])));
     }
 }

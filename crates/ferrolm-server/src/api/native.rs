@@ -27,7 +27,7 @@ use super::backend::Backend;
 use super::completions::{PromptIn, prompts};
 use super::error::ApiError;
 use super::json::{fields, parse_object};
-use super::params::{CommonFields, GenSpec, top_logprobs};
+use super::params::{CommonFields, GenSpec, Vocab, top_logprobs};
 use super::response::{Collected, UsageSum, collect, submit_all};
 use super::{AppState, check_context, json_response};
 use ferrolm::decoder::{FinishReason, TokenLogprob};
@@ -75,7 +75,7 @@ pub(crate) fn prepare_with(
         return Err(ApiError::invalid_param("n", "`/completion` gives one completion per prompt (n = 1)"));
     }
     let mut spec =
-        common.spec(&state.cfg.sampler, backend.n_vocab(), state.cfg.request_timeout(), state.cfg.draft)?;
+        common.spec(&state.cfg.sampler, Vocab::of(backend), state.cfg.request_timeout(), state.cfg.draft)?;
     let asked = common.max_new_tokens(f.max_tokens, backend.n_ctx(), true)?;
     let max = state.cfg.generation_limit(asked, None);
     let prompts = make_prompts(max)?;

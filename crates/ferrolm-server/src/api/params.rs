@@ -15,6 +15,7 @@ use ferrolm::session::GenerateParams;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::backend::Backend;
 use super::error::ApiError;
 use super::json::{string_or_list, type_name};
 
@@ -250,42 +251,98 @@ fn sampler_order(v: &Value) -> Result<Vec<SamplerStep>, ApiError> {
     }
 }
 
-/// `logit_bias`: `{"TOKEN_ID": bias}` (OpenAI) or `[[TOKEN_ID, bias], …]` (llama-server); a bias
-/// of `false` bans the token.
-fn logit_bias(v: &Value, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
-    let bad = |m: String| ApiError::invalid_param("logit_bias", m);
-    let bias = |key: &str, b: &Value| -> Result<(u32, f32), ApiError> {
-        let id: u32 =
-            key.trim().parse().map_err(|_| bad(format!("`logit_bias` keys are token ids, not {key:?}")))?;
-        if id as usize >= n_vocab {
-            return Err(bad(format!("`logit_bias`: token id {id} is outside the vocabulary (0..{n_vocab})")));
-        }
-        let value = match b {
-            Value::Bool(false) => f32::NEG_INFINITY,
-            Value::Number(n) => n.as_f64().map(|x| x as f32).filter(|x| x.is_finite()).ok_or_else(|| {
-                bad(format!("`logit_bias` for token {id} must be a finite number, not {n}"))
-            })?,
-            other => {
-                return Err(bad(format!(
-                    "`logit_bias` for token {id} must be a number (or false to ban it), not {}",
-                    type_name(other)
-                )));
-            }
-        };
-        Ok((id, value))
-    };
-    match v {
-        Value::Null => Ok(Vec::new()),
-        Value::Object(map) => map.iter().map(|(k, b)| bias(k, b)).collect(),
-        Value::Array(items) => items
-            .iter()
-            .map(|pair| match pair.as_array().map(Vec::as_slice) {
-                Some([Value::Number(id), b]) => bias(&id.to_string(), b),
-                _ => Err(bad("`logit_bias` as an array holds [token_id, bias] pairs".into())),
-            })
-            .collect(),
-        other => Err(bad(format!("`logit_bias` must be an object, not {}", type_name(other)))),
+/// The vocabulary as request parsing sees it: its size, and plain tokenization (no BOS, no
+/// special tokens) for `logit_bias` keyed by text.
+#[derive(Clone, Copy)]
+pub(crate) struct Vocab<'a> {
+    n: usize,
+    backend: Option<&'a dyn Backend>,
+}
+
+impl<'a> Vocab<'a> {
+    /// The served model's vocabulary.
+    pub(crate) fn of(backend: &'a dyn Backend) -> Self {
+        Vocab { n: backend.n_vocab(), backend: Some(backend) }
     }
+
+    /// A vocabulary of `n` ids without a tokenizer (text keys are refused).
+    #[cfg(test)]
+    pub(crate) fn sized(n: usize) -> Self {
+        Vocab { n, backend: None }
+    }
+
+    fn tokenize(&self, text: &str) -> Result<Vec<u32>, String> {
+        match self.backend {
+            Some(b) => b.tokenize(text, false, false),
+            None => Err("no tokenizer".into()),
+        }
+    }
+}
+
+/// `logit_bias`, as llama-server reads it: `{"KEY": bias}` (OpenAI) or `[[KEY, bias], …]`, a
+/// key being a token id, or a text whose every token gets the bias. A bias of `false` bans.
+fn logit_bias(v: &Value, vocab: Vocab<'_>) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::invalid_param("logit_bias", m);
+    let value = |key: &str, b: &Value| -> Result<f32, ApiError> {
+        match b {
+            Value::Bool(false) => Ok(f32::NEG_INFINITY),
+            Value::Number(n) => n
+                .as_f64()
+                .map(|x| x as f32)
+                .filter(|x| x.is_finite())
+                .ok_or_else(|| bad(format!("`logit_bias` for {key:?} must be a finite number, not {n}"))),
+            other => Err(bad(format!(
+                "`logit_bias` for {key:?} must be a number (or false to ban it), not {}",
+                type_name(other)
+            ))),
+        }
+    };
+    let id = |id: u64| -> Result<u32, ApiError> {
+        u32::try_from(id).ok().filter(|&i| (i as usize) < vocab.n).ok_or_else(|| {
+            bad(format!("`logit_bias`: token id {id} is outside the vocabulary (0..{})", vocab.n))
+        })
+    };
+    let text = |key: &str| -> Result<Vec<u32>, ApiError> {
+        let ids = vocab.tokenize(key).map_err(|e| bad(format!("`logit_bias` key {key:?}: {e}")))?;
+        if ids.is_empty() {
+            return Err(bad(format!("`logit_bias` key {key:?} has no tokens")));
+        }
+        Ok(ids)
+    };
+    let mut out = Vec::new();
+    let mut add = |ids: Vec<u32>, bias: f32| out.extend(ids.into_iter().map(|i| (i, bias)));
+    match v {
+        Value::Null => {}
+        Value::Object(map) => {
+            for (key, b) in map {
+                let ids = match key.trim().parse::<u64>() {
+                    Ok(n) => vec![id(n)?],
+                    Err(_) => text(key)?,
+                };
+                add(ids, value(key, b)?);
+            }
+        }
+        Value::Array(items) => {
+            for pair in items {
+                let (ids, key) = match pair.as_array().map(Vec::as_slice) {
+                    Some([Value::Number(n), _]) => {
+                        let n =
+                            n.as_u64().ok_or_else(|| bad(format!("`logit_bias`: {n} is not a token id")))?;
+                        (vec![id(n)?], n.to_string())
+                    }
+                    Some([Value::String(k), _]) => (text(k)?, k.clone()),
+                    _ => {
+                        return Err(bad(
+                            "`logit_bias` as an array holds [token id or text, bias] pairs".into()
+                        ));
+                    }
+                };
+                add(ids, value(&key, &pair[1])?);
+            }
+        }
+        other => return Err(bad(format!("`logit_bias` must be an object, not {}", type_name(other)))),
+    }
+    Ok(out)
 }
 
 /// `response_format`: text, `json_object` (optionally with `schema`), or `json_schema`.
@@ -388,7 +445,7 @@ impl CommonFields {
     pub(crate) fn sampler(
         &self,
         defaults: &SamplerParams,
-        n_vocab: usize,
+        vocab: Vocab<'_>,
     ) -> Result<SamplerParams, ApiError> {
         let d = defaults;
         let mut p = SamplerParams {
@@ -439,7 +496,7 @@ impl CommonFields {
             },
         };
         if let Some(v) = &self.logit_bias {
-            p.logit_bias.extend(logit_bias(v, n_vocab)?);
+            p.logit_bias.extend(logit_bias(v, vocab)?);
         }
         p.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
         Ok(p)
@@ -497,7 +554,7 @@ impl CommonFields {
     pub(crate) fn spec(
         &self,
         defaults: &SamplerParams,
-        n_vocab: usize,
+        vocab: Vocab<'_>,
         server_timeout: Option<Duration>,
         server_draft: Option<DraftSettings>,
     ) -> Result<GenSpec, ApiError> {
@@ -525,7 +582,7 @@ impl CommonFields {
         let draft = draft_settings(server_draft.filter(|_| lookup.is_none()), n_max, n_min, p_min);
         let params = GenerateParams {
             max_tokens: None,
-            sampler: self.sampler(defaults, n_vocab)?,
+            sampler: self.sampler(defaults, vocab)?,
             stop: self.stops()?,
             ignore_eos: self.ignore_eos.unwrap_or(false),
             constraint,
@@ -592,7 +649,7 @@ mod tests {
     }
 
     fn spec(v: Value) -> Result<GenSpec, ApiError> {
-        common(v)?.spec(&SamplerParams::default(), 100, Some(Duration::from_secs(600)), None)
+        common(v)?.spec(&SamplerParams::default(), Vocab::sized(100), Some(Duration::from_secs(600)), None)
     }
 
     #[test]
@@ -731,7 +788,11 @@ mod tests {
     fn a_server_draft_model_is_used_unless_lookup_or_n_max_0() {
         let server = DraftSettings { max_draft: 8, min_draft: 0, p_min: 0.75 };
         let draft = |v: Value, d: Option<DraftSettings>| {
-            common(v).expect("fields").spec(&SamplerParams::default(), 100, None, d).expect("ok").draft
+            common(v)
+                .expect("fields")
+                .spec(&SamplerParams::default(), Vocab::sized(100), None, d)
+                .expect("ok")
+                .draft
         };
         assert_eq!(draft(json!({}), Some(server)), Some(server));
         // Without a draft model the fields are read and unused.

@@ -17,8 +17,9 @@ use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
 
 use super::error::ApiError;
-use super::json::{fields, is_token_array, parse_object, token_id, type_name};
-use super::params::CommonFields;
+use super::json::{fields, parse_object, token_id, type_name};
+use super::params::{CommonFields, Vocab};
+use super::prompt::prompt_list;
 use super::{
     AppState, ServerConfig, ServerError, anthropic, chat, completions, json_response, metrics, native,
     responses,
@@ -374,7 +375,7 @@ async fn props(State(state): State<AppState>) -> Result<Response, ApiError> {
     let b = state.backend.as_ref();
     let cfg = &state.cfg;
     let mut spec =
-        CommonFields::default().spec(&cfg.sampler, b.n_vocab(), cfg.request_timeout(), cfg.draft)?;
+        CommonFields::default().spec(&cfg.sampler, Vocab::of(b), cfg.request_timeout(), cfg.draft)?;
     spec.params.max_tokens = cfg.n_predict;
     let (bos, eos) = b.bos_eos_text();
     let body = json!({
@@ -483,47 +484,6 @@ struct EmbeddingFields {
     normalize: Option<bool>,
 }
 
-/// `input`: texts, or token arrays (turned back into text: the engine embeds text).
-fn embedding_inputs(state: &AppState, v: Option<&Value>) -> Result<Vec<String>, ApiError> {
-    let b = state.backend.as_ref();
-    let from_tokens = |param: &str, items: &[Value]| -> Result<String, ApiError> {
-        let ids = items.iter().map(|t| token_id(param, t, b.n_vocab())).collect::<Result<Vec<_>, _>>()?;
-        let bytes: Vec<u8> = ids.iter().flat_map(|&id| b.piece(id)).collect();
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    };
-    let texts = match v {
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(arr @ Value::Array(items)) if is_token_array(arr) => vec![from_tokens("input", items)?],
-        Some(Value::Array(items)) if !items.is_empty() => items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| match item {
-                Value::String(s) => Ok(s.clone()),
-                Value::Array(toks) if is_token_array(item) => from_tokens(&format!("input[{i}]"), toks),
-                other => Err(ApiError::invalid_param(
-                    format!("input[{i}]"),
-                    format!("an input must be a string or an array of token ids, not {}", type_name(other)),
-                )),
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        Some(Value::Array(_)) => return Err(ApiError::invalid_param("input", "`input` is empty")),
-        None | Some(Value::Null) => return Err(ApiError::invalid_param("input", "`input` is required")),
-        Some(other) => {
-            return Err(ApiError::invalid_param(
-                "input",
-                format!("`input` must be a string or an array, not {}", type_name(other)),
-            ));
-        }
-    };
-    if texts.len() > MAX_EMBED_INPUTS {
-        return Err(ApiError::invalid_param(
-            "input",
-            format!("at most {MAX_EMBED_INPUTS} inputs per request, not {}", texts.len()),
-        ));
-    }
-    Ok(texts)
-}
-
 /// Standard base64 of the vector's little-endian `f32` bytes.
 pub(crate) fn base64_f32(v: &[f32]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -560,24 +520,25 @@ async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Respon
     if f.dimensions.is_some() {
         return Err(ApiError::invalid_param("dimensions", "`dimensions` is not supported"));
     }
-    let texts = embedding_inputs(&state, f.input.as_ref())?;
     let b = state.backend.as_ref();
+    let inputs = prompt_list(b, "input", f.input.as_ref(), MAX_EMBED_INPUTS)?;
     let mut n_tokens = 0;
-    for (i, t) in texts.iter().enumerate() {
-        let n = b.tokenize(t, true, false).map_err(ApiError::invalid)?.len();
+    for (i, p) in inputs.iter().enumerate() {
+        let n = p.tokens.len();
         if n == 0 {
             return Err(ApiError::invalid_param(format!("input[{i}]"), "the input has no tokens"));
         }
-        // Each text runs as one sequence: it must fit a slot's context like a prompt does.
+        // Each input runs as one sequence: it must fit a slot's context like a prompt does.
         if n > b.n_ctx() {
             return Err(ApiError::context_length(format!(
-                "input[{i}] has {n} tokens, more than the context length of {}",
+                "input[{i}] is too large: {n} tokens, more than the context length of {}",
                 b.n_ctx()
             )));
         }
         n_tokens += n;
     }
-    let vectors = b.embed(texts, state.cfg.embeddings_pooling, f.normalize.unwrap_or(true)).await?;
+    let tokens = inputs.into_iter().map(|p| p.tokens).collect();
+    let vectors = b.embed(tokens, state.cfg.embeddings_pooling, f.normalize.unwrap_or(true)).await?;
     let data: Vec<Value> = vectors
         .iter()
         .enumerate()

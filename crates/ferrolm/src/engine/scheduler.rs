@@ -214,16 +214,10 @@ impl Worker {
             Job::Generate { id, req, decoder, tx, queued_at } => {
                 self.queue.push_back(Queued { id, req: *req, decoder, tx, queued_at })
             }
-            Job::Embed { texts, pooling, normalize, tx } => {
-                let pooling = pooling
-                    .or(self.config.embed_pooling)
-                    .or(self.model.default_pooling())
-                    .unwrap_or(Pooling::Mean);
-                let t0 = Instant::now();
-                let result = self.model.embed(&texts, pooling, normalize).map_err(EngineError::from);
-                if let Ok(v) = &result {
-                    tracing::debug!(n = v.len(), ms = t0.elapsed().as_millis() as u64, "embedded");
-                }
+            Job::Embed { inputs, pooling, normalize, tx } => {
+                let result = self.embed(&inputs, pooling, normalize);
+                // The counters are visible by the time the caller has its vectors.
+                self.publish();
                 let _ = tx.send(result);
             }
             Job::Slot(job) => self.accept_slot_job(job),
@@ -234,6 +228,32 @@ impl Worker {
                 let _ = tx.send(result);
             }
         }
+    }
+
+    /// Embeds token sequences between ticks. In the metrics their tokens count as prompt
+    /// tokens and the job as one forward pass (however many batches it took).
+    fn embed(
+        &mut self,
+        inputs: &[Vec<u32>],
+        pooling: Option<Pooling>,
+        normalize: bool,
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
+        let pooling =
+            pooling.or(self.config.embed_pooling).or(self.model.default_pooling()).unwrap_or(Pooling::Mean);
+        let t0 = Instant::now();
+        let mut out = self.model.embed_tokens(inputs, pooling)?;
+        if normalize {
+            out.iter_mut().for_each(|v| crate::model::normalize_l2(v));
+        }
+        let n_tokens: usize = inputs.iter().map(Vec::len).sum();
+        let elapsed = t0.elapsed();
+        let c = &mut self.counters;
+        c.prompt_tokens_total += n_tokens as u64;
+        c.prompt_seconds_total += elapsed.as_secs_f64();
+        c.forward_passes_total += 1;
+        self.prompt_rate.add(Instant::now(), n_tokens as u64);
+        tracing::debug!(n = out.len(), n_tokens, ms = elapsed.as_millis() as u64, "embedded");
+        Ok(out)
     }
 
     /// Ends every request after [`super::Engine::cancel_all`].

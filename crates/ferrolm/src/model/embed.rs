@@ -50,6 +50,14 @@ fn pooling_weight(pooling: Pooling, pos: usize, n: usize) -> Option<f32> {
     }
 }
 
+/// Scales `v` to unit L2 norm (a zero vector stays zero).
+pub fn normalize_l2(v: &mut [f32]) {
+    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
 /// Most tokens run through the model in one forward pass while embedding.
 const EMBED_BATCH: usize = 512;
 
@@ -79,12 +87,7 @@ impl Model {
             .collect::<Result<Vec<Vec<u32>>>>()?;
         let mut out = self.embed_tokens(&inputs, pooling)?;
         if normalize {
-            for v in &mut out {
-                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-                if norm > 0.0 {
-                    v.iter_mut().for_each(|x| *x /= norm);
-                }
-            }
+            out.iter_mut().for_each(|v| normalize_l2(v));
         }
         Ok(out)
     }
@@ -95,6 +98,12 @@ impl Model {
     pub fn embed_tokens(&self, inputs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
         if let Some(i) = inputs.iter().position(Vec::is_empty) {
             return Err(Error::InvalidInput(format!("text {i} has no tokens to embed")));
+        }
+        let n_vocab = self.tokenizer().n_vocab();
+        if let Some(&id) = inputs.iter().flatten().find(|&&id| id as usize >= n_vocab) {
+            return Err(Error::InvalidInput(format!(
+                "token id {id} is outside the vocabulary (0..{n_vocab})"
+            )));
         }
         let d = self.config.n_embd;
         let mut out = vec![vec![0.0f32; d]; inputs.len()];

@@ -26,7 +26,7 @@ pub(crate) const CHATML_TOOLS: &str = "{{ bos_token }}{% if tools %}<|im_start|>
 pub(crate) const PLAIN: &str = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}";
 
 /// The texts, pooling and normalisation of an embedding call.
-pub(crate) type EmbedCall = (Vec<String>, Option<Pooling>, bool);
+pub(crate) type EmbedCall = (Vec<Vec<u32>>, Option<Pooling>, bool);
 
 /// How the fake engine answers.
 #[derive(Clone, Debug)]
@@ -264,12 +264,12 @@ impl Backend for Fake {
 
     fn embed(
         &self,
-        texts: Vec<String>,
+        inputs: Vec<Vec<u32>>,
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>> {
-        let vectors = texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect();
-        self.embed_calls.lock().expect("lock").push((texts, pooling, normalize));
+        let vectors = inputs.iter().map(|t| vec![t.len() as f32, 1.0]).collect();
+        self.embed_calls.lock().expect("lock").push((inputs, pooling, normalize));
         Box::pin(async move { Ok(vectors) })
     }
 

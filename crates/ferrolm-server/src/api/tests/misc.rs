@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tower::ServiceExt;
 
 use super::super::ServerConfig;
-use super::fake::{Fake, Mode};
+use super::fake::{BOS, Fake, Mode};
 use super::{app, app_with, config, get, post, send};
 
 #[tokio::test]
@@ -242,15 +242,12 @@ async fn embeddings() {
     let app = app_with(fake.clone(), cfg);
     let v = post(&app, "/v1/embeddings", r#"{"input": ["ab", "c"], "model": "smol"}"#).await.json();
     assert_eq!(v["object"], "list");
-    assert_eq!(v["data"][0], json!({"object": "embedding", "index": 0, "embedding": [2.0, 1.0]}));
+    // The fake embeds a sequence as [its length, 1]; with the BOS "ab" has 3 tokens.
+    assert_eq!(v["data"][0], json!({"object": "embedding", "index": 0, "embedding": [3.0, 1.0]}));
     assert_eq!(v["data"][1]["index"], 1);
-    // With the BOS: 3 + 2 tokens.
     assert_eq!(v["usage"], json!({"prompt_tokens": 5, "total_tokens": 5}));
     let calls = fake.embed_calls.lock().expect("lock").clone();
-    assert_eq!(
-        calls[0],
-        (vec!["ab".to_string(), "c".to_string()], Some(ferrolm::model::Pooling::Last), true)
-    );
+    assert_eq!(calls[0], (vec![vec![BOS, 97, 98], vec![BOS, 99]], Some(ferrolm::model::Pooling::Last), true));
     let v = post(
         &app,
         "/v1/embeddings",
@@ -260,9 +257,10 @@ async fn embeddings() {
     .json();
     // [2.0, 1.0] as little-endian f32.
     assert_eq!(v["data"][0]["embedding"], "AAAAQAAAgD8=");
+    // Token ids are embedded as given.
     assert_eq!(
         fake.embed_calls.lock().expect("lock")[1],
-        (vec!["hi".to_string()], Some(ferrolm::model::Pooling::Last), false)
+        (vec![vec![104, 105]], Some(ferrolm::model::Pooling::Last), false)
     );
     for bad in [
         r#"{}"#,
@@ -337,6 +335,44 @@ async fn rerank() {
     let long = json!({"query": "q", "documents": ["a".repeat(600)]}).to_string();
     let v = post(&app, "/v1/rerank", &long).await.assert_error(400, "invalid_request_error");
     assert_eq!(v["error"]["code"], "context_length_exceeded");
+}
+
+/// llama-server's input forms: mixed token/string arrays, `prompt_string` and text-part
+/// objects; media parts and unknown parts are refused.
+#[tokio::test]
+async fn embeddings_take_every_prompt_form() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app_with(fake.clone(), config());
+    let input = json!([
+        "hello world",
+        {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]},
+        {"prompt_string": "hello world"},
+        [104, "i", 33],
+        ["a", 98],
+    ]);
+    let v = post(&app, "/v1/embeddings", &json!({"input": input}).to_string()).await.json();
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(5), "{v}");
+    let calls = fake.embed_calls.lock().expect("lock").clone();
+    let hello: Vec<u32> = std::iter::once(BOS).chain("hello world".bytes().map(u32::from)).collect();
+    // A string inside a token array is tokenized in place; only a first one gets the BOS.
+    let want = vec![hello.clone(), hello.clone(), hello, vec![104, 105, 33], vec![BOS, 97, 98]];
+    assert_eq!(calls[0].0, want);
+    // One array holding a number is one mixed prompt.
+    let v = post(&app, "/v1/embeddings", r#"{"input": [12, "ab", 13]}"#).await.json();
+    assert_eq!(v["data"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(fake.embed_calls.lock().expect("lock")[1].0, vec![vec![12, 97, 98, 13]]);
+    for bad in [
+        r#"{"input": {"content": "string"}}"#,
+        r#"{"input": {"content": [{"type": "unknown"}]}}"#,
+        r#"{"input": {"content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}}"#,
+        r#"{"input": {"prompt_string": "a", "multimodal_data": ["AAAA"]}}"#,
+        r#"{"input": {"other": 1}}"#,
+        r#"{"input": [1, {"prompt_string": "a"}]}"#,
+        r#"{"input": [1, 999999]}"#,
+    ] {
+        post(&app, "/v1/embeddings", bad).await.assert_error(400, "invalid_request_error");
+    }
+    assert_eq!(fake.embed_calls.lock().expect("lock").len(), 2, "a refused input reached the engine");
 }
 
 /// An embeddings input longer than the context is refused before it reaches the engine.

@@ -147,3 +147,26 @@ async fn infill_builds_the_fim_prompt() {
         post(&app, "/infill", bad).await.assert_error(400, "invalid_request_error");
     }
 }
+
+/// `logit_bias` keys may be texts (every token of the text gets the bias), in both the
+/// object and the pair-list form; `false` bans.
+#[tokio::test]
+async fn logit_bias_keys_may_be_texts() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let body = json!({"prompt": "a", "logit_bias": [["ab", -5], [7, false]]}).to_string();
+    assert_eq!(post(&app, "/completion", &body).await.status.as_u16(), 200);
+    let body = json!({"prompt": "a", "logit_bias": {"c": -1, "9": 2}}).to_string();
+    assert_eq!(post(&app, "/completion", &body).await.status.as_u16(), 200);
+    let biases: Vec<Vec<(u32, f32)>> =
+        fake.requests.lock().expect("lock").iter().map(|r| r.params.sampler.logit_bias.clone()).collect();
+    let mut object = biases[1].clone();
+    object.sort_by_key(|b| b.0);
+    assert_eq!(biases[0], vec![(97, -5.0), (98, -5.0), (7, f32::NEG_INFINITY)]);
+    assert_eq!(object, vec![(9, 2.0), (99, -1.0)]);
+    for bad in [r#"[["", 1]]"#, r#"[[1.5, 1]]"#, r#"{"a": "x"}"#, r#"[[999999, 1]]"#, r#"[["a"]]"#] {
+        let body = format!(r#"{{"prompt": "a", "logit_bias": {bad}}}"#);
+        let e = post(&app, "/completion", &body).await.assert_error(400, "invalid_request_error");
+        assert_eq!(e["error"]["param"], "logit_bias", "{bad}");
+    }
+}
