@@ -116,6 +116,7 @@ impl PyEngine {
             draft: None,
             fresh_prompt: false,
             slot: None,
+            progress: false,
         };
         // Submitting compiles the request's constraint, which may take a while.
         let handle = py.allow_threads(|| self.engine.submit(req)).map_err(submit_to_py)?;
@@ -234,7 +235,7 @@ impl PyRequest {
                 logprob: logprob.as_ref().map(|l| l.logprob),
                 top_logprobs: logprob.map(|l| l.top),
             })),
-            Some(Event::PromptLogprobs(_)) => Ok(None),
+            Some(Event::PromptLogprobs(_) | Event::Progress { .. }) => Ok(None),
             Some(Event::Done { text, finish, usage, .. }) => {
                 self.handle = None;
                 self.finish = Some(finish_of(finish, &usage));

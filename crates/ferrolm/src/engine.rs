@@ -208,6 +208,9 @@ pub struct GenRequest {
     /// Run in this slot (llama-server's `id_slot`): the request waits until that slot is free.
     /// `None`: any free slot.
     pub slot: Option<usize>,
+    /// Send [`Event::Progress`]: when a slot takes the request, after each prompt chunk, and
+    /// before each token (llama-server's `return_progress` and `timings_per_token`).
+    pub progress: bool,
 }
 
 /// Speculative decoding of one request by prompt lookup (see `decoder::speculative`): with each
@@ -323,6 +326,16 @@ pub enum Event {
         text: String,
         /// Its log-probability, when asked.
         logprob: Option<TokenLogprob>,
+    },
+    /// Where the request stands, only when [`GenRequest::progress`] was asked: sent when a slot
+    /// takes it (nothing processed but the cached prefix), after each prompt chunk, and before
+    /// each [`Event::Token`] (its counts include that token).
+    Progress {
+        /// Prompt tokens in the cache so far (the cached prefix included; the prompt's length
+        /// once it is all in).
+        processed: usize,
+        /// Counts and timings so far.
+        usage: Usage,
     },
     /// The end: held-back text (empty when none), why it ended, and the counts. Nothing follows.
     Done {

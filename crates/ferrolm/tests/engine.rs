@@ -45,7 +45,7 @@ fn collect(rx: RequestHandle) -> (Vec<u32>, String, FinishReason, Usage) {
                 text.push_str(&t);
                 return (ids, text, finish, usage);
             }
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Progress { .. } => {}
             Event::Error(e) => panic!("engine error: {e}"),
             Event::Refused(e) => panic!("refused: {e}"),
         }
@@ -618,4 +618,51 @@ fn a_saved_slot_restores_into_another_engine_bit_identically() {
     assert!(matches!(second.slot_action(2, SlotAction::Save), Err(EngineError::InvalidSlot(2))));
     let junk = second.slot_action(0, SlotAction::Restore(b"junk".to_vec())).expect_err("refused");
     assert!(junk.to_string().contains("not a ferrolm KV state"), "{junk}");
+}
+
+/// With `progress`, a request reports where it stands: the cached prefix when a slot takes it,
+/// each prompt chunk, then the counts before each token; the tokens are those of a request
+/// without reports.
+#[test]
+fn progress_events_follow_the_prompt_chunks_then_the_tokens() {
+    let Some(model) = load() else { return };
+    let eng = engine(&model, 1, BatchStrategy::default());
+    let prompt = "word ".repeat(150);
+    let plain = collect(eng.submit(request(&model, &prompt, 4)).expect("queued"));
+    let (mut chunks, mut tokens, mut done) = (Vec::new(), Vec::new(), None);
+    let mut before_token: Vec<Usage> = Vec::new();
+    let mut last = None;
+    let rx = eng
+        .submit(GenRequest { progress: true, fresh_prompt: true, ..request(&model, &prompt, 4) })
+        .expect("queued");
+    for ev in rx {
+        match ev {
+            Event::Progress { processed, usage } => last = Some((processed, usage)),
+            Event::Token { id, .. } => {
+                let (processed, usage) = last.take().expect("a progress event before each token");
+                assert_eq!(processed, usage.prompt_tokens);
+                before_token.push(usage);
+                tokens.push(id);
+            }
+            Event::Done { usage, .. } => done = Some(usage),
+            _ => {}
+        }
+        if let Some((processed, usage)) = last
+            && tokens.is_empty()
+            && chunks.last() != Some(&processed)
+        {
+            chunks.push(processed);
+            if chunks.len() == 1 {
+                assert_eq!(usage.prompt_ms, 0.0, "nothing has run at the start");
+            }
+        }
+    }
+    let n = plain.3.prompt_tokens;
+    let want: Vec<usize> = (0..n).step_by(64).chain(std::iter::once(n)).collect();
+    assert_eq!(chunks, want, "the start, then every chunk of 64");
+    assert_eq!(tokens, plain.0);
+    let counts: Vec<usize> = before_token.iter().map(|u| u.completion_tokens).collect();
+    assert_eq!(counts, (1..=tokens.len()).collect::<Vec<_>>());
+    assert!(before_token.windows(2).all(|w| w[1].decode_ms >= w[0].decode_ms));
+    assert_eq!(done.expect("done").completion_tokens, tokens.len());
 }

@@ -433,6 +433,7 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
             model: job.model,
             n: job.spec.n,
             include_usage: job.spec.include_usage,
+            live: job.spec.live,
         };
         let kind = StreamKind::Chat { tools: job.tools, thinking: job.thinking };
         return Ok(sse_response(state.backend.clone(), head, kind, rxs));

@@ -112,6 +112,7 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
             model: job.model,
             n: job.spec.n,
             include_usage: job.spec.include_usage,
+            live: job.spec.live,
         };
         return Ok(sse_response(state.backend.clone(), head, StreamKind::Completion { echo }, rxs));
     }

@@ -32,7 +32,7 @@ pub(crate) trait EventWriter: Send + 'static {
     /// Handles one engine event; true when it was the last (the stream then ends).
     fn event(&mut self, ev: Event) -> bool {
         match ev {
-            Event::PromptLogprobs(_) => false,
+            Event::PromptLogprobs(_) | Event::Progress { .. } => false,
             Event::Token { text, .. } => {
                 let shown = self.reply().push(text);
                 if !shown.is_empty() {

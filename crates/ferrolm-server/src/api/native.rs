@@ -28,7 +28,7 @@ use super::completions::{PromptIn, prompts};
 use super::error::ApiError;
 use super::json::{fields, parse_object};
 use super::params::{CommonFields, GenSpec, Vocab, top_logprobs};
-use super::response::{Collected, UsageSum, collect, submit_all};
+use super::response::{Collected, Live, UsageSum, collect, submit_all};
 use super::{AppState, check_context, json_response};
 use ferrolm::decoder::{FinishReason, TokenLogprob};
 use ferrolm::engine::{Event, GenRequest, RequestHandle};
@@ -251,6 +251,18 @@ pub(crate) async fn run(state: AppState, job: NativeJob) -> Result<Response, Api
     Ok(json_response(StatusCode::OK, &body))
 }
 
+/// A streamed partial result (a token's, or a progress report's with no token).
+fn partial(i: usize, text: &str, tokens: &[u32], n_predicted: usize, n_prompt: usize) -> Value {
+    json!({
+        "index": i,
+        "content": text,
+        "tokens": tokens,
+        "stop": false,
+        "tokens_predicted": n_predicted,
+        "tokens_evaluated": n_prompt,
+    })
+}
+
 /// The streamed answer: an event per token, then each prompt's final object. An engine error
 /// ends the stream with an `{"error": …}` event.
 fn stream_response(state: AppState, job: NativeJob, rxs: Vec<RequestHandle>) -> Response {
@@ -258,8 +270,9 @@ fn stream_response(state: AppState, job: NativeJob, rxs: Vec<RequestHandle>) -> 
     let events = stream::select_all(
         rxs.into_iter().enumerate().map(|(i, rx)| StreamExt::map(rx, move |ev| (i, ev)).boxed()),
     );
-    // Per prompt: what its stream has produced so far.
-    let progress: Vec<Collected> = (0..n).map(|_| Collected::default()).collect();
+    // Per prompt: what its stream has produced so far, and its live reports.
+    let progress: Vec<(Collected, Live)> =
+        (0..n).map(|_| (Collected::default(), Live::new(job.spec.live))).collect();
     let init = (events, progress, job, state, false);
     let body = stream::unfold(init, |(mut events, mut progress, job, state, ended)| async move {
         if ended {
@@ -267,20 +280,28 @@ fn stream_response(state: AppState, job: NativeJob, rxs: Vec<RequestHandle>) -> 
         }
         let (i, ev) = events.next().await?;
         let backend = state.backend.as_ref();
-        let p = &mut progress[i];
+        let (p, live) = &mut progress[i];
         let (data, end) = match ev {
             Event::PromptLogprobs(_) => (None, false),
+            Event::Progress { processed, usage } => match live.progress(processed, usage) {
+                Some(report) => {
+                    let mut v = partial(i, "", &[], p.tokens.len(), usage.prompt_tokens);
+                    v["prompt_progress"] = report;
+                    if let Some(t) = live.timings() {
+                        v["timings"] = t;
+                    }
+                    (Some(v), false)
+                }
+                None => (None, false),
+            },
             Event::Token { id, text, logprob } => {
+                live.token();
                 p.tokens.push(id);
                 p.text.push_str(&text);
-                let mut v = json!({
-                    "index": i,
-                    "content": text,
-                    "tokens": [id],
-                    "stop": false,
-                    "tokens_predicted": p.tokens.len(),
-                    "tokens_evaluated": job.prompts[i].tokens.len(),
-                });
+                let mut v = partial(i, &text, &[id], p.tokens.len(), job.prompts[i].tokens.len());
+                if let Some(t) = live.timings() {
+                    v["timings"] = t;
+                }
                 if let Some(lp) = &logprob {
                     v["completion_probabilities"] = json!([probs_entry(backend, lp)]);
                 }

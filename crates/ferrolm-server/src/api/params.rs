@@ -128,6 +128,18 @@ pub(crate) struct GenSpec {
     pub fresh_prompt: bool,
     /// `id_slot` (≥ 0): the slot to run in.
     pub slot: Option<usize>,
+    /// Streaming: what to report as the request runs.
+    pub live: LiveReports,
+}
+
+/// llama-server's live reports of a streamed request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct LiveReports {
+    /// `return_progress`: a `prompt_progress` chunk when the request starts and after each
+    /// prompt chunk.
+    pub progress: bool,
+    /// `timings_per_token`: `timings` on every chunk, not only the last.
+    pub timings: bool,
 }
 
 impl GenSpec {
@@ -144,6 +156,7 @@ impl GenSpec {
             draft: self.draft,
             fresh_prompt: self.fresh_prompt,
             slot: self.slot,
+            progress: self.stream && (self.live.progress || self.live.timings),
         }
     }
 }
@@ -391,15 +404,11 @@ impl CommonFields {
         let refuse = |field: &str, why: &str| {
             Err(ApiError::invalid_param(field, format!("`{field}` is not supported by ferrolm: {why}")))
         };
-        let flags = [
-            ("timings_per_token", self.timings_per_token, "timings come with the last chunk"),
-            ("return_progress", self.return_progress, "prompt progress is not streamed"),
-            (
-                "post_sampling_probs",
-                self.post_sampling_probs,
-                "probabilities are the model's, before sampling",
-            ),
-        ];
+        let flags = [(
+            "post_sampling_probs",
+            self.post_sampling_probs,
+            "probabilities are the model's, before sampling",
+        )];
         if let Some((f, _, why)) = flags.iter().find(|(_, v, _)| *v == Some(true)) {
             return refuse(f, why);
         }
@@ -598,6 +607,10 @@ impl CommonFields {
             draft,
             fresh_prompt: self.cache_prompt == Some(false),
             slot: self.id_slot.and_then(|s| usize::try_from(s).ok()),
+            live: LiveReports {
+                progress: self.return_progress.unwrap_or(false),
+                timings: self.timings_per_token.unwrap_or(false),
+            },
         })
     }
 }
@@ -823,9 +836,13 @@ mod tests {
             "post_sampling_probs": false, "t_max_predict_ms": 0, "n_keep": 0, "n_discard": 0,
             "n_indent": 0, "lora": []});
         spec(defaults).expect("defaults are accepted");
+        let live =
+            spec(json!({"timings_per_token": true, "return_progress": true, "stream": true})).expect("ok");
+        assert_eq!(live.live, LiveReports { progress: true, timings: true });
+        assert!(live.request(vec![1], 0, None).progress, "the engine is asked for progress events");
+        let whole = spec(json!({"timings_per_token": true})).expect("ok");
+        assert!(!whole.request(vec![1], 0, None).progress, "a whole answer reports nothing live");
         for (field, v) in [
-            ("timings_per_token", json!(true)),
-            ("return_progress", json!(true)),
             ("post_sampling_probs", json!(true)),
             ("t_max_predict_ms", json!(500)),
             ("t_max_prompt_ms", json!(500)),

@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 
 use super::backend::{Backend, piece_text};
 use super::error::ApiError;
+use super::params::LiveReports;
 use ferrolm::decoder::{FinishReason, TokenLogprob};
 use ferrolm::engine::{Event, GenRequest, RequestHandle, SubmitError, Usage};
 
@@ -53,6 +54,7 @@ pub(crate) async fn collect(mut rx: RequestHandle) -> Result<Collected, ApiError
     while let Some(ev) = rx.next_event().await {
         match ev {
             Event::PromptLogprobs(p) => out.prompt_logprobs = Some(p),
+            Event::Progress { .. } => {}
             Event::Token { id, text, logprob } => {
                 out.tokens.push(id);
                 out.text.push_str(&text);
@@ -185,6 +187,55 @@ impl UsageSum {
             t["draft_n_accepted"] = json!(self.0.draft_accepted);
         }
         t
+    }
+}
+
+/// One streamed request's live reports ([`LiveReports`]): what its [`Event::Progress`] events
+/// become in the chunks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Live {
+    asked: LiveReports,
+    /// The latest progress: prompt tokens in, and the counts.
+    latest: Option<(usize, Usage)>,
+    /// The prompt position of the last `prompt_progress` sent.
+    reported: Option<usize>,
+    /// A token came: the prompt is in.
+    generating: bool,
+}
+
+impl Live {
+    pub(crate) fn new(asked: LiveReports) -> Self {
+        Live { asked, ..Live::default() }
+    }
+
+    /// Takes a progress event; returns the `prompt_progress` object to send now, if any: while
+    /// the prompt runs, when it has moved since the last one (the first one is the cached prefix).
+    pub(crate) fn progress(&mut self, processed: usize, usage: Usage) -> Option<Value> {
+        self.latest = Some((processed, usage));
+        if !self.asked.progress || self.generating || self.reported.is_some_and(|r| processed <= r) {
+            return None;
+        }
+        self.reported = Some(processed);
+        Some(json!({
+            "total": usage.prompt_tokens,
+            "cache": usage.cached_tokens,
+            "processed": processed,
+            "time_ms": usage.prompt_ms,
+        }))
+    }
+
+    /// A token came: the prompt is in (no more `prompt_progress`).
+    pub(crate) fn token(&mut self) {
+        self.generating = true;
+    }
+
+    /// llama-server's `timings` as of the latest progress, when they were asked (the prompt
+    /// counted as far as it has run).
+    pub(crate) fn timings(&self) -> Option<Value> {
+        let (processed, usage) = self.latest.filter(|_| self.asked.timings)?;
+        let mut sum = UsageSum::default();
+        sum.add(&Usage { prompt_tokens: processed, ..usage }, true);
+        Some(sum.timings_json())
     }
 }
 

@@ -4,7 +4,8 @@
 //! skipped; log-probabilities of tokens whose text is held back go with the next chunk), tool
 //! calls (when the request offered tools) as one `delta.tool_calls` chunk, a chunk with the
 //! `finish_reason`; with `stream_options.include_usage` a last chunk with `choices: []` and the
-//! usage. Completions: `text_completion` chunks the same way (the prompt first with `echo`).
+//! usage. The last chunk has llama-server's `timings`; with `timings_per_token` every chunk has
+//! them, and with `return_progress` `prompt_progress` chunks come while the prompt runs. Completions: `text_completion` chunks the same way (the prompt first with `echo`).
 //! Several choices interleave as their tokens come.
 //!
 //! The response body owns the engine receivers: when the client goes away the body is dropped,
@@ -21,7 +22,8 @@ use serde_json::{Value, json};
 
 use super::backend::SharedBackend;
 use super::error::ApiError;
-use super::response::{LegacyLogprobs, UsageSum, chat_logprob, fingerprint};
+use super::params::LiveReports;
+use super::response::{LegacyLogprobs, Live, UsageSum, chat_logprob, fingerprint};
 use super::tools::ToolStream;
 use ferrolm::chat::reasoning::{Part, ReasoningSplitter, ThinkingTags};
 use ferrolm::decoder::TokenLogprob;
@@ -52,6 +54,8 @@ pub(crate) struct StreamHead {
     /// Choices per prompt.
     pub n: usize,
     pub include_usage: bool,
+    /// `return_progress` and `timings_per_token`.
+    pub live: LiveReports,
 }
 
 #[derive(Default)]
@@ -67,6 +71,8 @@ struct Choice {
     legacy_lp: Option<LegacyLogprobs>,
     /// Characters of token text so far (completions `text_offset`).
     offset: usize,
+    /// Progress and per-token timings.
+    live: Live,
 }
 
 /// Turns engine events into SSE chunks.
@@ -137,7 +143,28 @@ impl Pump {
                 json!({"index": i, "text": text, "logprobs": lp, "finish_reason": finish})
             }
         };
-        let v = self.chunk(vec![choice]);
+        let mut v = self.chunk(vec![choice]);
+        if let Some(t) = self.choices[i].live.timings() {
+            v["timings"] = t;
+        }
+        self.emit(v);
+    }
+
+    /// A `prompt_progress` chunk (chat: a role delta, as llama-server sends it).
+    fn progress_chunk(&mut self, i: usize, progress: Value) {
+        let choice = match &self.kind {
+            StreamKind::Chat { .. } => {
+                json!({"index": i, "delta": {"role": "assistant", "content": null}, "logprobs": null, "finish_reason": null})
+            }
+            StreamKind::Completion { .. } => {
+                json!({"index": i, "text": "", "logprobs": null, "finish_reason": null})
+            }
+        };
+        let mut v = self.chunk(vec![choice]);
+        v["prompt_progress"] = progress;
+        if let Some(t) = self.choices[i].live.timings() {
+            v["timings"] = t;
+        }
         self.emit(v);
     }
 
@@ -217,7 +244,13 @@ impl Pump {
         }
         match ev {
             Event::PromptLogprobs(_) => {}
+            Event::Progress { processed, usage } => {
+                if let Some(p) = self.choices[i].live.progress(processed, usage) {
+                    self.progress_chunk(i, p);
+                }
+            }
             Event::Token { text, logprob, .. } => {
+                self.choices[i].live.token();
                 if let Some(lp) = &logprob {
                     self.add_logprob(i, lp);
                 }
@@ -265,19 +298,20 @@ impl Pump {
         }
     }
 
-    /// Every choice is done: timings on the last chunk, the usage chunk, `[DONE]`.
+    /// Every choice is done: the usage chunk, timings on the last chunk (as llama-server
+    /// sends them), `[DONE]`.
     fn finish_all(&mut self) {
+        if self.head.include_usage {
+            let mut v = self.chunk(Vec::new());
+            v["usage"] = self.usage.usage_json();
+            self.emit(v);
+        }
         let timings = self.usage.timings_json();
         if let Some(last) = self.queue.back_mut()
             && let Ok(mut v) = serde_json::from_str::<Value>(last)
         {
             v["timings"] = timings;
             *last = v.to_string();
-        }
-        if self.head.include_usage {
-            let mut v = self.chunk(Vec::new());
-            v["usage"] = self.usage.usage_json();
-            self.emit(v);
         }
         self.queue.push_back("[DONE]".to_string());
         self.ended = true;
@@ -322,6 +356,7 @@ pub(crate) fn sse_response(
         StreamKind::Chat { thinking, .. } => *thinking,
         StreamKind::Completion { .. } => None,
     };
+    let live = head.live;
     let mut pump = Pump {
         backend,
         head,
@@ -331,6 +366,7 @@ pub(crate) fn sse_response(
             .map(|_| Choice {
                 tools: tools.then(ToolStream::default),
                 reasoning: thinking.map(|(t, forced)| ReasoningSplitter::new(t, forced)),
+                live: Live::new(live),
                 ..Choice::default()
             })
             .collect(),

@@ -350,6 +350,7 @@ impl Worker {
                 }
             };
             let active = Active::new(q.id, i, q.req, *q.decoder, q.tx, q.queued_at, seq);
+            active.report_progress();
             self.counters.cached_tokens_total += active.n_cached as u64;
             self.counters.prompt_tokens_total += active.prompt.len() as u64;
             tracing::debug!(
@@ -420,6 +421,11 @@ impl Worker {
         self.counters.busy_slots_per_pass_total += self.slots.iter().filter(|s| s.is_some()).count() as u64;
         let now = Instant::now();
         self.prompt_rate.add(now, n_prompt as u64);
+        for &(i, _) in &plan.prefill {
+            if let Some(a) = self.slots[i].as_ref() {
+                a.report_progress();
+            }
+        }
         let n_gen = self.sample_outputs();
         self.counters.generated_tokens_total += n_gen;
         self.gen_rate.add(now, n_gen);

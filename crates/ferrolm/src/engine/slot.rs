@@ -25,6 +25,8 @@ pub(crate) struct Active {
     /// The per-token step.
     decoder: Decoder,
     pub(crate) prompt_logprobs: bool,
+    /// Whether it asked for [`Event::Progress`].
+    progress: bool,
     /// Log-probabilities of the prompt tokens so far (the first has none). `[n_prompt]`
     prompt_lp: Vec<Option<TokenLogprob>>,
     /// A sampled token not yet run through the model.
@@ -67,6 +69,7 @@ impl Active {
             seq,
             decoder,
             prompt_logprobs: req.prompt_logprobs,
+            progress: req.progress,
             prompt_lp: Vec::new(),
             pending: None,
             deadline,
@@ -84,6 +87,20 @@ impl Active {
     /// Prompt tokens not yet run through the model.
     pub(crate) fn prompt_left(&self) -> usize {
         self.prompt.len().saturating_sub(self.seq.len())
+    }
+
+    /// Sends an [`Event::Progress`] when the request asked for them.
+    pub(crate) fn report_progress(&self) {
+        if !self.progress {
+            return;
+        }
+        let mut usage = self.usage();
+        if self.seq.len() <= self.n_cached {
+            // Nothing has run yet: no prompt time.
+            usage.prompt_ms = 0.0;
+        }
+        let processed = self.seq.len().min(self.prompt.len());
+        self.tx.send(Event::Progress { processed, usage });
     }
 
     /// Whether the request still wants a response.
@@ -163,6 +180,7 @@ impl Active {
         // The token the generation goes on from (none when it ended here).
         let next = shown.as_ref().filter(|_| finish.is_none()).map(|s| s.id);
         if let Some(s) = shown {
+            self.report_progress();
             self.tx.send(Event::Token { id: s.id, text: s.text, logprob: s.logprob });
         }
         self.pending = next;

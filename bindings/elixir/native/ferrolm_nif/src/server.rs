@@ -165,7 +165,7 @@ impl Forward {
                 self.outbox.send(error_msg(e.to_string()));
                 false
             }
-            Event::PromptLogprobs(_) => true,
+            Event::PromptLogprobs(_) | Event::Progress { .. } => true,
         }
     }
 

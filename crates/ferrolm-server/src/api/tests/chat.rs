@@ -94,6 +94,35 @@ async fn n_choices_with_seeds_and_logprobs() {
     assert_eq!(v["usage"]["prompt_tokens"].as_u64(), Some(fake.requests()[0].prompt.len() as u64));
 }
 
+/// Chat with `return_progress` and `timings_per_token`: progress chunks are role deltas with
+/// `prompt_progress`; the first chunk has no timings, every content chunk has them.
+#[tokio::test]
+async fn streams_prompt_progress_and_timings_per_token() {
+    let fake = Arc::new(Fake::reply("ab"));
+    let app = app(fake.clone());
+    let a = post(
+        &app,
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "x"}], "stream": true,
+            "return_progress": true, "timings_per_token": true}"#,
+    )
+    .await;
+    let chunks = a.chunks();
+    assert!(chunks[0].get("timings").is_none() && chunks[0].get("prompt_progress").is_none());
+    let progress: Vec<&Value> = chunks.iter().filter(|c| c.get("prompt_progress").is_some()).collect();
+    assert_eq!(progress.len(), 2, "{chunks:?}");
+    for p in &progress {
+        assert_eq!(p["choices"][0]["delta"], json!({"role": "assistant", "content": null}));
+        assert!(p["timings"]["prompt_n"].is_u64());
+    }
+    let content: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["choices"][0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()))
+        .collect();
+    assert_eq!(content.len(), 2);
+    assert!(content.iter().all(|c| c["timings"]["predicted_n"].is_u64()), "{content:?}");
+}
+
 #[tokio::test]
 async fn streams_sse_chunks() {
     let fake = Arc::new(Fake::reply("Hé!"));
@@ -133,6 +162,7 @@ async fn streams_sse_chunks() {
     }
     let usage = chunks.last().expect("usage chunk");
     assert_eq!(usage["choices"], json!([]));
+    assert!(usage["timings"]["predicted_n"].is_u64(), "the timings ride on the last chunk: {usage}");
     assert_eq!(usage["usage"]["completion_tokens"], 8);
     // Without include_usage: no usage chunk, no `usage` fields.
     let a = post(

@@ -233,9 +233,18 @@ impl Backend for Fake {
                 let max = req.params.max_tokens.unwrap_or(usize::MAX);
                 let bytes = reply.as_bytes();
                 let n = bytes.len().min(max);
+                // Progress: the cached token at the start (no time yet), then the whole prompt
+                // in one chunk, then before each token.
+                let progress = |processed: usize, u: Usage| {
+                    if req.progress {
+                        tx.send(Event::Progress { processed, usage: u });
+                    }
+                };
+                progress(1, Usage { prompt_ms: 0.0, ..usage(0) });
+                progress(req.prompt.len(), usage(0));
                 // Each byte is a token; its text is released when it completes a character.
                 let mut pending = Vec::new();
-                for &b in &bytes[..n] {
+                for (k, &b) in bytes[..n].iter().enumerate() {
                     pending.push(b);
                     let text = match std::str::from_utf8(&pending) {
                         Ok(s) => {
@@ -246,6 +255,7 @@ impl Backend for Fake {
                         Err(_) => String::new(),
                     };
                     let logprob = req.logprobs.map(|k| Fake::logprob(u32::from(b), k));
+                    progress(req.prompt.len(), usage(k + 1));
                     tx.send(Event::Token { id: u32::from(b), text, logprob });
                 }
                 // The whole reply: the model's end-of-generation token.

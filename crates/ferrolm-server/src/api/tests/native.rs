@@ -78,6 +78,46 @@ async fn streams_a_chunk_per_token_then_the_whole_object() {
     assert_eq!(last["timings"]["predicted_n"], 2);
 }
 
+/// `return_progress` streams `prompt_progress` chunks while the prompt runs (the first at the
+/// cached prefix, with no time yet); `timings_per_token` puts `timings` on every chunk.
+#[tokio::test]
+async fn streams_prompt_progress_and_timings_per_token() {
+    let fake = Arc::new(Fake::reply("abc"));
+    let app = app(fake.clone());
+    let body = r#"{"prompt": "xyz", "stream": true, "n_predict": 2, "return_progress": true, "timings_per_token": true}"#;
+    let chunks: Vec<Value> = post(&app, "/completion", body)
+        .await
+        .events()
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("JSON"))
+        .collect();
+    // Two progress reports, two tokens, the final object.
+    assert_eq!(chunks.len(), 5, "{chunks:?}");
+    // The fake's prompt: BOS + 3 bytes, one of them cached.
+    assert_eq!(chunks[0]["prompt_progress"], json!({"total": 4, "cache": 1, "processed": 1, "time_ms": 0.0}));
+    assert_eq!(
+        (chunks[0]["timings"]["prompt_n"].clone(), chunks[0]["timings"]["prompt_ms"].clone()),
+        (json!(0), json!(0.0))
+    );
+    assert_eq!(chunks[1]["prompt_progress"]["processed"], 4);
+    assert_eq!(chunks[1]["timings"]["prompt_n"], 3);
+    assert_eq!(chunks[0]["content"], "");
+    for (k, c) in chunks[2..4].iter().enumerate() {
+        assert!(c.get("prompt_progress").is_none(), "{c}");
+        assert_eq!(c["timings"]["predicted_n"], k + 1, "{c}");
+    }
+    // Without the flags: no reports, timings only at the end.
+    let plain = r#"{"prompt": "xyz", "stream": true, "n_predict": 2}"#;
+    let chunks: Vec<Value> = post(&app, "/completion", plain)
+        .await
+        .events()
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("JSON"))
+        .collect();
+    assert_eq!(chunks.len(), 3);
+    assert!(chunks[..2].iter().all(|c| c.get("timings").is_none() && c.get("prompt_progress").is_none()));
+}
+
 #[tokio::test]
 async fn server_n_predict_is_the_default_and_the_cap() {
     let fake = Arc::new(Fake::reply("abcdef"));
