@@ -33,6 +33,8 @@ struct ChatFields {
     tool_choice: Option<Value>,
     chat_template_kwargs: Option<Map<String, Value>>,
     reasoning_format: Option<String>,
+    add_generation_prompt: Option<bool>,
+    continue_final_message: Option<Value>,
 }
 
 /// A chat request ready to run.
@@ -253,6 +255,66 @@ pub(crate) fn offered_tools(
     Ok((!chosen.is_empty()).then_some(chosen))
 }
 
+/// Whether the prompt continues the last message rather than opening a new assistant turn, as
+/// llama-server decides it: `continue_final_message: true` (vLLM's and transformers' name) or a
+/// last message from the assistant (a prefill) continue it, unless two assistant messages end
+/// the list; `add_generation_prompt: true` with an explicit `continue_final_message` is an
+/// error, as is continuing a message with tool calls. Returns whether to add the generation
+/// prompt to what is rendered, and the text to continue (taken off `msgs`).
+fn continuation(chat: &ChatFields, msgs: &mut Vec<Message>) -> Result<(bool, Option<String>), ApiError> {
+    let mut add = chat.add_generation_prompt.unwrap_or(true);
+    let mut cont = match &chat.continue_final_message {
+        None | Some(Value::Null | Value::Bool(false)) => false,
+        Some(Value::Bool(true)) => true,
+        Some(other) => {
+            return Err(ApiError::invalid_param(
+                "continue_final_message",
+                format!("`continue_final_message` must be a boolean, not {}", type_name(other)),
+            ));
+        }
+    };
+    let role = |k: usize| msgs.len().checked_sub(k).map(|i| msgs[i].role.as_str());
+    if !cont && role(1) == Some("assistant") {
+        if role(2) == Some("assistant") {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "Cannot have 2 or more assistant messages at the end of the list.",
+            ));
+        }
+        (cont, add) = (true, false);
+    }
+    if !cont {
+        return Ok((add, None));
+    }
+    if add {
+        return Err(ApiError::invalid_param(
+            "continue_final_message",
+            "Cannot set both add_generation_prompt and continue_final_message to true.",
+        ));
+    }
+    let Some(last) = msgs.pop() else { return Ok((false, None)) };
+    if last.extra.get("tool_calls").is_some_and(|c| c.as_array().is_some_and(|a| !a.is_empty())) {
+        return Err(ApiError::invalid_param(
+            "messages",
+            "Cannot continue an assistant message that contains tool calls.",
+        ));
+    }
+    // Text parts (checked by `messages`) are joined by blank lines, as llama.cpp renders a
+    // continued message.
+    let raw_parts =
+        chat.messages.as_ref().and_then(Value::as_array).and_then(|m| m.last()?.get("content")?.as_array());
+    let text = match (raw_parts, &last.content) {
+        (Some(parts), _) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+        (None, Some(Value::String(s))) => s.clone(),
+        _ => String::new(),
+    };
+    Ok((true, Some(text)))
+}
+
 /// A chat request rendered: the prompt, the offered tools, and the thinking split to make of
 /// the output ([`ChatJob::thinking`]).
 struct Rendered {
@@ -267,7 +329,8 @@ struct Rendered {
 /// [`ThinkingTags::disable`]).
 fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
     let backend = state.backend.as_ref();
-    let msgs = messages(chat.messages.as_ref())?;
+    let mut msgs = messages(chat.messages.as_ref())?;
+    let (add_generation_prompt, continued) = continuation(chat, &mut msgs)?;
     let tools = offered_tools(chat.tools.as_ref(), chat.tool_choice.as_ref())?;
     let template = backend.chat_template().map_err(ApiError::invalid)?;
     if tools.is_some() && !template.source().contains("tools") {
@@ -298,7 +361,7 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
     let enable_thinking = kwargs.get("enable_thinking").and_then(Value::as_bool);
     let (bos_token, eos_token) = backend.bos_eos_text();
     let opts = RenderOptions {
-        add_generation_prompt: true,
+        add_generation_prompt,
         bos_token,
         eos_token,
         tools: tools.clone(),
@@ -309,6 +372,13 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
     let tags = ThinkingTags::of_template(template.source());
     if let (Some(t), Some(false)) = (tags, enable_thinking) {
         text = t.disable(&text);
+    }
+    if let Some(c) = continued {
+        // The continued text is answer, not reasoning: a block the turn opened is closed first.
+        if let Some(t) = tags {
+            text = t.disable(&text);
+        }
+        text.push_str(&c);
     }
     let thinking = tags.filter(|_| to_field).map(|t| (t, t.forced_open(&text)));
     Ok(Rendered { text, tools, thinking })

@@ -517,3 +517,44 @@ async fn vertex_ai_predictions_run_each_instance() {
         post(&app, "/predict", bad).await.assert_error(400, "invalid_request_error");
     }
 }
+
+/// Assistant prefill and `continue_final_message`, as llama-server renders them: the last
+/// assistant message is continued (not closed), text parts joined by blank lines; conflicting
+/// or ambiguous requests are refused.
+#[tokio::test]
+async fn a_final_assistant_message_is_continued() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let render = |extra: &str, last: &str| {
+        format!(r#"{{"messages": [{{"role": "user", "content": "hi"}}, {last}]{extra}}}"#)
+    };
+    let prompt = |v: Value| v["prompt"].as_str().expect("prompt").to_string();
+    let prefill = prompt(
+        post(&app, "/apply-template", &render("", r#"{"role": "assistant", "content": "Whi"}"#)).await.json(),
+    );
+    assert!(prefill.ends_with("<|im_start|>assistant\nWhi"), "{prefill:?}");
+    let parts = r#"{"role": "assistant", "content": [{"type": "text", "text": "Wh"}, {"type": "text", "text": "ill"}]}"#;
+    let joined = prompt(post(&app, "/apply-template", &render("", parts)).await.json());
+    assert!(joined.ends_with("<|im_start|>assistant\nWh\n\nill"), "{joined:?}");
+    let explicit = render(
+        r#", "add_generation_prompt": false, "continue_final_message": true"#,
+        r#"{"role": "assistant", "content": "Whi"}"#,
+    );
+    assert_eq!(prompt(post(&app, "/apply-template", &explicit).await.json()), prefill);
+    // No generation prompt: the prompt ends with the user's turn.
+    let bare = render(r#", "add_generation_prompt": false"#, r#"{"role": "user", "content": "more"}"#);
+    assert!(prompt(post(&app, "/apply-template", &bare).await.json()).ends_with("more<|im_end|>\n"));
+    for bad in [
+        render(r#", "continue_final_message": true"#, r#"{"role": "assistant", "content": "Whi"}"#),
+        r#"{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]}"#.to_string(),
+        render("", r#"{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}"#),
+        render(r#", "continue_final_message": "yes""#, r#"{"role": "assistant", "content": "Whi"}"#),
+    ] {
+        post(&app, "/v1/chat/completions", &bad).await.assert_error(400, "invalid_request_error");
+    }
+    // The generation starts from the continued text.
+    let v = post(&app, "/v1/chat/completions", &render("", r#"{"role": "assistant", "content": "Whi"}"#))
+        .await
+        .json();
+    assert_eq!(v["choices"][0]["message"]["content"], "x");
+}
