@@ -8,7 +8,8 @@ Starts SmolLM2 with --parallel 4 -c 2048 --alias ferrolm-test and checks chat an
 completions (plain and streamed, usage chunk, greedy stream == non-stream), n=2, stop strings,
 max_tokens / max_completion_tokens, seed reproducibility, log-probabilities (chat and legacy),
 echo scoring with max_tokens 0, embeddings (float and base64, single and list, unit norm),
-response_format json_object / json_schema, tools (SmolLM2's template has none: 400), cached
+response_format json_object / json_schema, tools (SmolLM2's template has none: the generic
+format, a JSON call constrained to the offered tools), cached
 prompt tokens in usage, the models list, errors as client exceptions, /tokenize + /detokenize,
 /health, /metrics, /slots, and --api-key on a second server. One PASS/FAIL line per check; exits
 1 when any check fails, 2 when the server cannot start.
@@ -331,27 +332,44 @@ class Suite:
         return f"{obj}"
 
     def tools(self):
+        # An enum keeps the tiny model's arguments short.
         tools = [{"type": "function", "function": {
             "name": "get_weather", "description": "Weather of a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+            "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                           "required": ["city"]}}}]
         msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
-        # SmolLM2's chat template never mentions tools: offering tools is a 400 naming `tools`
-        # (crates/ferrolm-server/src/api/chat.rs), for tool_choice auto, required or a name.
-        for choice in ("auto", "required", {"type": "function", "function": {"name": "get_weather"}}):
-            expect_error(openai.BadRequestError, 400, lambda: self.client.chat.completions.create(
-                model=MODEL, messages=msgs, tools=tools, tool_choice=choice, max_tokens=8), param="tools")
+        # SmolLM2's chat template never mentions tools: the generic format (the tools in a system
+        # instruction, the answer constrained to a call of an offered tool or a response;
+        # crates/ferrolm-server/src/api/generic_tools.rs). A required or named call is a call.
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+            r = self.client.chat.completions.create(model=MODEL, messages=msgs, tools=tools, tool_choice=choice,
+                                                    temperature=0, max_tokens=64)
+            c = r.choices[0]
+            assert c.finish_reason == "tool_calls" and c.message.tool_calls, c
+            call = c.message.tool_calls[0]
+            assert call.function.name == "get_weather", call
+            assert json.loads(call.function.arguments)["city"] in ("Paris", "Oslo"), call
+        # The call and its result go back as history; auto may call or answer.
+        history = msgs + [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.function.arguments}}]},
+            {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 C"}]
+        r = self.client.chat.completions.create(model=MODEL, messages=history, tools=tools, temperature=0,
+                                                max_tokens=64)
+        c = r.choices[0]
+        assert c.finish_reason in ("tool_calls", "stop", "length"), c
+        assert c.message.tool_calls or c.message.content, c
         # tool_choice "none" offers no tool: a plain answer.
         r = self.client.chat.completions.create(model=MODEL, messages=msgs, tools=tools, tool_choice="none",
                                                 temperature=0, max_tokens=8)
         c = r.choices[0]
         assert c.message.content and not c.message.tool_calls and c.finish_reason != "tool_calls", c
-        # A tool_choice naming a tool that is not offered, and a malformed tool, are 400s too.
+        # A tool_choice naming a tool that is not offered, and a malformed tool, are 400s.
         expect_error(openai.BadRequestError, 400, lambda: self.client.chat.completions.create(
             model=MODEL, messages=msgs, tools=tools, max_tokens=8,
             tool_choice={"type": "function", "function": {"name": "nope"}}), param="tool_choice")
         expect_error(openai.BadRequestError, 400, lambda: self.client.chat.completions.create(
             model=MODEL, messages=msgs, tools=[{"type": "function"}], max_tokens=8), param="tools[0]")
-        return "tools refused with 400 (template has no tools); tool_choice none answers"
+        return f"generic tool calls: {call.function.name}({call.function.arguments}); tool_choice none answers"
 
     # -- usage, models, errors -----------------------------------------------------------------------
     def cached_tokens(self):

@@ -21,6 +21,7 @@ mod chat;
 mod completions;
 mod error;
 mod events_sse;
+mod generic_tools;
 mod infill;
 mod json;
 mod metrics;

@@ -2,11 +2,13 @@
 
 use ferrolm::chat::reasoning::{ReasoningSplitter, ThinkingTags};
 use ferrolm::chat::{CalendarDate, Message, RenderOptions};
+use ferrolm::constrain::ConstraintSpec;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::backend::{Backend, encode_prompt};
 use super::error::ApiError;
+use super::generic_tools::{self, CallRules};
 use super::json::{fields, parse_object, type_name};
 use super::params::{CommonFields, GenSpec, Vocab, max_tokens, top_logprobs};
 use super::response::{
@@ -35,6 +37,7 @@ struct ChatFields {
     reasoning_format: Option<String>,
     add_generation_prompt: Option<bool>,
     continue_final_message: Option<Value>,
+    parallel_tool_calls: Option<bool>,
 }
 
 /// A chat request ready to run.
@@ -321,6 +324,9 @@ struct Rendered {
     text: String,
     tools: Option<Vec<Value>>,
     thinking: Option<(ThinkingTags, bool)>,
+    /// With tools on a template without tool syntax: the schema the answer must follow
+    /// ([`generic_tools`]).
+    generic: Option<Value>,
 }
 
 /// The prompt text of a chat request's `messages` (with its `tools` and
@@ -333,12 +339,17 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
     let (add_generation_prompt, continued) = continuation(chat, &mut msgs)?;
     let tools = offered_tools(chat.tools.as_ref(), chat.tool_choice.as_ref())?;
     let template = backend.chat_template().map_err(ApiError::invalid)?;
-    if tools.is_some() && !template.source().contains("tools") {
-        return Err(ApiError::invalid_param(
-            "tools",
-            "this model's chat template does not support tools (it never mentions them)",
-        ));
-    }
+    // A template that never mentions tools cannot show them: the generic format does.
+    let generic = match &tools {
+        Some(list) if !template.source().contains("tools") => {
+            let required = matches!(&chat.tool_choice, Some(Value::Object(_)))
+                || chat.tool_choice.as_ref().and_then(Value::as_str) == Some("required");
+            let rules = CallRules { required, parallel: chat.parallel_tool_calls.unwrap_or(false) };
+            generic_tools::rewrite_messages(&mut msgs, list, rules);
+            Some(generic_tools::answer_schema(list, rules))
+        }
+        _ => None,
+    };
     let to_field = match chat.reasoning_format.as_deref() {
         None | Some("auto") => state.cfg.reasoning_to_field,
         Some("deepseek") => true,
@@ -364,7 +375,7 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
         add_generation_prompt,
         bos_token,
         eos_token,
-        tools: tools.clone(),
+        tools: if generic.is_some() { None } else { tools.clone() },
         kwargs,
         today: None,
     };
@@ -381,7 +392,7 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
         text.push_str(&c);
     }
     let thinking = tags.filter(|_| to_field).map(|t| (t, t.forced_open(&text)));
-    Ok(Rendered { text, tools, thinking })
+    Ok(Rendered { text, tools, thinking, generic })
 }
 
 /// Copies `pairs` of (field of `from`, chat field) into a chat request, leaving out absent and
@@ -432,7 +443,18 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
     let chat: ChatFields = fields(v)?;
     let mut spec =
         common.spec(&state.cfg.sampler, Vocab::of(backend), state.cfg.request_timeout(), state.cfg.draft)?;
-    let Rendered { text, tools, thinking } = render(state, &chat)?;
+    let Rendered { text, tools, thinking, generic } = render(state, &chat)?;
+    if let Some(schema) = generic {
+        if spec.params.constraint.is_some() {
+            return Err(ApiError::invalid_param(
+                spec.constraint_param.unwrap_or("response_format"),
+                "a constrained answer cannot be combined with tools on a model whose chat template \
+                 has no tool syntax (the tool calls are constrained already)",
+            ));
+        }
+        spec.params.constraint = Some(ConstraintSpec::JsonSchema(schema));
+        spec.constraint_param = Some("tools");
+    }
     let prompt = encode_prompt(backend, &text).map_err(ApiError::invalid)?;
     let asked = match chat.max_completion_tokens {
         Some(m) if common.n_predict.is_none() => {
@@ -475,10 +497,15 @@ fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, job: &ChatJob) ->
         message["reasoning_content"] = Value::String(r);
     }
     let mut reason = c.finish.map_or("stop", |f| f.openai_reason());
-    if let Some((content, calls)) = parsed {
-        message["content"] = if content.is_empty() { Value::Null } else { Value::String(content) };
-        message["tool_calls"] = calls.iter().map(|c| c.to_json(None)).collect();
-        reason = "tool_calls";
+    match parsed {
+        // A generic-format `response`: the content, no calls.
+        Some((content, calls)) if calls.is_empty() => message["content"] = Value::String(content),
+        Some((content, calls)) => {
+            message["content"] = if content.is_empty() { Value::Null } else { Value::String(content) };
+            message["tool_calls"] = calls.iter().map(|c| c.to_json(None)).collect();
+            reason = "tool_calls";
+        }
+        None => {}
     }
     let logprobs = if c.logprobs.is_empty() {
         Value::Null

@@ -5,7 +5,9 @@
 //! - Mistral: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`;
 //! - Llama 3.1: `<|python_tag|>{"name": …, "parameters": {…}}`;
 //! - a reply that is nothing but such a JSON object (or an array of them) naming one of the
-//!   request's tools (Llama 3.2 and others).
+//!   request's tools (Llama 3.2 and others);
+//! - the generic format ([`super::generic_tools`]): `{"tool_call": {…}}`, `{"tool_calls": […]}`
+//!   or `{"response": …}` (then the response is the content and there are no calls).
 //!
 //! Anything else is plain text.
 
@@ -93,6 +95,9 @@ pub(crate) fn parse(text: &str, tools: &[String]) -> Option<(String, Vec<ToolCal
         }
     }
     let trimmed = text.trim();
+    if let Some(found) = generic_answer(trimmed, tools) {
+        return Some(found);
+    }
     if trimmed.starts_with(['{', '[']) {
         let calls = calls_from_json(trimmed)?;
         if calls.iter().all(|c| tools.contains(&c.name)) {
@@ -100,6 +105,23 @@ pub(crate) fn parse(text: &str, tools: &[String]) -> Option<(String, Vec<ToolCal
         }
     }
     None
+}
+
+/// A generic-format answer: an object whose one key is `tool_call`, `tool_calls` (calls of
+/// offered tools) or `response` (the content).
+fn generic_answer(text: &str, tools: &[String]) -> Option<(String, Vec<ToolCall>)> {
+    let Value::Object(map) = serde_json::from_str::<Value>(text).ok()? else { return None };
+    let (key, v) = map.iter().next().filter(|_| map.len() == 1)?;
+    let calls = match (key.as_str(), v) {
+        ("response", Value::String(s)) => return Some((s.clone(), Vec::new())),
+        ("response", other) => return Some((other.to_string(), Vec::new())),
+        ("tool_call", call) => vec![call_from(call)?],
+        ("tool_calls", Value::Array(items)) if !items.is_empty() => {
+            items.iter().map(call_from).collect::<Option<Vec<_>>>()?
+        }
+        _ => return None,
+    };
+    calls.iter().all(|c| tools.contains(&c.name)).then_some((String::new(), calls))
 }
 
 /// Streaming: passes text through until a tool call may be starting, then holds the rest to
@@ -206,6 +228,28 @@ mod tests {
         let (_, calls) =
             parse(r#"<tool_call>{"name": "f", "arguments": "{\"x\": 2}"}"#, &tools()).expect("s");
         assert_eq!(calls[0].arguments, r#"{"x": 2}"#);
+    }
+
+    #[test]
+    fn generic_answers() {
+        let t = tools();
+        let (content, calls) =
+            parse(r#"{"tool_call": {"name": "get_weather", "arguments": {"city": "Oslo"}}}"#, &t)
+                .expect("call");
+        assert_eq!(
+            (content.as_str(), calls[0].name.as_str(), calls[0].arguments.as_str()),
+            ("", "get_weather", r#"{"city":"Oslo"}"#)
+        );
+        let two = r#"{"tool_calls": [{"name": "get_weather", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]}"#;
+        assert_eq!(parse(two, &t).expect("calls").1.len(), 2);
+        assert_eq!(parse(r#" {"response": "Hello!"} "#, &t), Some(("Hello!".to_string(), Vec::new())));
+        // An unknown tool, or another object, is plain text.
+        assert_eq!(parse(r#"{"tool_call": {"name": "nope", "arguments": {}}}"#, &t), None);
+        assert_eq!(parse(r#"{"response": "a", "extra": 1}"#, &t), None);
+        let mut s = ToolStream::default();
+        assert_eq!(s.push(r#"{"response": "#), "");
+        assert_eq!(s.push(r#""Hi"}"#), "");
+        assert_eq!(s.finish(&t), ("Hi".to_string(), Vec::new()));
     }
 
     #[test]

@@ -236,15 +236,68 @@ async fn tool_calls_are_parsed() {
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
 
+/// Tools on a template without tool syntax: the generic format (the tools in a system
+/// instruction, the answer constrained to a call or a response, read back).
 #[tokio::test]
-async fn tools_need_a_template_that_knows_them() {
-    let fake = Arc::new(Fake::reply("x").with_template(PLAIN));
+async fn tools_on_a_template_without_them_use_the_generic_format() {
+    let call = r#"{"tool_call": {"name": "get_weather", "arguments": {"city": "Oslo"}}}"#;
+    let fake = Arc::new(Fake::reply(call).with_template(PLAIN));
     let app = app(fake.clone());
     let body = format!(r#"{{"messages": [{{"role": "user", "content": "w"}}], "tools": {TOOLS}}}"#);
-    let v = post(&app, "/v1/chat/completions", &body).await.assert_error(400, "invalid_request_error");
-    assert_eq!(v["error"]["param"], "tools");
-    // Without tools the plain template works.
-    let a = post(&app, "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "w"}]}"#).await;
+    let v = post(&app, "/v1/chat/completions", &body).await.json();
+    let calls = &v["choices"][0]["message"]["tool_calls"];
+    assert_eq!(calls[0]["function"]["name"], "get_weather", "{v}");
+    assert_eq!(calls[0]["function"]["arguments"], r#"{"city":"Oslo"}"#);
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    let req = &fake.requests()[0];
+    let prompt = detok(&fake, &req.prompt);
+    assert!(
+        prompt.starts_with("<s>[system] You can call the tools below.") && prompt.contains("get_weather"),
+        "{prompt}"
+    );
+    assert!(prompt.ends_with("[user] w\n[assistant] "), "{prompt}");
+    match &req.params.constraint {
+        Some(ferrolm::constrain::ConstraintSpec::JsonSchema(s)) => assert!(s["anyOf"].is_array(), "{s}"),
+        other => panic!("no schema: {other:?}"),
+    }
+    // A response is the content; streamed, the same.
+    let fake = Arc::new(Fake::reply(r#"{"response": "Sunny."}"#).with_template(PLAIN));
+    let app = super::app(fake.clone());
+    let v = post(&app, "/v1/chat/completions", &body).await.json();
+    assert_eq!(v["choices"][0]["message"], json!({"role": "assistant", "content": "Sunny."}));
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let stream =
+        format!(r#"{{"messages": [{{"role": "user", "content": "w"}}], "tools": {TOOLS}, "stream": true}}"#);
+    let text: String = post(&app, "/v1/chat/completions", &stream)
+        .await
+        .chunks()
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, "Sunny.");
+    // A required call drops the response branch; another constraint cannot join in.
+    let required = format!(
+        r#"{{"messages": [{{"role": "user", "content": "w"}}], "tools": {TOOLS}, "tool_choice": "required"}}"#
+    );
+    post(&app, "/v1/chat/completions", &required).await.json();
+    match &fake.requests().last().expect("request").params.constraint {
+        Some(ferrolm::constrain::ConstraintSpec::JsonSchema(s)) => {
+            assert_eq!(s["required"], json!(["tool_call"]))
+        }
+        other => panic!("no schema: {other:?}"),
+    }
+    let both = format!(
+        r#"{{"messages": [{{"role": "user", "content": "w"}}], "tools": {TOOLS}, "response_format": {{"type": "json_object"}}}}"#
+    );
+    post(&app, "/v1/chat/completions", &both).await.assert_error(400, "invalid_request_error");
+    // Without tools the plain template renders as it is.
+    let fake = Arc::new(Fake::reply("x").with_template(PLAIN));
+    let a = post(
+        &super::app(fake.clone()),
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "w"}]}"#,
+    )
+    .await;
     assert_eq!(a.status, 200);
     assert_eq!(detok(&fake, &fake.requests()[0].prompt), "<s>[user] w\n[assistant] ");
     // No template at all.
