@@ -66,7 +66,7 @@ SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size
 RENAMED_VALUE = {
     "-ctk": "--cache-type-k",
     "-ctv": "--cache-type-v",
-    "--pooling": "--embeddings-pooling",  # mean/cls/last; "none"/"rank" are rejected by ferrolm
+    "--pooling": "--embeddings-pooling",  # mean/cls/last/none; "rank" is rejected by ferrolm
     "--spec-draft-n-max": "--draft-max",
     "--spec-draft-n-min": "--draft-min",
 }

@@ -129,7 +129,8 @@ pub struct Args {
     /// client's longest-idle connection is closed.
     #[arg(long = "max-connections-per-client", default_value_t = 0, help_heading = "Connections")]
     max_connections_per_client: usize,
-    /// Pooling of /v1/embeddings: mean, cls or last (default: the model's, else mean).
+    /// Pooling of the embeddings: mean, cls or last (default: the model's, else mean), or none:
+    /// one vector per token, served by /embeddings only.
     #[arg(long = "embeddings-pooling", value_parser = parse_pooling, help_heading = "Server")]
     embeddings_pooling: Option<Pooling>,
     /// A draft model for speculative decoding, and the requests' default settings.
@@ -165,7 +166,10 @@ fn parse_strategy(s: &str) -> Result<BatchStrategy, String> {
 }
 
 fn parse_pooling(s: &str) -> Result<Pooling, String> {
-    Pooling::from_name(s).ok_or_else(|| format!("unknown pooling '{s}' (use mean, cls or last)"))
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(Pooling::None);
+    }
+    Pooling::from_name(s).ok_or_else(|| format!("unknown pooling '{s}' (use mean, cls, last or none)"))
 }
 
 /// A non-negative, finite number of seconds.

@@ -154,8 +154,19 @@ fn the_engine_embeds_tokens_as_the_model_does() {
         let norm = w.iter().map(|x| x * x).sum::<f32>().sqrt();
         assert!(max_diff(u, &w.iter().map(|x| x / norm).collect::<Vec<_>>()) < 1e-6);
     }
+    // Without pooling: every token's state; its first row is CLS, its mean is mean pooling.
+    let rows = engine.embed_tokens(ids.clone(), Some(Pooling::None), true).unwrap();
+    let mean = model.embed_tokens(&ids, Pooling::Mean).unwrap();
+    let d = model.config().n_embd;
+    for ((r, t), (c, m)) in rows.iter().zip(&ids).zip(want.iter().zip(&mean)) {
+        assert_eq!(r.len(), t.len() * d, "one row per token, not normalised");
+        assert_eq!(&r[..d], &c[..]);
+        let avg: Vec<f32> =
+            (0..d).map(|k| r.chunks_exact(d).map(|row| row[k]).sum::<f32>() / t.len() as f32).collect();
+        assert!(max_diff(&avg, m) < 1e-5);
+    }
     let n: usize = ids.iter().map(Vec::len).sum();
-    assert_eq!(engine.metrics().prompt_tokens_total, 2 * n as u64);
+    assert_eq!(engine.metrics().prompt_tokens_total, 3 * n as u64);
     let err = engine.embed_tokens(vec![vec![u32::MAX]], None, true).unwrap_err().to_string();
     assert!(err.contains("outside the vocabulary"), "{err}");
 }

@@ -665,7 +665,7 @@ async fn props(State(m): State<Arc<Models>>, req: Request) -> Result<Response, A
         "role": "router",
         "max_instances": m.max_loaded,
         "models_autoload": m.autoload,
-        "build_info": format!("ferrolm {}", env!("CARGO_PKG_VERSION")),
+        "build_info": super::response::fingerprint(),
         "models": m.catalog.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(),
     });
     Ok(json_response(StatusCode::OK, &body))

@@ -13,9 +13,11 @@ use super::params::LiveReports;
 use ferrolm::decoder::{FinishReason, TokenLogprob};
 use ferrolm::engine::{Event, GenRequest, RequestHandle, SubmitError, Usage};
 
-/// `system_fingerprint` of every response.
+/// The build, in llama.cpp's `build_info` shape (`b<build>-<commit>`): the crate version and
+/// the git commit built from. It is every response's `system_fingerprint` and `/props`'s
+/// `build_info`.
 pub(crate) fn fingerprint() -> String {
-    format!("fp_ferrolm_{}", env!("CARGO_PKG_VERSION"))
+    format!("b{}-{}", env!("CARGO_PKG_VERSION"), env!("FERROLM_COMMIT"))
 }
 
 /// A response id: `prefix` and 24 random letters and digits.

@@ -24,6 +24,7 @@ use super::{
     AppState, ServerConfig, ServerError, anthropic, chat, completions, json_response, metrics, native,
     responses,
 };
+use ferrolm::model::Pooling;
 
 /// The web page served at `/`.
 const INDEX_HTML: &str = include_str!("../../static/index.html");
@@ -53,7 +54,7 @@ pub(crate) fn routes(state: AppState) -> Router {
         .route("/rerank", post(rerank))
         .route("/v1/reranking", post(rerank))
         .route("/reranking", post(rerank))
-        .route("/embeddings", post(embeddings))
+        .route("/embeddings", post(embeddings_native))
         .route("/v1/models", get(models))
         .route("/models", get(models))
         .route("/v1/models/{*id}", get(model))
@@ -386,7 +387,7 @@ async fn props(State(state): State<AppState>) -> Result<Response, ApiError> {
         "chat_template": b.chat_template().ok().map(|t| t.source().to_string()),
         "bos_token": bos,
         "eos_token": eos,
-        "build_info": format!("ferrolm {}", env!("CARGO_PKG_VERSION")),
+        "build_info": super::response::fingerprint(),
         "modalities": {"vision": false, "audio": false},
     });
     Ok(json_response(StatusCode::OK, &body))
@@ -503,7 +504,30 @@ pub(crate) fn base64_f32(v: &[f32]) -> String {
     out
 }
 
-/// `POST /v1/embeddings`.
+/// The inputs of an embeddings request, tokenized and checked against the context; their
+/// token count.
+fn embedding_inputs(state: &AppState, input: Option<&Value>) -> Result<(Vec<Vec<u32>>, usize), ApiError> {
+    let b = state.backend.as_ref();
+    let inputs = prompt_list(b, "input", input, MAX_EMBED_INPUTS)?;
+    let mut n_tokens = 0;
+    for (i, p) in inputs.iter().enumerate() {
+        let n = p.tokens.len();
+        if n == 0 {
+            return Err(ApiError::invalid_param(format!("input[{i}]"), "the input has no tokens"));
+        }
+        // Each input runs as one sequence: it must fit a slot's context like a prompt does.
+        if n > b.n_ctx() {
+            return Err(ApiError::context_length(format!(
+                "input[{i}] is too large: {n} tokens, more than the context length of {}",
+                b.n_ctx()
+            )));
+        }
+        n_tokens += n;
+    }
+    Ok((inputs.into_iter().map(|p| p.tokens).collect(), n_tokens))
+}
+
+/// `POST /v1/embeddings`: OpenAI's shape, one pooled vector per input.
 async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     let v = parse_object(&body)?;
     let f: EmbeddingFields = fields(&v)?;
@@ -520,25 +544,15 @@ async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Respon
     if f.dimensions.is_some() {
         return Err(ApiError::invalid_param("dimensions", "`dimensions` is not supported"));
     }
-    let b = state.backend.as_ref();
-    let inputs = prompt_list(b, "input", f.input.as_ref(), MAX_EMBED_INPUTS)?;
-    let mut n_tokens = 0;
-    for (i, p) in inputs.iter().enumerate() {
-        let n = p.tokens.len();
-        if n == 0 {
-            return Err(ApiError::invalid_param(format!("input[{i}]"), "the input has no tokens"));
-        }
-        // Each input runs as one sequence: it must fit a slot's context like a prompt does.
-        if n > b.n_ctx() {
-            return Err(ApiError::context_length(format!(
-                "input[{i}] is too large: {n} tokens, more than the context length of {}",
-                b.n_ctx()
-            )));
-        }
-        n_tokens += n;
+    if state.cfg.embeddings_pooling == Some(Pooling::None) {
+        return Err(ApiError::invalid(
+            "the server embeds without pooling (--embeddings-pooling none): one vector per token, \
+             which OpenAI's shape cannot hold; use /embeddings",
+        ));
     }
-    let tokens = inputs.into_iter().map(|p| p.tokens).collect();
-    let vectors = b.embed(tokens, state.cfg.embeddings_pooling, f.normalize.unwrap_or(true)).await?;
+    let (inputs, n_tokens) = embedding_inputs(&state, f.input.as_ref())?;
+    let b = state.backend.as_ref();
+    let vectors = b.embed(inputs, state.cfg.embeddings_pooling, f.normalize.unwrap_or(true)).await?;
     let data: Vec<Value> = vectors
         .iter()
         .enumerate()
@@ -554,6 +568,32 @@ async fn embeddings(State(state): State<AppState>, body: Bytes) -> Result<Respon
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     });
     Ok(json_response(StatusCode::OK, &body))
+}
+
+/// `POST /embeddings` (llama-server's own): `[{index, embedding}]`, each embedding a list of
+/// vectors: the pooled one, or one per token with `--embeddings-pooling none` (not
+/// normalised).
+async fn embeddings_native(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    let f: EmbeddingFields = fields(&v)?;
+    // llama-server's `content` is the same as `input`.
+    let input = f.input.as_ref().or_else(|| v.get("content"));
+    let (inputs, _) = embedding_inputs(&state, input)?;
+    let lens: Vec<usize> = inputs.iter().map(Vec::len).collect();
+    let pooling = state.cfg.embeddings_pooling;
+    let vectors = state.backend.embed(inputs, pooling, f.normalize.unwrap_or(true)).await?;
+    let body: Vec<Value> = vectors
+        .iter()
+        .zip(lens)
+        .enumerate()
+        .map(|(i, (v, n))| {
+            // `[n_tokens, n_embd]` without pooling, else one vector.
+            let rows = if pooling == Some(Pooling::None) { n } else { 1 };
+            let rows: Vec<&[f32]> = v.chunks((v.len() / rows).max(1)).collect();
+            json!({"index": i, "embedding": rows})
+        })
+        .collect();
+    Ok(json_response(StatusCode::OK, &Value::Array(body)))
 }
 
 #[derive(Deserialize, Default)]

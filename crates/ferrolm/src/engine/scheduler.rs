@@ -242,7 +242,7 @@ impl Worker {
             pooling.or(self.config.embed_pooling).or(self.model.default_pooling()).unwrap_or(Pooling::Mean);
         let t0 = Instant::now();
         let mut out = self.model.embed_tokens(inputs, pooling)?;
-        if normalize {
+        if normalize && pooling != Pooling::None {
             out.iter_mut().for_each(|v| crate::model::normalize_l2(v));
         }
         let n_tokens: usize = inputs.iter().map(Vec::len).sum();

@@ -16,6 +16,10 @@ pub enum Pooling {
     Cls,
     /// The last token (what a causal model has seen all of the text at).
     Last,
+    /// No pooling: every token's hidden state, `[n_tokens, n_embd]` row-major per text
+    /// (llama.cpp's `--pooling none`). Never normalised. Not named by [`Pooling::from_name`]: a
+    /// caller expecting one vector per text must ask for it explicitly.
+    None,
 }
 
 impl Pooling {
@@ -40,14 +44,18 @@ impl Pooling {
     }
 }
 
-/// The weight of the hidden state at `pos` of a text of `n` tokens in its pooled vector (`None`:
-/// not part of it).
-fn pooling_weight(pooling: Pooling, pos: usize, n: usize) -> Option<f32> {
-    match pooling {
-        Pooling::Mean => Some(1.0 / n as f32),
-        Pooling::Cls => (pos == 0).then_some(1.0),
-        Pooling::Last => (pos + 1 == n).then_some(1.0),
-    }
+/// Adds the hidden state `h` of position `pos` of a text of `n` tokens to its output `out`
+/// (`[n_embd]`, or `[n, n_embd]` without pooling).
+fn add_row(pooling: Pooling, out: &mut [f32], pos: usize, n: usize, h: &[f32]) {
+    let d = h.len();
+    let (dst, wt) = match pooling {
+        Pooling::None => (&mut out[pos * d..(pos + 1) * d], 1.0),
+        Pooling::Mean => (out, 1.0 / n as f32),
+        Pooling::Cls if pos == 0 => (out, 1.0),
+        Pooling::Last if pos + 1 == n => (out, 1.0),
+        Pooling::Cls | Pooling::Last => return,
+    };
+    dst.iter_mut().zip(h).for_each(|(o, &x)| *o += wt * x);
 }
 
 /// Scales `v` to unit L2 norm (a zero vector stays zero).
@@ -73,7 +81,8 @@ impl Model {
     ///
     /// Short texts share forward passes (up to 512 tokens at a time, one sequence each); the
     /// result for a text does not depend on which others are embedded with it.
-    /// Returns one `[n_embd]` vector per text.
+    /// Returns one `[n_embd]` vector per text (`[n_tokens, n_embd]`, never normalised, with
+    /// [`Pooling::None`]).
     pub fn embed<S: AsRef<str>>(
         &self,
         texts: &[S],
@@ -86,15 +95,15 @@ impl Model {
             .map(|t| Ok(tok.encode(t.as_ref(), true, false)?))
             .collect::<Result<Vec<Vec<u32>>>>()?;
         let mut out = self.embed_tokens(&inputs, pooling)?;
-        if normalize {
+        if normalize && pooling != Pooling::None {
             out.iter_mut().for_each(|v| normalize_l2(v));
         }
         Ok(out)
     }
 
     /// The pooled final hidden states (after the output norm of a decoder) of token sequences,
-    /// one `[n_embd]` vector each, not normalised; see [`Model::embed`]. An empty sequence is an
-    /// error.
+    /// one `[n_embd]` vector each (`[n_tokens, n_embd]` with [`Pooling::None`]), not
+    /// normalised; see [`Model::embed`]. An empty sequence is an error.
     pub fn embed_tokens(&self, inputs: &[Vec<u32>], pooling: Pooling) -> Result<Vec<Vec<f32>>> {
         if let Some(i) = inputs.iter().position(Vec::is_empty) {
             return Err(Error::InvalidInput(format!("text {i} has no tokens to embed")));
@@ -106,7 +115,8 @@ impl Model {
             )));
         }
         let d = self.config.n_embd;
-        let mut out = vec![vec![0.0f32; d]; inputs.len()];
+        let rows = |t: &Vec<u32>| if pooling == Pooling::None { t.len() } else { 1 };
+        let mut out: Vec<Vec<f32>> = inputs.iter().map(|t| vec![0.0f32; rows(t) * d]).collect();
         // Group whole texts into batches of at most EMBED_BATCH tokens; a longer text runs alone,
         // in chunks over its own cache.
         let mut start = 0;
@@ -146,9 +156,7 @@ impl Model {
         for ((s, o), t) in segments.iter().zip(out.iter_mut()).zip(inputs) {
             let rows = &hidden[s.start * d..(s.start + s.len) * d]; // [len, d]
             for (pos, h) in rows.chunks_exact(d).enumerate() {
-                if let Some(wt) = pooling_weight(pooling, pos, t.len()) {
-                    o.iter_mut().zip(h).for_each(|(o, &x)| *o += wt * x);
-                }
+                add_row(pooling, o, pos, t.len(), h);
             }
         }
         Ok(())
@@ -171,9 +179,7 @@ impl Model {
             }
             let hidden = self.forward_hidden(batch, &mut kv)?; // [n, d]
             for (h, &(i, pos)) in hidden.chunks_exact(d).zip(rows.iter()) {
-                if let Some(wt) = pooling_weight(pooling, pos, inputs[i].len()) {
-                    out[i].iter_mut().zip(h).for_each(|(o, &x)| *o += wt * x);
-                }
+                add_row(pooling, &mut out[i], pos, inputs[i].len(), h);
             }
             batch.clear();
             rows.clear();

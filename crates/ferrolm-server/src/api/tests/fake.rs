@@ -278,7 +278,14 @@ impl Backend for Fake {
         pooling: Option<Pooling>,
         normalize: bool,
     ) -> BoxFuture<'_, Result<Vec<Vec<f32>>, EngineError>> {
-        let vectors = inputs.iter().map(|t| vec![t.len() as f32, 1.0]).collect();
+        // Pooled: [length, 1]; without pooling: a row [position, 1] per token.
+        let vectors = inputs
+            .iter()
+            .map(|t| match pooling {
+                Some(Pooling::None) => (0..t.len()).flat_map(|p| [p as f32, 1.0]).collect(),
+                _ => vec![t.len() as f32, 1.0],
+            })
+            .collect();
         self.embed_calls.lock().expect("lock").push((inputs, pooling, normalize));
         Box::pin(async move { Ok(vectors) })
     }

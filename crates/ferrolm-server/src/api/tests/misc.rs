@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
+use ferrolm::model::Pooling;
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tower::ServiceExt;
@@ -373,6 +374,22 @@ async fn embeddings_take_every_prompt_form() {
         post(&app, "/v1/embeddings", bad).await.assert_error(400, "invalid_request_error");
     }
     assert_eq!(fake.embed_calls.lock().expect("lock").len(), 2, "a refused input reached the engine");
+}
+
+/// llama-server's own `/embeddings`: a list of vectors per input, one per token without
+/// pooling (which `/v1/embeddings` refuses).
+#[tokio::test]
+async fn native_embeddings_and_no_pooling() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app_with(fake.clone(), ServerConfig { embeddings_pooling: Some(Pooling::Mean), ..config() });
+    let v = post(&app, "/embeddings", r#"{"input": ["ab", "c"]}"#).await.json();
+    assert_eq!(v, json!([{"index": 0, "embedding": [[3.0, 1.0]]}, {"index": 1, "embedding": [[2.0, 1.0]]}]));
+    let v = post(&app, "/embeddings", r#"{"content": "ab"}"#).await.json();
+    assert_eq!(v[0]["embedding"], json!([[3.0, 1.0]]));
+    let app = app_with(fake.clone(), ServerConfig { embeddings_pooling: Some(Pooling::None), ..config() });
+    let v = post(&app, "/embeddings", r#"{"input": "ab"}"#).await.json();
+    assert_eq!(v, json!([{"index": 0, "embedding": [[0.0, 1.0], [1.0, 1.0], [2.0, 1.0]]}]));
+    post(&app, "/v1/embeddings", r#"{"input": "ab"}"#).await.assert_error(400, "invalid_request_error");
 }
 
 /// An embeddings input longer than the context is refused before it reaches the engine.
