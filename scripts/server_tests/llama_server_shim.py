@@ -20,7 +20,7 @@ Flags, in four groups (the tables below):
   N/P, unless --kv-unified), so `-c N -np P` becomes `-c N/P`; --alias lists are split by commas.
 * DROPPED: no observable effect on ferrolm (a feature it always has, or a performance/numerics
   knob), or a feature ferrolm always enables whose "off" switch the suite passes to every server
-  (--no-slots, --no-jinja): dropping them keeps the suite runnable; the tests that check the
+  (--no-jinja): dropping them keeps the suite runnable; the tests that check the
   "off" behaviour then fail on their own.
 * Router mode (no model given): the suite's cache models (ROUTER_MODELS) are written into a
   models preset naming the local stand-ins, served with --models-preset.
@@ -56,7 +56,7 @@ MODEL_MAP = {
 
 # llama-server flags that take a value, and those that do not (to walk the command line).
 SAME_SWITCH = {"--metrics"}
-PASSED_SWITCH = {"--no-models-autoload"}
+PASSED_SWITCH = {"--no-models-autoload", "--slots", "--no-slots"}
 SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
               "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
               "--reasoning", "--reasoning-format", "--slot-save-path",
@@ -79,7 +79,6 @@ RENAMED_SWITCH = {
 DROPPED_SWITCH = {
     "--cont-batching",   # ferrolm always batches continuously
     "--embedding",       # ferrolm always serves /v1/embeddings (llama-server then refuses completions)
-    "--slots", "--no-slots",  # ferrolm always serves /slots
     "--kv-unified",      # only changes the --ctx-size split (handled above)
     "--swa-full",        # memory only: ferrolm keeps the full cache for sliding-window layers
     "--verbose",         # logging

@@ -98,6 +98,13 @@ pub struct Args {
     /// Do not serve the chat page at `/` (404).
     #[arg(long = "no-ui", help_heading = "Server")]
     no_ui: bool,
+    /// Answer `GET /slots` with 501 (llama-server's `--no-slots`); `--slots` keeps it (the
+    /// default).
+    #[arg(long = "no-slots", help_heading = "Server", overrides_with = "slots")]
+    no_slots: bool,
+    /// Serve `GET /slots` (the default).
+    #[arg(long = "slots", help_heading = "Server", overrides_with = "no_slots")]
+    slots: bool,
     /// Do not serve `GET /metrics` (501).
     #[arg(long = "no-metrics", help_heading = "Server")]
     no_metrics: bool,
@@ -330,6 +337,7 @@ impl Args {
             slot_save_path: self.slot_save_folder()?,
             metrics: !self.no_metrics,
             web_ui: !self.no_ui,
+            slots: !self.no_slots,
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,
             connections: ConnLimits {

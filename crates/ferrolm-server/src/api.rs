@@ -125,6 +125,8 @@ pub struct ServerConfig {
     pub metrics: bool,
     /// Whether `GET /` serves the chat page (`--no-ui`: 404).
     pub web_ui: bool,
+    /// Whether `GET /slots` answers (`--no-slots`: 501).
+    pub slots: bool,
 }
 
 impl Default for ServerConfig {
@@ -151,6 +153,7 @@ impl Default for ServerConfig {
             slot_save_path: None,
             metrics: true,
             web_ui: true,
+            slots: true,
         }
     }
 }

@@ -316,8 +316,12 @@ async fn load(State(state): State<AppState>) -> Response {
     json_response(StatusCode::OK, &json!([rank]))
 }
 
-/// `GET /slots`: each slot's row, with llama-server's `is_processing` and `n_ctx`.
-async fn slots(State(state): State<AppState>) -> Response {
+/// `GET /slots`: each slot's row, with llama-server's `is_processing` and `n_ctx` (501 with
+/// `--no-slots`).
+async fn slots(State(state): State<AppState>) -> Result<Response, ApiError> {
+    if !state.cfg.slots {
+        return Err(ApiError::not_supported("This server does not support the slots endpoint (--no-slots)."));
+    }
     let n_ctx = state.backend.n_ctx();
     let rows: Vec<Value> = state
         .backend
@@ -330,7 +334,7 @@ async fn slots(State(state): State<AppState>) -> Response {
             row
         })
         .collect();
-    json_response(StatusCode::OK, &Value::Array(rows))
+    Ok(json_response(StatusCode::OK, &Value::Array(rows)))
 }
 
 /// The query of `POST /slots/{id}`.

@@ -561,3 +561,13 @@ async fn props_and_apply_template() {
     assert!(fake.requests().is_empty());
     post(&app, "/apply-template", r#"{"messages": 3}"#).await.assert_error(400, "invalid_request_error");
 }
+
+/// `--no-slots`: `GET /slots` is a 501.
+#[tokio::test]
+async fn no_slots_turns_the_slots_endpoint_off() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app_with(fake, ServerConfig { slots: false, ..config() });
+    let r = get(&app, "/slots").await;
+    assert_eq!(r.status, 501, "{}", r.body);
+    r.assert_error(501, "not_supported_error");
+}
