@@ -117,6 +117,7 @@ impl PyEngine {
             fresh_prompt: false,
             slot: None,
             progress: false,
+            post_sampling_probs: false,
         };
         // Submitting compiles the request's constraint, which may take a while.
         let handle = py.allow_threads(|| self.engine.submit(req)).map_err(submit_to_py)?;

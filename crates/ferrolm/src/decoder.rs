@@ -144,6 +144,8 @@ pub struct Decoder {
     ignore_eos: bool,
     /// `Some(k)`: report each token's log-probability and the `k` best alternatives.
     logprobs: Option<usize>,
+    /// Report them from the distribution the sampler drew from rather than the model's.
+    post_sampling: bool,
     /// Tokens produced (an end-of-generation token that ended the generation not counted).
     n_generated: usize,
     /// The stop string that ended the generation, if one did (nothing after it is shown).
@@ -188,6 +190,7 @@ impl Decoder {
             max_tokens: params.max_tokens.unwrap_or(usize::MAX),
             ignore_eos: params.ignore_eos,
             logprobs: None,
+            post_sampling: false,
             n_generated: 0,
             stop_word: None,
         })
@@ -196,6 +199,14 @@ impl Decoder {
     /// Reports each token's log-probability and the `k` most likely alternatives (`k` may be 0).
     pub fn with_logprobs(mut self, k: Option<usize>) -> Self {
         self.logprobs = k;
+        self
+    }
+
+    /// Reports the log-probabilities of [`Decoder::with_logprobs`] after sampling: from the
+    /// distribution the sampler chain drew from (truncated, tempered; one-hot when greedy), as
+    /// llama.cpp's `post_sampling_probs`, instead of the model's raw distribution.
+    pub fn with_post_sampling(mut self, on: bool) -> Self {
+        self.post_sampling = on;
         self
     }
 
@@ -272,7 +283,18 @@ impl Decoder {
             return Ok(Step::End(FinishReason::EndOfGeneration));
         }
         self.n_generated += 1;
-        let logprob = self.logprobs.map(|k| token_logprob(logits, tok, k));
+        let logprob = self.logprobs.map(|k| {
+            if self.post_sampling {
+                let (p, top) = self.sampler.drawn_distribution(tok, k);
+                TokenLogprob {
+                    id: tok,
+                    logprob: p.ln(),
+                    top: top.into_iter().map(|(id, q)| (id, q.ln())).collect(),
+                }
+            } else {
+                token_logprob(logits, tok, k)
+            }
+        });
         let piece = self.detok.push(tokenizer, tok);
         let check = self.stop.push(&piece);
         let sampled = Sampled { id: tok, text: check.text, logprob };

@@ -208,6 +208,9 @@ pub struct GenRequest {
     /// Run in this slot (llama-server's `id_slot`): the request waits until that slot is free.
     /// `None`: any free slot.
     pub slot: Option<usize>,
+    /// Report [`GenRequest::logprobs`] from the distribution the sampler drew from (after
+    /// truncation and temperature) instead of the model's ([`Decoder::with_post_sampling`]).
+    pub post_sampling_probs: bool,
     /// Send [`Event::Progress`]: when a slot takes the request, after each prompt chunk, and
     /// before each token (llama-server's `return_progress` and `timings_per_token`).
     pub progress: bool,
@@ -545,7 +548,7 @@ impl Engine {
             return Err(SubmitError::QueueFull { queued, retry_after_s });
         }
         let decoder = match Decoder::new(&self.inner.model, &req.params) {
-            Ok(d) => d.with_logprobs(req.logprobs),
+            Ok(d) => d.with_logprobs(req.logprobs).with_post_sampling(req.post_sampling_probs),
             Err(e) => {
                 state.queued.fetch_sub(1, Ordering::AcqRel);
                 return Err(match e {

@@ -160,18 +160,20 @@ fn finite_or_false(b: f32) -> Value {
 }
 
 /// One token's `completion_probabilities` entry: the token and its best alternatives.
-fn probs_entry(backend: &dyn Backend, lp: &TokenLogprob) -> Value {
+fn probs_entry(backend: &dyn Backend, lp: &TokenLogprob, post_sampling: bool) -> Value {
+    // After sampling, llama-server gives probabilities (`prob`, `top_probs`).
+    let (key, top_key) = if post_sampling { ("prob", "top_probs") } else { ("logprob", "top_logprobs") };
     let one = |id: u32, logprob: f32| {
         let bytes = backend.piece(id);
-        json!({
-            "id": id,
-            "token": String::from_utf8_lossy(&bytes),
-            "bytes": bytes,
-            "logprob": if logprob.is_finite() { logprob } else { -9999.0 },
-        })
+        let value = match (post_sampling, logprob.is_finite()) {
+            (true, _) => logprob.exp(),
+            (false, true) => logprob,
+            (false, false) => -9999.0,
+        };
+        json!({"id": id, "token": String::from_utf8_lossy(&bytes), "bytes": bytes, key: value})
     };
     let mut v = one(lp.id, lp.logprob);
-    v["top_logprobs"] = lp.top.iter().map(|&(id, l)| one(id, l)).collect();
+    v[top_key] = lp.top.iter().map(|&(id, l)| one(id, l)).collect();
     v
 }
 
@@ -208,7 +210,8 @@ fn final_object(
         "timings": usage.timings_json(),
     });
     if job.n_probs.is_some() && !streamed {
-        v["completion_probabilities"] = c.logprobs.iter().map(|lp| probs_entry(backend, lp)).collect();
+        v["completion_probabilities"] =
+            c.logprobs.iter().map(|lp| probs_entry(backend, lp, job.spec.post_sampling_probs)).collect();
     }
     select_fields(v, &job.response_fields)
 }
@@ -303,7 +306,8 @@ fn stream_response(state: AppState, job: NativeJob, rxs: Vec<RequestHandle>) -> 
                     v["timings"] = t;
                 }
                 if let Some(lp) = &logprob {
-                    v["completion_probabilities"] = json!([probs_entry(backend, lp)]);
+                    v["completion_probabilities"] =
+                        json!([probs_entry(backend, lp, job.spec.post_sampling_probs)]);
                 }
                 (Some(v), false)
             }

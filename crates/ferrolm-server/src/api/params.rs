@@ -130,6 +130,8 @@ pub(crate) struct GenSpec {
     pub slot: Option<usize>,
     /// Streaming: what to report as the request runs.
     pub live: LiveReports,
+    /// `post_sampling_probs`: probabilities of the distribution the sampler drew from.
+    pub post_sampling_probs: bool,
 }
 
 /// llama-server's live reports of a streamed request.
@@ -157,6 +159,7 @@ impl GenSpec {
             fresh_prompt: self.fresh_prompt,
             slot: self.slot,
             progress: self.stream && (self.live.progress || self.live.timings),
+            post_sampling_probs: self.post_sampling_probs,
         }
     }
 }
@@ -404,14 +407,6 @@ impl CommonFields {
         let refuse = |field: &str, why: &str| {
             Err(ApiError::invalid_param(field, format!("`{field}` is not supported by ferrolm: {why}")))
         };
-        let flags = [(
-            "post_sampling_probs",
-            self.post_sampling_probs,
-            "probabilities are the model's, before sampling",
-        )];
-        if let Some((f, _, why)) = flags.iter().find(|(_, v, _)| *v == Some(true)) {
-            return refuse(f, why);
-        }
         let limits = [
             ("t_max_predict_ms", self.t_max_predict_ms, "use `timeout` (seconds) for the whole request"),
             ("t_max_prompt_ms", self.t_max_prompt_ms, "use `timeout` (seconds) for the whole request"),
@@ -611,6 +606,7 @@ impl CommonFields {
                 progress: self.return_progress.unwrap_or(false),
                 timings: self.timings_per_token.unwrap_or(false),
             },
+            post_sampling_probs: self.post_sampling_probs.unwrap_or(false),
         })
     }
 }
@@ -842,8 +838,13 @@ mod tests {
         assert!(live.request(vec![1], 0, None).progress, "the engine is asked for progress events");
         let whole = spec(json!({"timings_per_token": true})).expect("ok");
         assert!(!whole.request(vec![1], 0, None).progress, "a whole answer reports nothing live");
+        assert!(
+            spec(json!({"post_sampling_probs": true}))
+                .expect("ok")
+                .request(vec![1], 0, Some(3))
+                .post_sampling_probs
+        );
         for (field, v) in [
-            ("post_sampling_probs", json!(true)),
             ("t_max_predict_ms", json!(500)),
             ("t_max_prompt_ms", json!(500)),
             ("n_keep", json!(8)),

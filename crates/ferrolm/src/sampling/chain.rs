@@ -34,6 +34,9 @@ pub struct Sampler {
     /// Temperature 0 and no step that can change which token has the highest logit (bias,
     /// penalties, DRY, XTC, typical-p, Mirostat): the draw is the argmax.
     plain_greedy: bool,
+    /// The last draw took the argmax without building the candidates (their distribution is
+    /// then one-hot).
+    last_argmax: bool,
 }
 
 /// Whether `p` always draws the most likely token of the raw logits (see `Sampler::plain_greedy`).
@@ -109,6 +112,7 @@ impl Sampler {
             xtc_rng: seeded(p.seed, XTC_STREAM),
             cands: Candidates::default(),
             plain_greedy: is_plain_greedy(p),
+            last_argmax: false,
             params,
         }
     }
@@ -124,6 +128,7 @@ impl Sampler {
     /// A masked token is never drawn unless every token is masked (then the result is
     /// [`argmax`] of `logits`, token 0 when all are `-inf`); empty logits give token 0.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.last_argmax = true;
         if self.plain_greedy {
             // Nothing in the chain can move the maximum: skip building the candidates.
             return argmax(logits);
@@ -133,6 +138,7 @@ impl Sampler {
         if self.cands.max_logit() == f32::NEG_INFINITY {
             return argmax(logits);
         }
+        self.last_argmax = false;
         if self.params.mirostat != 0 {
             for i in 0..self.params.order.len() {
                 let step = self.params.order[i];
@@ -169,6 +175,22 @@ impl Sampler {
                 temperature::apply_dynamic(c, p.temperature, p.dynatemp_range, p.dynatemp_exponent)
             }
         }
+    }
+
+    /// The distribution the last [`Sampler::sample`] drew `token` from, after every step of the
+    /// chain (llama.cpp's post-sampling probabilities): `token`'s probability and the `k` most
+    /// probable tokens, best first (ties by the lower id), tokens of probability 0 left out. A
+    /// greedy draw's distribution is one-hot.
+    pub fn drawn_distribution(&self, token: u32, k: usize) -> (f32, Vec<(u32, f32)>) {
+        if self.last_argmax {
+            return (1.0, if k > 0 { vec![(token, 1.0)] } else { Vec::new() });
+        }
+        let mut kept: Vec<(u32, f32)> =
+            self.cands.data.iter().filter(|c| c.p > 0.0).map(|c| (c.id, c.p)).collect();
+        let p = kept.iter().find(|c| c.0 == token).map_or(0.0, |c| c.1);
+        kept.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        kept.truncate(k);
+        (p, kept)
     }
 
     /// Records a token in the history the penalties and DRY look at. Call it for the prompt's

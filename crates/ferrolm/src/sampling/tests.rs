@@ -232,3 +232,26 @@ fn greedy_shortcut_equals_the_full_chain() {
     s.accept(1);
     assert_eq!(s.sample(&logits), 2);
 }
+
+#[test]
+fn the_drawn_distribution_is_what_the_chain_left() {
+    let logits = [2.0f32, 1.0, 0.5, -1.0, 3.0];
+    // top-k 2 at temperature 1: tokens 4 and 0, softmax of 3 and 2.
+    let mut s = sampler(SamplerParams { top_k: 2, ..plain(7) });
+    let tok = s.sample(&logits);
+    let (p, top) = s.drawn_distribution(tok, 10);
+    let e = (1.0f32).exp();
+    let want = [(4, e / (e + 1.0)), (0, 1.0 / (e + 1.0))];
+    assert_eq!(top.len(), 2, "{top:?}");
+    for ((id, q), (wid, wq)) in top.iter().zip(want) {
+        assert_eq!(*id, wid);
+        assert!((q - wq).abs() < 1e-6);
+    }
+    assert!(tok == 4 || tok == 0);
+    assert_eq!(p, top.iter().find(|t| t.0 == tok).expect("drawn token kept").1);
+    assert_eq!(s.drawn_distribution(tok, 1).1.len(), 1);
+    // Greedy: one-hot.
+    let mut g = sampler(SamplerParams { temperature: 0.0, ..params(1) });
+    assert_eq!(g.sample(&logits), 4);
+    assert_eq!(g.drawn_distribution(4, 5), (1.0, vec![(4, 1.0)]));
+}

@@ -210,3 +210,24 @@ async fn logit_bias_keys_may_be_texts() {
         assert_eq!(e["error"]["param"], "logit_bias", "{bad}");
     }
 }
+
+/// `post_sampling_probs` asks the engine for the drawn distribution and answers probabilities
+/// (`prob`, `top_probs`) instead of log-probabilities.
+#[tokio::test]
+async fn post_sampling_probs_answer_probabilities() {
+    let fake = Arc::new(Fake::reply("ab"));
+    let app = app(fake.clone());
+    let body = r#"{"prompt": "x", "n_probs": 2, "post_sampling_probs": true}"#;
+    let v = post(&app, "/completion", body).await.json();
+    assert!(fake.requests()[0].post_sampling_probs);
+    let first = &v["completion_probabilities"][0];
+    let p = first["prob"].as_f64().expect("prob");
+    assert!(p > 0.0 && p <= 1.0, "{first}");
+    assert!(
+        first.get("logprob").is_none() && first["top_probs"].as_array().is_some_and(|t| !t.is_empty()),
+        "{first}"
+    );
+    let v = post(&app, "/completion", r#"{"prompt": "x", "n_probs": 2}"#).await.json();
+    assert!(v["completion_probabilities"][0]["logprob"].as_f64().is_some_and(|l| l <= 0.0));
+    assert!(!fake.requests()[1].post_sampling_probs);
+}
