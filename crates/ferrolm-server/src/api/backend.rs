@@ -29,6 +29,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn n_vocab(&self) -> usize;
     /// The BOS token, if the model has one.
     fn bos(&self) -> Option<u32>;
+    /// The end-of-generation tokens (EOS, EOT, …).
+    fn eog_ids(&self) -> Vec<u32> {
+        Vec::new()
+    }
     /// Text of the BOS and EOS tokens (the template's `bos_token`, `eos_token`).
     fn bos_eos_text(&self) -> (String, String);
     /// Tokenizes text.
@@ -125,6 +129,10 @@ impl Backend for EngineBackend {
 
     fn bos(&self) -> Option<u32> {
         self.engine.model().tokenizer().bos()
+    }
+
+    fn eog_ids(&self) -> Vec<u32> {
+        self.engine.model().tokenizer().eog_ids().collect()
     }
 
     fn bos_eos_text(&self) -> (String, String) {

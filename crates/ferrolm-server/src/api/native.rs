@@ -113,7 +113,12 @@ fn stop_type(finish: Option<FinishReason>) -> &'static str {
 pub(crate) fn generation_settings(spec: &GenSpec, n_probs: Option<usize>) -> Value {
     let p = &spec.params;
     let s: &SamplerParams = &p.sampler;
-    let bias: Vec<Value> = s.logit_bias.iter().map(|&(id, b)| json!([id, finite_or_false(b)])).collect();
+    // llama-server's shape; a ban (-inf) is null.
+    let bias: Vec<Value> = s
+        .logit_bias
+        .iter()
+        .map(|&(id, b)| json!({"bias": b.is_finite().then_some(b), "token": id}))
+        .collect();
     json!({
         "n_predict": p.max_tokens.map_or(-1, |m| m as i64),
         // llama.cpp's LLAMA_DEFAULT_SEED stands for "a random seed".
@@ -152,11 +157,6 @@ pub(crate) fn generation_settings(spec: &GenSpec, n_probs: Option<usize>) -> Val
         "speculative.n_min": spec.draft.map_or(0, |d| d.min_draft),
         "speculative.p_min": spec.draft.map_or(0.0, |d| d.p_min),
     })
-}
-
-/// A bias as llama-server writes it: a number, or `false` for a banned token.
-fn finite_or_false(b: f32) -> Value {
-    if b.is_finite() { json!(b) } else { json!(false) }
 }
 
 /// One token's `completion_probabilities` entry: the token and its best alternatives.

@@ -502,6 +502,13 @@ impl CommonFields {
         if let Some(v) = &self.logit_bias {
             p.logit_bias.extend(logit_bias(v, vocab)?);
         }
+        // As llama-server: `ignore_eos` bans the end-of-generation tokens (the generation runs
+        // to its limit without writing them), and shows so in the settings.
+        if self.ignore_eos == Some(true)
+            && let Some(b) = vocab.backend
+        {
+            p.logit_bias.extend(b.eog_ids().into_iter().map(|id| (id, f32::NEG_INFINITY)));
+        }
         p.validate().map_err(|e| ApiError::invalid(e.to_string()))?;
         Ok(p)
     }

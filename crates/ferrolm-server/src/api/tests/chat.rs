@@ -434,7 +434,8 @@ async fn structured_output_and_sampler_extras_reach_the_engine() {
         Some(ferrolm::constrain::ConstraintSpec::JsonSchema(json!({"type": "object"})))
     );
     assert_eq!((r.params.sampler.top_k, r.params.sampler.min_p, r.params.sampler.mirostat), (5, 0.2, 1));
-    assert_eq!(r.params.sampler.logit_bias, vec![(65, -100.0)]);
+    // `ignore_eos` bans the end-of-generation tokens, as llama-server does.
+    assert_eq!(r.params.sampler.logit_bias, vec![(65, -100.0), (super::fake::EOS, f32::NEG_INFINITY)]);
     assert!(r.params.ignore_eos);
     assert_eq!(r.params.stop, vec!["END"]);
     assert_eq!(r.timeout, Some(std::time::Duration::from_secs(3)));

@@ -17,6 +17,8 @@ use ferrolm::model::Pooling;
 use super::super::backend::{Backend, BoxFuture};
 
 pub(crate) const BOS: u32 = 256;
+/// `</s>`, the second special token.
+pub(crate) const EOS: u32 = 257;
 const SPECIALS: [&str; 4] = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"];
 
 /// ChatML with tools, as Qwen/Hermes templates write them.
@@ -135,6 +137,10 @@ impl Backend for Fake {
 
     fn bos(&self) -> Option<u32> {
         Some(BOS)
+    }
+
+    fn eog_ids(&self) -> Vec<u32> {
+        vec![EOS]
     }
 
     fn bos_eos_text(&self) -> (String, String) {

@@ -231,3 +231,20 @@ async fn post_sampling_probs_answer_probabilities() {
     assert!(v["completion_probabilities"][0]["logprob"].as_f64().is_some_and(|l| l <= 0.0));
     assert!(!fake.requests()[1].post_sampling_probs);
 }
+
+/// `ignore_eos` bans the end-of-generation tokens and the settings show it in llama-server's
+/// shape (`{"bias": null, "token": id}` for a ban).
+#[tokio::test]
+async fn ignore_eos_shows_as_banned_eog_tokens() {
+    let fake = Arc::new(Fake::reply("ab"));
+    let app = app(fake.clone());
+    let v = post(&app, "/completion", r#"{"prompt": "x", "ignore_eos": true, "logit_bias": [[5, 1.5]]}"#)
+        .await
+        .json();
+    assert_eq!(
+        v["generation_settings"]["logit_bias"],
+        json!([{"bias": 1.5, "token": 5}, {"bias": null, "token": super::fake::EOS}])
+    );
+    let v = post(&app, "/completion", r#"{"prompt": "x"}"#).await.json();
+    assert_eq!(v["generation_settings"]["logit_bias"], json!([]));
+}
