@@ -24,7 +24,7 @@ pub struct Args {
     /// Defaults for the sampling fields a request leaves out.
     #[command(flatten)]
     sampling: Box<SamplingArgs>,
-    /// Address to listen on.
+    /// Address to listen on; several, comma-separated (`127.0.0.1,::1`), share the port.
     #[arg(long, default_value = "127.0.0.1", help_heading = "Server")]
     host: String,
     /// Port (0: any free port; the address is printed as `listening on http://ADDR`).

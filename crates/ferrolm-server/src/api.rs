@@ -75,7 +75,7 @@ const FINAL_GRACE: Duration = Duration::from_secs(5);
 /// How the server is set up.
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
-    /// Address to listen on.
+    /// Address to listen on; several, comma-separated, share the port.
     pub host: String,
     /// Port (0: any free port; the one chosen is printed).
     pub port: u16,
@@ -254,22 +254,36 @@ pub(crate) fn check_context(
     ))
 }
 
-/// Binds `cfg.host:cfg.port` and serves until `shutdown` completes (see [`serve_listener`]).
+/// Binds `cfg.host:cfg.port` (every address of a comma-separated `host`) and serves until
+/// `shutdown` completes (see [`serve_listener`]).
 pub async fn serve(
     engine: Engine,
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let listener = bind(&cfg).await?;
-    serve_listener(listener, engine, cfg, shutdown).await
+    let listeners = bind(&cfg).await?;
+    let backend: SharedBackend = Arc::new(EngineBackend::new(engine, cfg.chat_template.as_deref()));
+    run(listeners, backend, cfg, shutdown).await
 }
 
-/// Binds `cfg.host:cfg.port`.
-pub(crate) async fn bind(cfg: &ServerConfig) -> Result<TcpListener, ServerError> {
-    let addr = format!("{}:{}", cfg.host, cfg.port);
-    TcpListener::bind((cfg.host.as_str(), cfg.port))
-        .await
-        .map_err(|source| ServerError::Bind { addr, source })
+/// Binds `cfg.host:cfg.port`: each address of a comma-separated `host` (llama-server's
+/// `--host 127.0.0.1,::1`), all on one port (with port 0, the one the first address got).
+pub(crate) async fn bind(cfg: &ServerConfig) -> Result<Vec<TcpListener>, ServerError> {
+    let mut port = cfg.port;
+    let mut out = Vec::new();
+    for host in cfg.host.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let listener = TcpListener::bind((host, port))
+            .await
+            .map_err(|source| ServerError::Bind { addr: format!("{host}:{port}"), source })?;
+        port = listener.local_addr()?.port();
+        out.push(listener);
+    }
+    if out.is_empty() {
+        let source = std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on");
+        return Err(ServerError::Bind { addr: cfg.host.clone(), source });
+    }
+    Ok(out)
 }
 
 /// Serves on a bound listener until `shutdown` completes. Prints `listening on http://ADDR`
@@ -283,12 +297,12 @@ pub async fn serve_listener(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let backend: SharedBackend = Arc::new(EngineBackend::new(engine, cfg.chat_template.as_deref()));
-    run(listener, backend, cfg, shutdown).await
+    run(vec![listener], backend, cfg, shutdown).await
 }
 
-/// [`serve_listener`] on any backend.
+/// [`serve_listener`] on any backend and any number of listeners.
 pub(crate) async fn run(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     backend: SharedBackend,
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -296,7 +310,7 @@ pub(crate) async fn run(
     let (shutdown_timeout, limits) = (cfg.shutdown_timeout, cfg.connections);
     let state = AppState { backend: backend.clone(), cfg: Arc::new(cfg), created: response::unix_now() };
     let app = routes::router(state)?;
-    serve_app(listener, app, &OneModel(backend), limits, shutdown_timeout, shutdown).await
+    serve_app(listeners, app, &OneModel(backend), limits, shutdown_timeout, shutdown).await
 }
 
 /// What a graceful shutdown needs from what runs the requests: one model's engine, or every
@@ -329,23 +343,23 @@ impl Drain for OneModel {
 /// requests, the server stops accepting connections, running requests get `shutdown_timeout`
 /// to finish, then the rest are cancelled.
 pub(crate) async fn serve_app(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     app: axum::Router,
     drain: &dyn Drain,
     limits: ConnLimits,
     shutdown_timeout: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
-    let local = listener.local_addr()?;
-    tracing::info!(%local, "listening");
-    {
+    for l in &listeners {
+        let local = l.local_addr()?;
+        tracing::info!(%local, "listening");
         use std::io::Write;
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on http://{local}");
         let _ = out.flush();
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut done = conn::spawn_server(listener, app, limits, stop_rx);
+    let mut done = conn::spawn_server(listeners, app, limits, stop_rx);
     tokio::select! {
         _ = conn::flipped(&mut done) => return Ok(()),
         _ = shutdown => {}

@@ -234,11 +234,11 @@ impl hyper::body::Body for DeadlineBody {
     }
 }
 
-/// Serves `app` on `listener` with `limits` until `shutdown` flips to true; then idle
+/// Serves `app` on `listeners` with `limits` until `shutdown` flips to true; then idle
 /// connections are closed at once and busy ones after their response. Returns a receiver that
 /// turns true once every connection is closed.
 pub(crate) fn spawn_server(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     app: Router,
     limits: ConnLimits,
     mut shutdown: watch::Receiver<bool>,
@@ -255,7 +255,7 @@ pub(crate) fn spawn_server(
         loop {
             tokio::select! {
                 _ = flipped(&mut shutdown) => break,
-                r = listener.accept() => match r {
+                r = accept_any(&listeners) => match r {
                     Ok((stream, peer)) => accept(stream, peer, &tracker, &app, &shutdown, &conns_tx),
                     Err(e) => {
                         // EMFILE and the like: wait instead of spinning.
@@ -265,12 +265,21 @@ pub(crate) fn spawn_server(
                 },
             }
         }
-        drop(listener);
+        drop(listeners);
         // Every connection task holds a receiver: wait for the last one to end.
         conns_tx.closed().await;
         let _ = done_tx.send(true);
     });
     done_rx
+}
+
+/// The next connection on any of `listeners`.
+async fn accept_any(listeners: &[TcpListener]) -> std::io::Result<(TcpStream, SocketAddr)> {
+    if let [one] = listeners {
+        return one.accept().await;
+    }
+    let accepts = listeners.iter().map(|l| Box::pin(l.accept()));
+    futures_util::future::select_all(accepts).await.0
 }
 
 /// Completes once `rx` holds true (or its sender is gone).

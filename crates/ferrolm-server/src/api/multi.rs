@@ -598,9 +598,9 @@ pub async fn serve_models(
         load: backend_load,
         autoload: models.autoload,
     };
-    let listener = super::bind(&cfg).await?;
+    let listeners = super::bind(&cfg).await?;
     let (app, state) = app(cfg, table)?;
-    super::serve_app(listener, app, state.as_ref(), limits, shutdown_timeout, shutdown).await
+    super::serve_app(listeners, app, state.as_ref(), limits, shutdown_timeout, shutdown).await
 }
 
 /// [`ModelsConfig`] with the load giving backends.

@@ -18,7 +18,7 @@ async fn start(limits: ConnLimits) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let cfg = ServerConfig { connections: limits, ..config() };
-    tokio::spawn(super::super::run(listener, Arc::new(Fake::reply("x")), cfg, std::future::pending()));
+    tokio::spawn(super::super::run(vec![listener], Arc::new(Fake::reply("x")), cfg, std::future::pending()));
     addr
 }
 
@@ -158,4 +158,23 @@ async fn requests_hyper_cannot_parse_get_json_errors() {
         let v: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
         assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
     }
+}
+
+/// A comma-separated `host` listens on every address, on one port; both answer.
+#[tokio::test]
+async fn several_addresses_share_one_port() {
+    // IPv6 loopback may be missing (containers): then two IPv4 loopback addresses.
+    let v6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    let host = if v6 { "127.0.0.1,::1" } else { "127.0.0.1,127.0.0.2" };
+    let cfg = ServerConfig { host: host.into(), port: 0, ..config() };
+    let listeners = super::super::bind(&cfg).await.expect("bind");
+    assert_eq!(listeners.len(), 2);
+    let addrs: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().expect("addr")).collect();
+    assert_eq!(addrs[0].port(), addrs[1].port());
+    tokio::spawn(super::super::run(listeners, Arc::new(Fake::reply("x")), cfg, std::future::pending()));
+    for a in addrs {
+        assert!(health(a).await.starts_with("HTTP/1.1 200"), "{a}");
+    }
+    let bad = ServerConfig { host: " , ".into(), ..config() };
+    assert!(super::super::bind(&bad).await.is_err());
 }

@@ -452,7 +452,7 @@ async fn serves_and_shuts_down_gracefully() {
     let addr = listener.local_addr().expect("addr");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let cfg = ServerConfig { shutdown_timeout: Duration::from_millis(200), ..config() };
-    let server = tokio::spawn(super::super::run(listener, fake.clone(), cfg, async move {
+    let server = tokio::spawn(super::super::run(vec![listener], fake.clone(), cfg, async move {
         let _ = stop_rx.await;
     }));
     let mut health = tokio::net::TcpStream::connect(addr).await.expect("connect");
@@ -493,7 +493,8 @@ async fn hanging_up_a_socket_cancels_the_request() {
     let fake = Arc::new(Fake::new(Mode::Hang));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let server = tokio::spawn(super::super::run(listener, fake.clone(), config(), std::future::pending()));
+    let server =
+        tokio::spawn(super::super::run(vec![listener], fake.clone(), config(), std::future::pending()));
     for (i, body) in [r#"{"prompt": "x"}"#, r#"{"prompt": "x", "stream": true}"#].iter().enumerate() {
         let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
         let req = format!(
