@@ -32,7 +32,7 @@
 //!         Event::Done { text, finish, .. } => println!("{text} [{}]", finish.as_str()),
 //!         Event::Error(e) => eprintln!("error: {e}"),
 //!         Event::Refused(e) => eprintln!("refused: {e}"),
-//!         Event::PromptLogprobs(_) => {}
+//!         Event::PromptLogprobs(_) | Event::Progress { .. } => {}
 //!     }
 //! }
 //! # Ok(())
