@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 pub use config::{Activation, Arch, Gating, ModelConfig, MoeConfig, QkNorm, RopeParams, RopeStyle};
-pub use embed::{Pooling, normalize_l2};
+pub use embed::{Pooling, normalize_embeddings};
 pub use ferrolm_kernels::GgmlType;
 pub use rerank::{Relevance, ranking};
 pub use tensors::{TensorMap, TensorRef};

@@ -290,9 +290,7 @@ fn stream_response(state: AppState, job: NativeJob, rxs: Vec<RequestHandle>) -> 
                 Some(report) => {
                     let mut v = partial(i, "", &[], p.tokens.len(), usage.prompt_tokens);
                     v["prompt_progress"] = report;
-                    if let Some(t) = live.timings() {
-                        v["timings"] = t;
-                    }
+                    live.annotate(&mut v);
                     (Some(v), false)
                 }
                 None => (None, false),
@@ -302,9 +300,7 @@ fn stream_response(state: AppState, job: NativeJob, rxs: Vec<RequestHandle>) -> 
                 p.tokens.push(id);
                 p.text.push_str(&text);
                 let mut v = partial(i, &text, &[id], p.tokens.len(), job.prompts[i].tokens.len());
-                if let Some(t) = live.timings() {
-                    v["timings"] = t;
-                }
+                live.annotate(&mut v);
                 if let Some(lp) = &logprob {
                     v["completion_probabilities"] =
                         json!([probs_entry(backend, lp, job.spec.post_sampling_probs)]);

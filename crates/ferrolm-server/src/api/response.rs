@@ -231,9 +231,17 @@ impl Live {
         self.generating = true;
     }
 
-    /// llama-server's `timings` as of the latest progress, when they were asked (the prompt
-    /// counted as far as it has run).
-    pub(crate) fn timings(&self) -> Option<Value> {
+    /// Puts llama-server's `timings` as of the latest progress on chunk `v`, when they were
+    /// asked (`timings_per_token`).
+    pub(crate) fn annotate(&self, v: &mut Value) {
+        if let Some(t) = self.timings() {
+            v["timings"] = t;
+        }
+    }
+
+    /// The `timings` as of the latest progress, when they were asked (the prompt counted as
+    /// far as it has run).
+    fn timings(&self) -> Option<Value> {
         let (processed, usage) = self.latest.filter(|_| self.asked.timings)?;
         let mut sum = UsageSum::default();
         sum.add(&Usage { prompt_tokens: processed, ..usage }, true);

@@ -144,9 +144,7 @@ impl Pump {
             }
         };
         let mut v = self.chunk(vec![choice]);
-        if let Some(t) = self.choices[i].live.timings() {
-            v["timings"] = t;
-        }
+        self.choices[i].live.annotate(&mut v);
         self.emit(v);
     }
 
@@ -162,9 +160,7 @@ impl Pump {
         };
         let mut v = self.chunk(vec![choice]);
         v["prompt_progress"] = progress;
-        if let Some(t) = self.choices[i].live.timings() {
-            v["timings"] = t;
-        }
+        self.choices[i].live.annotate(&mut v);
         self.emit(v);
     }
 

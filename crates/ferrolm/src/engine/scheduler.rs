@@ -242,8 +242,8 @@ impl Worker {
             pooling.or(self.config.embed_pooling).or(self.model.default_pooling()).unwrap_or(Pooling::Mean);
         let t0 = Instant::now();
         let mut out = self.model.embed_tokens(inputs, pooling)?;
-        if normalize && pooling != Pooling::None {
-            out.iter_mut().for_each(|v| crate::model::normalize_l2(v));
+        if normalize {
+            crate::model::normalize_embeddings(&mut out, pooling);
         }
         let n_tokens: usize = inputs.iter().map(Vec::len).sum();
         let elapsed = t0.elapsed();

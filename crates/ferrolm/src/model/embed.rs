@@ -58,11 +58,17 @@ fn add_row(pooling: Pooling, out: &mut [f32], pos: usize, n: usize, h: &[f32]) {
     dst.iter_mut().zip(h).for_each(|(o, &x)| *o += wt * x);
 }
 
-/// Scales `v` to unit L2 norm (a zero vector stays zero).
-pub fn normalize_l2(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
+/// Scales each pooled vector of `out` to unit L2 norm (a zero vector stays zero). Per-token
+/// states ([`Pooling::None`]) are left as they are: they are never normalised.
+pub fn normalize_embeddings(out: &mut [Vec<f32>], pooling: Pooling) {
+    if pooling == Pooling::None {
+        return;
+    }
+    for v in out {
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            v.iter_mut().for_each(|x| *x /= norm);
+        }
     }
 }
 
@@ -95,8 +101,8 @@ impl Model {
             .map(|t| Ok(tok.encode(t.as_ref(), true, false)?))
             .collect::<Result<Vec<Vec<u32>>>>()?;
         let mut out = self.embed_tokens(&inputs, pooling)?;
-        if normalize && pooling != Pooling::None {
-            out.iter_mut().for_each(|v| normalize_l2(v));
+        if normalize {
+            normalize_embeddings(&mut out, pooling);
         }
         Ok(out)
     }
