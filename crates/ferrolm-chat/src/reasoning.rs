@@ -8,10 +8,24 @@
 //! template that "forces" thinking); everything after the closing tag is the answer, and a
 //! reasoning never closed stays reasoning.
 //!
+//! gpt-oss writes the "harmony" format instead: after the prompt's `<|start|>assistant`, a
+//! sequence of messages on channels, each after the first opened by `<|start|>assistant` again:
+//! `<|channel|>analysis<|message|>REASONING<|end|>` (any number of them),
+//! `<|channel|>commentary<|message|>PREAMBLE<|end|>` (shown as content), and last
+//! `<|channel|>final<|message|>ANSWER`, which runs to the end of the output (`<|return|>` ends
+//! the generation and is not text). As llama.cpp reads it, the reasoning is the analysis
+//! messages' text and the content is the rest without the markers; an answer may come without
+//! any analysis. Whatever else the model writes (a tool call such as
+//! `<|channel|>commentary to=functions.NAME …`, a constrained answer) stays in the content as
+//! written, from where it starts.
+//!
 //! [`ReasoningSplitter`] does this incrementally, on pieces of a stream: a tag split across
 //! pieces is held back until it is complete, so a streamed split equals the split of the whole
 //! text. [`ThinkingTags::disable`] closes a thinking block that a prompt opened, as llama.cpp does
 //! when reasoning is off (`--reasoning off`, `enable_thinking: false`).
+
+use crate::Message;
+use serde_json::Value;
 
 /// A template's thinking tags.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,15 +34,47 @@ pub struct ThinkingTags {
     pub open: &'static str,
     /// Closes it.
     pub close: &'static str,
+    /// The harmony format's other markers; `None` for a plain pair of tags.
+    harmony: Option<Harmony>,
 }
 
-const DEEPSEEK: ThinkingTags = ThinkingTags { open: "<think>", close: "</think>" };
-const COMMAND_R: ThinkingTags = ThinkingTags { open: "<|START_THINKING|>", close: "<|END_THINKING|>" };
+/// The markers of the harmony format besides the analysis channel's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Harmony {
+    /// Starts every message after the first (the prompt wrote the first one's).
+    start: &'static str,
+    /// Opens the answer, which runs to the end of the output.
+    answer: &'static str,
+    /// Opens a preamble: content that `close` ends.
+    preamble: &'static str,
+}
+
+const DEEPSEEK: ThinkingTags = ThinkingTags { open: "<think>", close: "</think>", harmony: None };
+const COMMAND_R: ThinkingTags =
+    ThinkingTags { open: "<|START_THINKING|>", close: "<|END_THINKING|>", harmony: None };
+const HARMONY: ThinkingTags = ThinkingTags {
+    open: "<|channel|>analysis<|message|>",
+    close: "<|end|>",
+    harmony: Some(Harmony {
+        start: "<|start|>assistant",
+        answer: "<|channel|>final<|message|>",
+        preamble: "<|channel|>commentary<|message|>",
+    }),
+};
 
 impl ThinkingTags {
-    /// The tags a template's source uses, if any.
+    /// The tags a template's source uses, if any: harmony's when it writes `<|channel|>` (as
+    /// llama.cpp recognises gpt-oss), else a pair of thinking tags it mentions.
     pub fn of_template(source: &str) -> Option<ThinkingTags> {
+        if source.contains("<|channel|>") {
+            return Some(HARMONY);
+        }
         [COMMAND_R, DEEPSEEK].into_iter().find(|t| source.contains(t.open))
+    }
+
+    /// Whether these are the harmony format's markers (gpt-oss).
+    pub fn is_harmony(&self) -> bool {
+        self.harmony.is_some()
     }
 
     /// Whether `prompt` ends inside an opened thinking block (the model starts reasoning).
@@ -37,7 +83,8 @@ impl ThinkingTags {
     }
 
     /// `prompt` with thinking turned off: an opened block is closed; for Command R7B, whose
-    /// template never opens one, an empty block is added.
+    /// template never opens one, an empty block is added. gpt-oss cannot think less than its
+    /// template's `reasoning_effort` says: its prompt stays as it is.
     pub fn disable(&self, prompt: &str) -> String {
         if self.forced_open(prompt) {
             format!("{prompt}{}", self.close)
@@ -46,6 +93,76 @@ impl ThinkingTags {
         } else {
             prompt.to_string()
         }
+    }
+
+    /// `prompt` (which ends with the header of an assistant turn) made ready for the text of an
+    /// assistant message it continues: harmony (as llama.cpp) writes the message's reasoning as
+    /// an analysis message, then opens the answer; other formats close a block the prompt
+    /// opened ([`ThinkingTags::disable`]).
+    pub fn continue_answer(&self, prompt: &str, reasoning: Option<&str>) -> String {
+        match self.harmony {
+            Some(h) => format!(
+                "{prompt}{}{}{}{}{}",
+                self.open,
+                reasoning.unwrap_or(""),
+                self.close,
+                h.start,
+                h.answer
+            ),
+            None => self.disable(prompt),
+        }
+    }
+
+    /// Messages as the template reads them. gpt-oss's reads an assistant message's reasoning
+    /// from `thinking`, and refuses `content` with it on a turn with tool calls: as llama.cpp
+    /// does, `reasoning_content` is copied to `thinking`, and such a turn's content (or a
+    /// missing one) is left empty. Other templates read the messages as they are.
+    pub fn adapt_messages(&self, messages: &mut [Message]) {
+        if self.harmony.is_none() {
+            return;
+        }
+        for m in messages.iter_mut().filter(|m| m.role == "assistant") {
+            let has_calls =
+                m.extra.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty());
+            if let Some(r @ Value::String(_)) = m.extra.get("reasoning_content").cloned() {
+                m.extra.insert("thinking".into(), r);
+                if has_calls {
+                    m.content = Some(Value::String(String::new()));
+                }
+            }
+            if has_calls && matches!(m.content, None | Some(Value::Null)) {
+                m.content = Some(Value::String(String::new()));
+            }
+        }
+    }
+
+    /// The markers that open a message and what each opens.
+    fn openings(&self) -> Vec<(&'static str, Block)> {
+        let mut v = vec![(self.open, Block::Reasoning)];
+        if let Some(h) = self.harmony {
+            v.extend([(h.answer, Block::Answer), (h.preamble, Block::Preamble)]);
+        }
+        v
+    }
+}
+
+/// How to read a thinking model's output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thinking {
+    /// The model's tags.
+    pub tags: ThinkingTags,
+    /// The prompt opened the reasoning ([`ThinkingTags::forced_open`]).
+    pub forced_open: bool,
+    /// The reasoning goes to its own field (`reasoning_content`); otherwise it stays in the
+    /// content with its tags, as with llama.cpp's `reasoning_format: none` (for harmony the
+    /// analysis messages stay as written, while the answer still loses its markers).
+    pub to_field: bool,
+}
+
+impl Thinking {
+    /// Reasoning to its own field: llama.cpp's `deepseek` and `auto` reasoning formats.
+    pub fn new(tags: ThinkingTags, forced_open: bool) -> Thinking {
+        Thinking { tags, forced_open, to_field: true }
     }
 }
 
@@ -58,79 +175,151 @@ pub enum Part {
     Content(String),
 }
 
+/// What a message opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Block {
+    /// Reasoning, up to the closing tag.
+    Reasoning,
+    /// Content, up to the closing tag (a harmony preamble).
+    Preamble,
+    /// The answer: the rest of the output.
+    Answer,
+}
+
 /// Where the splitter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
     /// Before any non-whitespace: reasoning may still open.
     Start,
-    /// Inside the reasoning.
-    Reasoning,
-    /// Right after the reasoning: whitespace before the answer is dropped.
+    /// Inside a block that the closing tag ends.
+    Block(Block),
+    /// Right after a block: whitespace before the answer is dropped, or (harmony) the next
+    /// message opens.
     Gap,
     /// In the answer (the rest is content).
     Content,
 }
 
+/// What the held text starts with.
+enum Opening {
+    /// A marker ending at this byte, opening this.
+    Full(usize, Block),
+    /// Possibly a marker, not complete yet.
+    Partial,
+    /// No marker.
+    None,
+}
+
+/// Whether `text` starts with `prefix` followed by one of `markers`.
+fn opening(text: &str, prefix: &str, markers: &[(&'static str, Block)]) -> Opening {
+    let Some(rest) = text.strip_prefix(prefix) else {
+        return if prefix.starts_with(text) { Opening::Partial } else { Opening::None };
+    };
+    if let Some((m, b)) = markers.iter().find(|(m, _)| rest.starts_with(m)) {
+        return Opening::Full(prefix.len() + m.len(), *b);
+    }
+    if markers.iter().any(|(m, _)| m.starts_with(rest)) { Opening::Partial } else { Opening::None }
+}
+
 /// Splits a thinking model's output into reasoning and answer as it streams.
 #[derive(Clone, Debug)]
 pub struct ReasoningSplitter {
-    tags: ThinkingTags,
+    how: Thinking,
     mode: Mode,
     /// Text held back: leading whitespace, or a possible partial tag.
     held: String,
 }
 
 impl ReasoningSplitter {
-    /// A splitter for `tags`; `forced_open`: the prompt opened the reasoning.
-    pub fn new(tags: ThinkingTags, forced_open: bool) -> Self {
-        Self { tags, mode: if forced_open { Mode::Reasoning } else { Mode::Start }, held: String::new() }
+    /// A splitter reading output as `how` says.
+    pub fn new(how: Thinking) -> Self {
+        let mode = if how.forced_open { Mode::Block(Block::Reasoning) } else { Mode::Start };
+        Self { how, mode, held: String::new() }
     }
 
     /// Feeds a piece of output; returns what is now certain, in order.
     pub fn feed(&mut self, piece: &str) -> Vec<Part> {
         let mut out = Vec::new();
         self.held.push_str(piece);
-        loop {
-            match self.mode {
-                Mode::Content => {
-                    push(&mut out, Part::Content(std::mem::take(&mut self.held)));
-                    return out;
-                }
-                Mode::Start => {
-                    let rest = self.held.trim_start();
-                    if let Some(after) = rest.strip_prefix(self.tags.open) {
-                        self.held = after.to_string();
-                        self.mode = Mode::Reasoning;
-                    } else if self.tags.open.starts_with(rest) {
-                        return out; // whitespace, or the opening tag in part: wait
-                    } else {
-                        self.mode = Mode::Content;
-                    }
-                }
-                Mode::Gap => {
+        while self.step(&mut out) {}
+        out
+    }
+
+    /// Moves on as far as the held text allows; false when it needs more text.
+    fn step(&mut self, out: &mut Vec<Part>) -> bool {
+        match self.mode {
+            Mode::Content => {
+                push(out, Part::Content(std::mem::take(&mut self.held)));
+                false
+            }
+            Mode::Start => self.open_message(out, ""),
+            Mode::Gap => match self.how.tags.harmony {
+                Some(h) => self.open_message(out, h.start),
+                None => {
                     self.held = self.held.trim_start().to_string();
                     if self.held.is_empty() {
-                        return out;
+                        return false;
                     }
                     self.mode = Mode::Content;
+                    true
                 }
-                Mode::Reasoning => match self.held.find(self.tags.close) {
-                    Some(i) => {
-                        let reasoning = self.held[..i].to_string();
-                        self.held = self.held[i + self.tags.close.len()..].to_string();
-                        push(&mut out, Part::Reasoning(reasoning));
-                        self.mode = Mode::Gap;
-                    }
-                    None => {
-                        // Keep back a suffix that could be the start of the closing tag.
-                        let keep = partial_suffix(&self.held, self.tags.close);
-                        let ready = self.held[..self.held.len() - keep].to_string();
-                        self.held.drain(..self.held.len() - keep);
-                        push(&mut out, Part::Reasoning(ready));
-                        return out;
-                    }
-                },
+            },
+            Mode::Block(b) => self.in_block(out, b),
+        }
+    }
+
+    /// At the start of a message (after `prefix`): what it opens, if anything. Whitespace is
+    /// skipped before the first message only.
+    fn open_message(&mut self, out: &mut Vec<Part>, prefix: &str) -> bool {
+        let ws = if prefix.is_empty() { self.held.len() - self.held.trim_start().len() } else { 0 };
+        match opening(&self.held[ws..], prefix, &self.how.tags.openings()) {
+            Opening::Partial => false,
+            Opening::None => {
+                self.mode = Mode::Content;
+                true
             }
+            Opening::Full(len, block) => {
+                if block == Block::Reasoning && !self.how.to_field {
+                    let kept = format!("{}{}", &self.held[..ws], &self.held[ws + prefix.len()..ws + len]);
+                    push(out, Part::Content(kept));
+                }
+                self.held.drain(..ws + len);
+                self.mode = if block == Block::Answer { Mode::Content } else { Mode::Block(block) };
+                true
+            }
+        }
+    }
+
+    /// Inside a block: its text up to the closing tag.
+    fn in_block(&mut self, out: &mut Vec<Part>, block: Block) -> bool {
+        let close = self.how.tags.close;
+        let keep_tags = block == Block::Reasoning && !self.how.to_field;
+        match self.held.find(close) {
+            Some(i) => {
+                let text = self.held[..i].to_string();
+                self.held.drain(..i + close.len());
+                push(out, self.part(block, text));
+                if keep_tags {
+                    push(out, Part::Content(close.to_string()));
+                }
+                self.mode = Mode::Gap;
+                true
+            }
+            None => {
+                // Keep back a suffix that could be the start of the closing tag.
+                let ready = self.held.len() - partial_suffix(&self.held, close);
+                let text: String = self.held.drain(..ready).collect();
+                push(out, self.part(block, text));
+                false
+            }
+        }
+    }
+
+    /// A block's text as a part.
+    fn part(&self, block: Block, text: String) -> Part {
+        match block {
+            Block::Reasoning if self.how.to_field => Part::Reasoning(text),
+            _ => Part::Content(text),
         }
     }
 
@@ -138,7 +327,7 @@ impl ReasoningSplitter {
     pub fn finish(&mut self) -> Vec<Part> {
         let held = std::mem::take(&mut self.held);
         let part = match self.mode {
-            Mode::Reasoning => Part::Reasoning(held),
+            Mode::Block(b) => self.part(b, held),
             Mode::Start | Mode::Gap | Mode::Content => Part::Content(held),
         };
         let mut out = Vec::new();
@@ -147,8 +336,8 @@ impl ReasoningSplitter {
     }
 
     /// Splits a whole text: (reasoning, answer), the reasoning `None` when there is none.
-    pub fn split(tags: ThinkingTags, forced_open: bool, text: &str) -> (Option<String>, String) {
-        let mut s = ReasoningSplitter::new(tags, forced_open);
+    pub fn split(how: Thinking, text: &str) -> (Option<String>, String) {
+        let mut s = ReasoningSplitter::new(how);
         let mut parts = s.feed(text);
         parts.extend(s.finish());
         join(parts)
@@ -187,61 +376,4 @@ fn partial_suffix(text: &str, tag: &str) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stream(tags: ThinkingTags, forced: bool, pieces: &[&str]) -> (Option<String>, String) {
-        let mut s = ReasoningSplitter::new(tags, forced);
-        let mut parts: Vec<Part> = pieces.iter().flat_map(|p| s.feed(p)).collect();
-        parts.extend(s.finish());
-        join(parts)
-    }
-
-    #[test]
-    fn reasoning_at_the_start_is_split_from_the_answer() {
-        let whole = "\n<think>I should add.</think>\n\n2 + 2 = 4";
-        let want = (Some("I should add.".to_string()), "2 + 2 = 4".to_string());
-        assert_eq!(ReasoningSplitter::split(DEEPSEEK, false, whole), want);
-        // Every split into two pieces gives the same parts as the whole text.
-        for i in (0..=whole.len()).filter(|&i| whole.is_char_boundary(i)) {
-            assert_eq!(stream(DEEPSEEK, false, &[&whole[..i], &whole[i..]]), want, "split at {i}");
-        }
-        let chars: Vec<String> = whole.chars().map(String::from).collect();
-        let refs: Vec<&str> = chars.iter().map(String::as_str).collect();
-        assert_eq!(stream(DEEPSEEK, false, &refs), want);
-    }
-
-    #[test]
-    fn no_tag_means_all_answer_and_a_forced_block_starts_in_reasoning() {
-        assert_eq!(
-            ReasoningSplitter::split(DEEPSEEK, false, "Plain <think> answer"),
-            (None, "Plain <think> answer".into())
-        );
-        assert_eq!(ReasoningSplitter::split(DEEPSEEK, false, "  <thin"), (None, "  <thin".into()));
-        assert_eq!(
-            ReasoningSplitter::split(DEEPSEEK, true, "hmm</think>yes"),
-            (Some("hmm".into()), "yes".into())
-        );
-        // A reasoning never closed stays reasoning.
-        assert_eq!(
-            ReasoningSplitter::split(DEEPSEEK, true, "still thinking </thi"),
-            (Some("still thinking </thi".into()), String::new())
-        );
-        assert_eq!(
-            ReasoningSplitter::split(COMMAND_R, false, "<|START_THINKING|>a<|END_THINKING|>b"),
-            (Some("a".into()), "b".into())
-        );
-    }
-
-    #[test]
-    fn thinking_is_turned_off_as_llama_cpp_does() {
-        assert_eq!(DEEPSEEK.disable("<|Assistant|><think>\n"), "<|Assistant|><think>\n</think>");
-        assert_eq!(DEEPSEEK.disable("<|im_start|>assistant\n"), "<|im_start|>assistant\n");
-        assert_eq!(
-            COMMAND_R.disable("<|CHATBOT_TOKEN|>"),
-            "<|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>"
-        );
-        assert_eq!(ThinkingTags::of_template("{{ '<think>\\n' }}"), Some(DEEPSEEK));
-        assert_eq!(ThinkingTags::of_template("{{ messages }}"), None);
-    }
-}
+mod tests;

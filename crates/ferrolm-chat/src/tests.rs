@@ -296,3 +296,32 @@ fn templates_are_shareable_across_threads() {
         assert_eq!(h.join().unwrap().unwrap(), format!("<|user|>{i}\n"));
     }
 }
+
+/// gpt-oss's ("harmony") template, rendered as Python jinja2 renders it
+/// (`scripts/gen_harmony_fixture.py` wrote the expected texts), with the messages adapted to it
+/// as llama.cpp adapts them (`reasoning_content` read as `thinking`).
+#[test]
+fn gpt_oss_template_renders_as_jinja2_does() {
+    let source = include_str!("../testdata/openai-gpt-oss-120b.jinja");
+    let cases: serde_json::Value =
+        serde_json::from_str(include_str!("../testdata/gpt_oss_renders.json")).unwrap();
+    let t = ChatTemplate::new(source).unwrap();
+    let tags = reasoning::ThinkingTags::of_template(source).unwrap();
+    let cases = cases.as_array().unwrap();
+    assert_eq!(cases.len(), 5);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let mut messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
+        tags.adapt_messages(&mut messages);
+        let opts = RenderOptions {
+            add_generation_prompt: case["add_generation_prompt"].as_bool().unwrap(),
+            bos_token: "<|startoftext|>".into(),
+            eos_token: "<|return|>".into(),
+            tools: case["tools"].as_array().cloned(),
+            kwargs: case["kwargs"].as_object().unwrap().clone(),
+            today: CalendarDate::parse(case["today"].as_str().unwrap()),
+        };
+        let text = t.render(&messages, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(text, case["expected"].as_str().unwrap(), "{name}");
+    }
+}

@@ -1,6 +1,6 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat template, then generated.
 
-use ferrolm::chat::reasoning::{ReasoningSplitter, ThinkingTags};
+use ferrolm::chat::reasoning::{ReasoningSplitter, Thinking, ThinkingTags};
 use ferrolm::chat::{CalendarDate, Message, RenderOptions};
 use ferrolm::constrain::ConstraintSpec;
 use serde::Deserialize;
@@ -52,9 +52,9 @@ pub(crate) struct ChatJob {
     pub tools: Option<Vec<String>>,
     /// The `model` to answer with.
     pub model: String,
-    /// A thinking model whose reasoning goes to `reasoning_content`: its tags, and whether the
-    /// prompt opened the reasoning.
-    pub thinking: Option<(ThinkingTags, bool)>,
+    /// A thinking model's output to split: its reasoning goes to `reasoning_content` (or, for
+    /// gpt-oss with `reasoning_format: none`, stays in the content while the answer's markers go).
+    pub thinking: Option<Thinking>,
 }
 
 /// A message's content: a string, an array of text parts (joined with newlines), or null.
@@ -263,8 +263,8 @@ pub(crate) fn offered_tools(
 /// last message from the assistant (a prefill) continue it, unless two assistant messages end
 /// the list; `add_generation_prompt: true` with an explicit `continue_final_message` is an
 /// error, as is continuing a message with tool calls. Returns whether to add the generation
-/// prompt to what is rendered, and the text to continue (taken off `msgs`).
-fn continuation(chat: &ChatFields, msgs: &mut Vec<Message>) -> Result<(bool, Option<String>), ApiError> {
+/// prompt to what is rendered, and the message to continue (taken off `msgs`).
+fn continuation(chat: &ChatFields, msgs: &mut Vec<Message>) -> Result<(bool, Option<Continued>), ApiError> {
     let mut add = chat.add_generation_prompt.unwrap_or(true);
     let mut cont = match &chat.continue_final_message {
         None | Some(Value::Null | Value::Bool(false)) => false,
@@ -315,7 +315,16 @@ fn continuation(chat: &ChatFields, msgs: &mut Vec<Message>) -> Result<(bool, Opt
         (None, Some(Value::String(s))) => s.clone(),
         _ => String::new(),
     };
-    Ok((true, Some(text)))
+    let reasoning = last.extra.get("reasoning_content").and_then(Value::as_str).map(str::to_string);
+    Ok((true, Some(Continued { text, reasoning })))
+}
+
+/// An assistant message the prompt continues.
+struct Continued {
+    /// Its text.
+    text: String,
+    /// Its `reasoning_content` (gpt-oss's prompt shows it).
+    reasoning: Option<String>,
 }
 
 /// A chat request rendered: the prompt, the offered tools, and the thinking split to make of
@@ -323,7 +332,7 @@ fn continuation(chat: &ChatFields, msgs: &mut Vec<Message>) -> Result<(bool, Opt
 struct Rendered {
     text: String,
     tools: Option<Vec<Value>>,
-    thinking: Option<(ThinkingTags, bool)>,
+    thinking: Option<Thinking>,
     /// With tools on a template without tool syntax: the schema the answer must follow
     /// ([`generic_tools`]).
     generic: Option<Value>,
@@ -339,6 +348,10 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
     let (add_generation_prompt, continued) = continuation(chat, &mut msgs)?;
     let tools = offered_tools(chat.tools.as_ref(), chat.tool_choice.as_ref())?;
     let template = backend.chat_template().map_err(ApiError::invalid)?;
+    let tags = ThinkingTags::of_template(template.source());
+    if let Some(t) = tags {
+        t.adapt_messages(&mut msgs);
+    }
     // A template that never mentions tools cannot show them: the generic format does.
     let generic = match &tools {
         Some(list) if !template.source().contains("tools") => {
@@ -380,18 +393,24 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
         today: None,
     };
     let mut text = template.render(&msgs, &opts).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let tags = ThinkingTags::of_template(template.source());
     if let (Some(t), Some(false)) = (tags, enable_thinking) {
         text = t.disable(&text);
     }
     if let Some(c) = continued {
-        // The continued text is answer, not reasoning: a block the turn opened is closed first.
+        // The continued text is answer, not reasoning: a block the turn opened is closed first
+        // (gpt-oss: the message's reasoning is written, and its answer opened).
         if let Some(t) = tags {
-            text = t.disable(&text);
+            text = t.continue_answer(&text, c.reasoning.as_deref());
         }
-        text.push_str(&c);
+        text.push_str(&c.text);
     }
-    let thinking = tags.filter(|_| to_field).map(|t| (t, t.forced_open(&text)));
+    // With `reasoning_format: none` the output is left as it is, except gpt-oss's, whose answer
+    // still loses its markers (as llama.cpp's gpt-oss parser does).
+    let thinking = tags.filter(|t| to_field || t.is_harmony()).map(|t| Thinking {
+        tags: t,
+        forced_open: t.forced_open(&text),
+        to_field,
+    });
     Ok(Rendered { text, tools, thinking, generic })
 }
 
@@ -488,7 +507,7 @@ pub(crate) fn requests(job: &ChatJob) -> Vec<GenRequest> {
 /// One choice of a `chat.completion`.
 fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, job: &ChatJob) -> Value {
     let (reasoning, text) = match job.thinking {
-        Some((tags, forced)) => ReasoningSplitter::split(tags, forced, &c.text),
+        Some(how) => ReasoningSplitter::split(how, &c.text),
         None => (None, c.text.clone()),
     };
     let parsed = job.tools.as_deref().and_then(|names| tools::parse(&text, names));

@@ -25,7 +25,7 @@ use super::error::ApiError;
 use super::params::LiveReports;
 use super::response::{LegacyLogprobs, Live, UsageSum, chat_logprob, fingerprint};
 use super::tools::ToolStream;
-use ferrolm::chat::reasoning::{Part, ReasoningSplitter, ThinkingTags};
+use ferrolm::chat::reasoning::{Part, ReasoningSplitter, Thinking};
 use ferrolm::decoder::TokenLogprob;
 use ferrolm::engine::{Event, RequestHandle};
 
@@ -35,9 +35,9 @@ pub(crate) enum StreamKind {
     Chat {
         /// The offered tools' names (`None`: no tool parsing).
         tools: Option<Vec<String>>,
-        /// A thinking model's tags and whether the prompt opened the reasoning: the reasoning
-        /// streams as `delta.reasoning_content` (`None`: everything is content).
-        thinking: Option<(ThinkingTags, bool)>,
+        /// How to split a thinking model's output: the reasoning streams as
+        /// `delta.reasoning_content` (`None`: everything is content).
+        thinking: Option<Thinking>,
     },
     /// `text_completion`.
     Completion {
@@ -361,7 +361,7 @@ pub(crate) fn sse_response(
         choices: (0..n_choices)
             .map(|_| Choice {
                 tools: tools.then(ToolStream::default),
-                reasoning: thinking.map(|(t, forced)| ReasoningSplitter::new(t, forced)),
+                reasoning: thinking.map(ReasoningSplitter::new),
                 live: Live::new(live),
                 ..Choice::default()
             })

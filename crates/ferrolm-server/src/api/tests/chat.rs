@@ -528,6 +528,114 @@ async fn thinking_off_closes_the_block_the_template_opens() {
     assert_eq!(a["choices"][0]["message"]["content"], "4");
 }
 
+/// gpt-oss's chat template (the "harmony" format), as llama.cpp ships it.
+const GPT_OSS: &str = include_str!("../../../../ferrolm-chat/testdata/openai-gpt-oss-120b.jinja");
+
+/// A gpt-oss reply: an analysis message, then the final answer (`<|return|>` ends the
+/// generation and is not text).
+const HARMONY_REPLY: &str =
+    "<|channel|>analysis<|message|>I add.<|end|><|start|>assistant<|channel|>final<|message|>2+2 = 4";
+
+#[tokio::test]
+async fn gpt_oss_analysis_goes_to_reasoning_content_plain_and_streamed() {
+    let fake = Arc::new(Fake::reply(HARMONY_REPLY).with_template(GPT_OSS));
+    let app = app(fake.clone());
+    let chat = |extra: &str| format!(r#"{{"messages": [{{"role": "user", "content": "2+2?"}}]{extra}}}"#);
+    let a = post(&app, "/v1/chat/completions", &chat("")).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let m = &a.json()["choices"][0]["message"];
+    assert_eq!((m["reasoning_content"].as_str(), m["content"].as_str()), (Some("I add."), Some("2+2 = 4")));
+    let prompt = detok(&fake, &fake.requests()[0].prompt);
+    assert!(prompt.ends_with("<|start|>user<|message|>2+2?<|end|><|start|>assistant"), "{prompt:?}");
+    // Streamed (one byte a token, so the markers arrive in pieces): the reasoning's deltas, then
+    // the answer's.
+    let chunks = post(&app, "/v1/chat/completions", &chat(r#", "stream": true"#)).await.chunks();
+    let deltas: Vec<(&str, &str)> = chunks
+        .iter()
+        .flat_map(|c| {
+            let d = &c["choices"][0]["delta"];
+            ["reasoning_content", "content"].into_iter().filter_map(move |k| Some((k, d[k].as_str()?)))
+        })
+        .filter(|(_, t)| !t.is_empty())
+        .collect();
+    let first_content = deltas.iter().position(|(k, _)| *k == "content").unwrap_or(deltas.len());
+    assert!(deltas[..first_content].iter().all(|(k, _)| *k == "reasoning_content"), "{deltas:?}");
+    assert!(deltas[first_content..].iter().all(|(k, _)| *k == "content"), "{deltas:?}");
+    let field = |k: &str| deltas.iter().filter(|(f, _)| *f == k).map(|(_, t)| *t).collect::<String>();
+    assert_eq!((field("reasoning_content"), field("content")), ("I add.".to_string(), "2+2 = 4".to_string()));
+    // reasoning_format "none", as llama.cpp: the analysis stays in the content as written, the
+    // answer's markers go.
+    let a = post(&app, "/v1/chat/completions", &chat(r#", "reasoning_format": "none""#)).await;
+    let m = &a.json()["choices"][0]["message"];
+    assert!(m.get("reasoning_content").is_none());
+    assert_eq!(m["content"], "<|channel|>analysis<|message|>I add.<|end|>2+2 = 4");
+    let chunks = post(&app, "/v1/chat/completions", &chat(r#", "reasoning_format": "none", "stream": true"#))
+        .await
+        .chunks();
+    let content: String =
+        chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(content, "<|channel|>analysis<|message|>I add.<|end|>2+2 = 4");
+    assert!(chunks.iter().all(|c| c["choices"][0]["delta"].get("reasoning_content").is_none()));
+}
+
+#[tokio::test]
+async fn gpt_oss_answers_without_analysis_and_keeps_what_it_does_not_parse() {
+    let body = r#"{"messages": [{"role": "user", "content": "hi"}]}"#;
+    let reply = |text: &str| Arc::new(Fake::reply(text).with_template(GPT_OSS));
+    let a = post(&app(reply("<|channel|>final<|message|>Hello!")), "/v1/chat/completions", body).await;
+    let m = &a.json()["choices"][0]["message"];
+    assert_eq!(m, &json!({"role": "assistant", "content": "Hello!"}));
+    // A harmony tool call (not parsed): the reasoning is split off, the call stays as written.
+    let call = "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}";
+    let fake = reply(&format!("<|channel|>analysis<|message|>Call f.<|end|>{call}"));
+    let a = post(&app(fake), "/v1/chat/completions", body).await;
+    let m = &a.json()["choices"][0]["message"];
+    assert_eq!((m["reasoning_content"].as_str(), m["content"].as_str()), (Some("Call f."), Some(call)));
+}
+
+#[tokio::test]
+async fn gpt_oss_prompts_show_reasoning_as_llama_cpp_renders_it() {
+    let fake = Arc::new(Fake::reply("x").with_template(GPT_OSS));
+    let app = app(fake);
+    let prompt = |body: &str| {
+        let app = app.clone();
+        let body = body.to_string();
+        async move {
+            post(&app, "/apply-template", &body).await.json()["prompt"].as_str().unwrap_or("").to_string()
+        }
+    };
+    let user = r#"{"role": "user", "content": "2+2?"}"#;
+    // enable_thinking false cannot turn gpt-oss's reasoning off: the prompt stays.
+    let on = prompt(&format!(r#"{{"messages": [{user}]}}"#)).await;
+    let off =
+        prompt(&format!(r#"{{"messages": [{user}], "chat_template_kwargs": {{"enable_thinking": false}}}}"#))
+            .await;
+    assert!(on.ends_with("<|start|>assistant") && on == off, "{on:?}");
+    // A prefill continues the answer, after the message's reasoning (`reasoning_content`).
+    let prefill = format!(
+        r#"{{"messages": [{user}, {{"role": "assistant", "content": "It is", "reasoning_content": "Easy."}}]}}"#
+    );
+    let p = prompt(&prefill).await;
+    assert!(
+        p.ends_with("<|start|>assistant<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is"),
+        "{p:?}"
+    );
+    // A tool-call turn's reasoning renders as its analysis message (the template reads
+    // `thinking` and refuses content beside it).
+    let history = format!(
+        r#"{{"messages": [{user}, {{"role": "assistant", "content": "Let me call f.", "reasoning_content": "Need f.",
+            "tool_calls": [{{"id": "c1", "type": "function", "function": {{"name": "f", "arguments": "{{}}"}}}}]}},
+            {{"role": "tool", "tool_call_id": "c1", "content": "4"}}]}}"#
+    );
+    let p = prompt(&history).await;
+    assert!(
+        p.ends_with(
+            "<|start|>assistant<|channel|>analysis<|message|>Need f.<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|><|start|>functions.f to=assistant<|channel|>commentary<|message|>\"4\"<|end|><|start|>assistant"
+        ),
+        "{p:?}"
+    );
+}
+
 #[tokio::test]
 async fn templates_see_today_as_llama_cpp_gives_it() {
     let fake = Arc::new(Fake::reply("x").with_template("{{ date_string }}|{{ datetime }}"));
