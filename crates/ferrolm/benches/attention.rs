@@ -21,7 +21,7 @@ const CONTEXT: u32 = 512;
 
 /// (name, shape): SmolLM2-135M (9 query heads, 3 KV heads of 64) and Gemma-3-270M (4 and 1
 /// of 256, a global layer).
-fn shapes() -> [(&'static str, AttentionShape); 2] {
+fn shapes() -> [(&'static str, AttentionShape<'static>); 2] {
     let shape = |n_head, n_head_kv, head_dim: usize| AttentionShape {
         n_head,
         n_head_kv,
@@ -29,6 +29,7 @@ fn shapes() -> [(&'static str, AttentionShape); 2] {
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: None,
         softcap: None,
+        sinks: None,
     };
     [("smollm2", shape(9, 3, 64)), ("gemma3", shape(4, 1, 256))]
 }

@@ -288,8 +288,8 @@ impl Model {
         crate::kv::StateIdentity::of(kv, self.config.arch.name(), h)
     }
 
-    /// The attention geometry of layer `il` (heads, scale, sliding window, soft-capping).
-    pub fn attention_shape(&self, il: usize) -> AttentionShape {
+    /// The attention geometry of layer `il` (heads, scale, sliding window, soft-capping, sinks).
+    pub fn attention_shape(&self, il: usize) -> AttentionShape<'_> {
         let cfg = &self.config;
         AttentionShape {
             n_head: cfg.n_head,
@@ -298,12 +298,17 @@ impl Model {
             scale: cfg.attn_scale,
             window: cfg.window_for_layer(il),
             softcap: cfg.attn_softcap,
+            sinks: self.weights.layers.get(il).and_then(|l| l.attn_sinks.as_deref()),
         }
     }
 
-    /// The attention geometry of every layer, in order.
-    pub fn attention_shapes(&self) -> Vec<AttentionShape> {
-        (0..self.config.n_layer).map(|il| self.attention_shape(il)).collect()
+    /// The attention geometry of every layer, in order, without the attention sinks: what the
+    /// eviction policies score slots with (a sink scales every probability of a query alike, so
+    /// it changes no ranking of the slots).
+    pub fn attention_shapes(&self) -> Vec<AttentionShape<'static>> {
+        (0..self.config.n_layer)
+            .map(|il| AttentionShape { sinks: None, ..self.attention_shape(il) })
+            .collect()
     }
 
     /// An empty KV cache with the given storage types for keys and values. An

@@ -24,6 +24,9 @@ pub enum Activation {
     Silu,
     /// `gelu_tanh(gate) * up` (GeGLU).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: `g·σ(1.702·g) · (u + 1)` with `g = min(gate, 7)` and
+    /// `u = clamp(up, -7, 7)` (llama.cpp's `swiglu_oai`, whose constants these are).
+    SwigluOai,
 }
 
 /// How RoPE pairs the dimensions of a head.
@@ -57,6 +60,9 @@ pub struct RopeParams {
     pub beta_slow: f32,
     /// Context length the model was trained with before scaling.
     pub n_ctx_orig: usize,
+    /// YaRN: round the correction range outwards to whole pairs (ggml always does; Hugging Face
+    /// configs may say `"truncate": false`, as gpt-oss's does).
+    pub yarn_truncate: bool,
 }
 
 impl RopeParams {
@@ -70,13 +76,14 @@ impl RopeParams {
             beta_fast: 32.0,
             beta_slow: 1.0,
             n_ctx_orig: 0,
+            yarn_truncate: true,
         }
     }
 }
 
 /// Head geometry of an attention call.
 #[derive(Clone, Copy, Debug)]
-pub struct AttentionShape {
+pub struct AttentionShape<'a> {
     /// Query heads.
     pub n_head: usize,
     /// Key/value heads; query head `h` reads KV head `h / (n_head / n_head_kv)`.
@@ -89,6 +96,9 @@ pub struct AttentionShape {
     pub window: Option<usize>,
     /// Soft-capping of scores (`cap * tanh(s / cap)`), Gemma 2 style.
     pub softcap: Option<f32>,
+    /// Attention sinks (gpt-oss): one learned logit per query head, `[n_head]`, that joins each
+    /// query's softmax as an extra key with no value, so that a head can attend to nothing.
+    pub sinks: Option<&'a [f32]>,
 }
 
 /// Whether a query at `qpos` sees a key at `kpos` (causal, inside the window if any).

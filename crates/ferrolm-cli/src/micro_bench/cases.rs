@@ -211,6 +211,7 @@ fn attention_cases(a: &AttentionArgs, rng: &mut StdRng) -> anyhow::Result<Vec<Ca
         scale: 1.0 / (a.head_dim as f32).sqrt(),
         window: None,
         softcap: None,
+        sinks: None,
     };
     let mut cases = Vec::new();
     for &ty in &a.kv_types {

@@ -191,6 +191,7 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
             (Activation::Silu, false, "silu"),
             (Activation::GeluTanh, false, "gelu (f16 table)"),
             (Activation::GeluTanh, true, "gelu (f32)"),
+            (Activation::SwigluOai, false, "swiglu-oai"),
         ] {
             r.check("gated_activation", format!("{name} [{n}, {d}]"), &x, |b, g| {
                 b.gated_activation(g, &y, act, exact)?;
@@ -274,13 +275,20 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
     // Attention: decode steps of several sequences, a prompt, windows, soft-capping, caches.
     struct AttnCase {
         name: &'static str,
-        shape: AttentionShape,
+        shape: AttentionShape<'static>,
         ctx: usize,
         queries: usize,
         seqs: u32,
     }
-    let smol =
-        AttentionShape { n_head: 9, n_head_kv: 3, head_dim: 64, scale: 0.125, window: None, softcap: None };
+    let smol = AttentionShape {
+        n_head: 9,
+        n_head_kv: 3,
+        head_dim: 64,
+        scale: 0.125,
+        window: None,
+        softcap: None,
+        sinks: None,
+    };
     let gemma = AttentionShape {
         n_head: 4,
         n_head_kv: 1,
@@ -288,14 +296,20 @@ pub fn compare_with_cpu(other: &dyn Backend, seed: u64) -> BackendResult<Vec<OpR
         scale: 0.0625,
         window: Some(512),
         softcap: None,
+        sinks: None,
     };
     let capped = AttentionShape { softcap: Some(50.0), window: Some(100), ..smol };
+    // gpt-oss: a sink logit per query head, some above and some below the scores.
+    const SINKS: [f32; 9] = [-2.0, 0.5, 3.0, 1.0, -0.5, 6.0, 0.0, 2.5, -4.0];
+    let sunk = AttentionShape { sinks: Some(&SINKS), window: Some(128), ..smol };
     let cases = [
         AttnCase { name: "decode, 3 sequences", shape: smol, ctx: 300, queries: 1, seqs: 3 },
         AttnCase { name: "prompt chunk of 80", shape: smol, ctx: 120, queries: 80, seqs: 1 },
         AttnCase { name: "decode, window 512", shape: gemma, ctx: 600, queries: 1, seqs: 2 },
         AttnCase { name: "prompt chunk of 70, window 512", shape: gemma, ctx: 600, queries: 70, seqs: 1 },
         AttnCase { name: "decode, window 100, softcap 50", shape: capped, ctx: 200, queries: 1, seqs: 2 },
+        AttnCase { name: "decode, sinks, window 128", shape: sunk, ctx: 700, queries: 1, seqs: 2 },
+        AttnCase { name: "prompt chunk of 70, sinks", shape: sunk, ctx: 300, queries: 70, seqs: 1 },
     ];
     for c in &cases {
         for ty in [KvType::F16, KvType::F32] {

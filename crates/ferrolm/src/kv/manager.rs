@@ -103,7 +103,7 @@ pub struct CacheManager {
     policy: Box<dyn EvictionPolicy>,
     opts: CacheOptions,
     /// Attention geometry of every layer (for scoring policies).
-    shapes: Vec<AttentionShape>,
+    shapes: Vec<AttentionShape<'static>>,
     capacity: usize,
     limit: usize,
     monitor: Box<dyn SystemMonitor>,
@@ -121,14 +121,14 @@ const PRESSURE_FLOOR: usize = 32;
 impl CacheManager {
     /// A manager for caches of `capacity` slots of a model with the given per-layer attention
     /// geometry, watching the system's memory through `/proc` and the cgroup.
-    pub fn new(opts: CacheOptions, shapes: Vec<AttentionShape>, capacity: usize) -> Result<Self> {
+    pub fn new(opts: CacheOptions, shapes: Vec<AttentionShape<'static>>, capacity: usize) -> Result<Self> {
         Self::with_monitor(opts, shapes, capacity, Box::new(ProcMonitor))
     }
 
     /// Like [`CacheManager::new`] with another source of available memory.
     pub fn with_monitor(
         opts: CacheOptions,
-        shapes: Vec<AttentionShape>,
+        shapes: Vec<AttentionShape<'static>>,
         capacity: usize,
         monitor: Box<dyn SystemMonitor>,
     ) -> Result<Self> {

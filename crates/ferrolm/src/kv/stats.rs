@@ -137,8 +137,15 @@ mod tests {
     /// matches the query best gets the most.
     #[test]
     fn mass_is_a_distribution_over_visible_slots() {
-        let shape =
-            AttentionShape { n_head: 2, n_head_kv: 1, head_dim: 4, scale: 0.5, window: None, softcap: None };
+        let shape = AttentionShape {
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 4,
+            scale: 0.5,
+            window: None,
+            softcap: None,
+            sinks: None,
+        };
         let mut kv = KvCache::new(1, 4, 16, KvType::F32, KvType::F32);
         for p in 0..6u32 {
             let s = kv.push_slot(0, p).expect("slot");

@@ -82,6 +82,9 @@ fn rope_from_gguf(f: &GgufFile, arch: &str, n_ctx_train: usize) -> Result<RopePa
                 opt_finite(f, &key("scaling.yarn_ext_factor"))?.filter(|&v| v >= 0.0).unwrap_or(1.0);
             p.beta_fast = opt_finite(f, &key("scaling.yarn_beta_fast"))?.unwrap_or(32.0);
             p.beta_slow = opt_finite(f, &key("scaling.yarn_beta_slow"))?.unwrap_or(1.0);
+            // ferrolm's own key, from a Hugging Face config's `"truncate": false` (llama.cpp
+            // has none and always truncates).
+            p.yarn_truncate = f.opt_bool(&key("scaling.yarn_truncate"))?.unwrap_or(true);
             // YaRN's magnitude correction: 0.1·ln(factor) + 1 (transformers' default mscale).
             if factor > 1.0 {
                 p.attn_factor *= 0.1 * factor.ln() + 1.0;
@@ -127,11 +130,14 @@ pub enum Arch {
     NomicBert,
     /// Jina BERT v2 (jina-embeddings-v2): ALiBi, GEGLU or GELU feed-forward.
     JinaBertV2,
+    /// gpt-oss: attention sinks, alternating sliding-window layers, biases everywhere, and
+    /// experts picked by their top-k logits with gpt-oss's clamped SwiGLU.
+    GptOss,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 16] = [
+    pub const ALL: [Arch; 17] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -148,6 +154,7 @@ impl Arch {
         Arch::Bert,
         Arch::NomicBert,
         Arch::JinaBertV2,
+        Arch::GptOss,
     ];
 
     /// The `general.architecture` name.
@@ -169,6 +176,7 @@ impl Arch {
             Arch::Bert => "bert",
             Arch::NomicBert => "nomic-bert",
             Arch::JinaBertV2 => "jina-bert-v2",
+            Arch::GptOss => "gpt-oss",
         }
     }
 
@@ -253,6 +261,10 @@ pub struct ModelConfig {
     pub rope_layers: Vec<bool>,
     /// The mixture-of-experts feed-forward blocks, when the model has them (every layer).
     pub moe: Option<MoeConfig>,
+    /// A learned sink logit per query head joins each softmax (gpt-oss).
+    pub attn_sinks: bool,
+    /// A bias on the attention output projection (gpt-oss).
+    pub attn_out_bias: bool,
 }
 
 /// Over what an RMSNorm of queries and keys normalises.
@@ -271,6 +283,8 @@ pub enum Gating {
     Softmax,
     /// Each logit's sigmoid, then the top k.
     Sigmoid,
+    /// The top k logits, then a softmax over those k only (gpt-oss).
+    SoftmaxWeight,
 }
 
 /// A mixture-of-experts feed-forward block: a router picks `n_used` of `n_expert` gated FFNs
@@ -291,6 +305,8 @@ pub struct MoeConfig {
     pub norm_topk: bool,
     /// Factor applied to the chosen weights (1 when none).
     pub weight_scale: f32,
+    /// Biases on the router logits and on every expert's three projections (gpt-oss).
+    pub biases: bool,
 }
 
 /// Which layers use sliding-window attention: from `key` (a per-layer bool array, or a period
@@ -320,7 +336,8 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
             .transpose()
     };
     let n_expert = count("expert_count")?.unwrap_or(0);
-    let is_moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe);
+    let is_moe_arch =
+        matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe | Arch::GptOss);
     if n_expert == 0 {
         if is_moe_arch {
             return Err(Error::Config(format!(
@@ -347,8 +364,11 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     let n_used = count("expert_used_count")?
         .ok_or_else(|| Error::Config(format!("{} is missing", key("expert_used_count"))))?;
     let gating = match count("expert_gating_func")? {
+        // llama.cpp's gpt-oss graph routes this way whatever the key says.
+        _ if arch == Arch::GptOss => Gating::SoftmaxWeight,
         None | Some(1) => Gating::Softmax,
         Some(2) => Gating::Sigmoid,
+        Some(3) => Gating::SoftmaxWeight,
         Some(v) => {
             return Err(Error::Config(format!(
                 "{} = {v}: this expert gating is not supported",
@@ -358,6 +378,8 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     };
     let default_norm = matches!(arch, Arch::Llama | Arch::Qwen3Moe | Arch::GraniteMoe);
     let norm_topk = match f.opt_bool(&key("expert_weights_norm"))? {
+        // The k weights of a softmax over the k already sum to one.
+        _ if gating == Gating::SoftmaxWeight => false,
         Some(b) => b,
         None => default_norm,
     };
@@ -373,7 +395,17 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
         Some(0) => None,
         _ => count("expert_shared_feed_forward_length")?,
     };
-    Ok(Some(MoeConfig { n_expert, n_used, n_ff_expert, n_ff_shared, gating, norm_topk, weight_scale }))
+    let biases = arch == Arch::GptOss;
+    Ok(Some(MoeConfig {
+        n_expert,
+        n_used,
+        n_ff_expert,
+        n_ff_shared,
+        gating,
+        norm_topk,
+        weight_scale,
+        biases,
+    }))
 }
 
 impl ModelConfig {
@@ -464,6 +496,8 @@ impl ModelConfig {
             // Filled below, once `n_layer` is known to be sane.
             rope_layers: Vec::new(),
             moe,
+            attn_sinks: false,
+            attn_out_bias: false,
         };
         // Every size is checked before anything is allocated from it (a per-layer table below).
         cfg.validate()?;
@@ -489,6 +523,18 @@ impl ModelConfig {
             Arch::Qwen3 | Arch::Qwen3Moe => cfg.qk_norm = Some(QkNorm::PerHead),
             Arch::Olmoe => cfg.qk_norm = Some(QkNorm::Whole),
             Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}
+            Arch::GptOss => {
+                cfg.qkv_bias = true;
+                cfg.attn_out_bias = true;
+                cfg.attn_sinks = true;
+                cfg.activation = Activation::SwigluOai;
+                // Even layers attend in a window; both kinds rotate alike (YaRN included)
+                // unless the file gives the local layers their own base.
+                cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
+                if let Some(base) = opt_positive(f, &key("rope.freq_base_swa"))? {
+                    cfg.rope_local.base = base;
+                }
+            }
             Arch::Gemma2 => {
                 cfg.post_norms = true;
                 cfg.attn_softcap = opt_positive_or_unset(f, &key("attn_logit_softcapping"))?;

@@ -400,6 +400,9 @@ impl Model {
                 report_attention(be, shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
             }
             be.matmul(&lw.wo, att, n, y)?;
+            if let Some(b) = &lw.wo_bias {
+                be.add_bias(y, b)?;
+            }
             self.residual_add(be, lw.post_attn_norm.as_deref(), x, y)?;
 
             // Feed-forward.
@@ -445,7 +448,7 @@ impl Model {
     ) -> Result<()> {
         let cfg = &self.config;
         match (ffn, &cfg.moe) {
-            (Ffn::Dense(f), _) => gated_ffn(be, f, cfg.activation, self.exact_f32, xn, n, scratch, y),
+            (Ffn::Dense(f), _) => gated_ffn(be, f, None, cfg.activation, self.exact_f32, xn, n, scratch, y),
             (Ffn::Moe(m), Some(mc)) => moe_ffn(be, m, mc, cfg.activation, self.exact_f32, xn, n, y, moe),
             (Ffn::Moe(_), None) => {
                 Err(Error::Config("expert weights in a model configured without experts".into()))

@@ -9,6 +9,7 @@
 //! with NeoX-style RoPE instead of permuting them as llama.cpp's converter does.
 
 pub mod config;
+mod gpt_oss;
 
 use std::path::Path;
 
@@ -249,6 +250,21 @@ impl HfModel {
         let set = SafetensorsSet::open_dir(dir)?;
         let mut map = TensorMap::new();
         for hf_name in set.names() {
+            if layout.arch == Arch::GptOss
+                && let Some(layer) = gpt_oss::layer_tensor(hf_name)
+            {
+                let Some((storage, st)) = set.tensor(hf_name) else { continue };
+                let ty = st.dtype.to_ggml().ok_or_else(|| Error::UnsupportedTensorType {
+                    name: hf_name.to_string(),
+                    ty: format!("{:?} (safetensors)", st.dtype),
+                })?;
+                let dims: Vec<u64> = st.shape.iter().rev().map(|&d| d as u64).collect();
+                let t = TensorRef { storage: storage.clone(), range: st.range.clone(), ty, dims };
+                for (name, t) in gpt_oss::tensors(layer, &t)? {
+                    map.insert(name, t);
+                }
+                continue;
+            }
             let Some(name) = gguf_name(layout.arch, hf_name) else {
                 tracing::debug!(tensor = hf_name, "ignoring tensor inference does not use");
                 continue;

@@ -12,7 +12,9 @@
 
 use super::config::{Gating, MoeConfig};
 use super::forward::buf;
-use super::weights::{FfnWeights, MoeWeights};
+#[cfg(test)]
+use super::weights::MoeBiases;
+use super::weights::{FfnBias, FfnWeights, MoeWeights};
 use crate::Result;
 use crate::backend::Backend;
 use crate::ops::{Activation, MatmulJob};
@@ -48,7 +50,8 @@ pub(crate) struct MoeBuffers {
 
 /// Picks each token's experts from its router logits (`logits`: `[n, n_expert]`, turned into
 /// probabilities in place): the `k` most probable, best first (the lower index on a tie), into
-/// `chosen` with their weights into `weights` (`[n, k]` each).
+/// `chosen` with their weights into `weights` (`[n, k]` each). With [`Gating::SoftmaxWeight`]
+/// the logits pick and the weights are the softmax of the `k` chosen logits.
 pub(crate) fn route(logits: &mut [f32], cfg: &MoeConfig, chosen: &mut Vec<u32>, weights: &mut Vec<f32>) {
     let (ne, k) = (cfg.n_expert, cfg.n_used);
     chosen.clear();
@@ -66,6 +69,7 @@ pub(crate) fn route(logits: &mut [f32], cfg: &MoeConfig, chosen: &mut Vec<u32>, 
                 probs.iter_mut().for_each(|p| *p *= inv);
             }
             Gating::Sigmoid => probs.iter_mut().for_each(|p| *p = 1.0 / (1.0 + (-*p).exp())),
+            Gating::SoftmaxWeight => {} // the logits pick; their softmax over the k is below
         }
         let first = chosen.len();
         for _ in 0..k {
@@ -80,6 +84,13 @@ pub(crate) fn route(logits: &mut [f32], cfg: &MoeConfig, chosen: &mut Vec<u32>, 
             weights.push(probs[best]);
         }
         let w = &mut weights[first..];
+        if cfg.gating == Gating::SoftmaxWeight {
+            // The chosen come best first: the first is their maximum.
+            let max = w[0];
+            w.iter_mut().for_each(|x| *x = (*x - max).exp());
+            let sum: f32 = w.iter().sum();
+            w.iter_mut().for_each(|x| *x /= sum);
+        }
         if cfg.norm_topk {
             let sum = w.iter().sum::<f32>().max(MIN_WEIGHT_SUM);
             w.iter_mut().for_each(|x| *x /= sum);
@@ -111,12 +122,14 @@ fn group(chosen: &[u32], weights: &[f32], k: usize, n_expert: usize, b: &mut (Ve
     }
 }
 
-/// One gated FFN over `n` rows: `out = down(act(gate · x) * (up · x))`. `x`: `[n, n_embd]`,
-/// `gate`/`up`: `[n, n_ff]` scratch, `out`: `[n, n_embd]`.
+/// One gated FFN over `n` rows: `out = down(act(gate · x) * (up · x))`, each projection
+/// followed by its bias when given. `x`: `[n, n_embd]`, `gate`/`up`: `[n, n_ff]` scratch,
+/// `out`: `[n, n_embd]`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gated_ffn(
     be: &dyn Backend,
     f: &FfnWeights,
+    bias: Option<&FfnBias>,
     act: Activation,
     exact: bool,
     x: &[f32],
@@ -125,8 +138,15 @@ pub(crate) fn gated_ffn(
     out: &mut [f32],
 ) -> Result<()> {
     be.matmul_many(x, n, &mut [MatmulJob { w: &f.gate, out: gate }, MatmulJob { w: &f.up, out: up }])?;
+    if let Some(b) = bias {
+        be.add_bias(gate, &b.gate)?;
+        be.add_bias(up, &b.up)?;
+    }
     be.gated_activation(gate, up, act, exact)?;
     be.matmul(&f.down, gate, n, out)?;
+    if let Some(b) = bias {
+        be.add_bias(out, &b.down)?;
+    }
     Ok(())
 }
 
@@ -149,6 +169,11 @@ pub(crate) fn moe_ffn(
     let logits = buf(&mut b.logits, n * ne); // [n, n_expert]
     be.matmul(&w.router, xn, n, logits)?;
     be.to_host(logits)?;
+    if let Some(b) = &w.biases {
+        for row in logits.chunks_exact_mut(ne) {
+            row.iter_mut().zip(&b.router).for_each(|(l, &b)| *l += b);
+        }
+    }
     route(logits, cfg, &mut b.chosen, &mut b.weights);
     let mut grouped = (std::mem::take(&mut b.routes), std::mem::take(&mut b.starts));
     group(&b.chosen, &b.weights, k, ne, &mut grouped);
@@ -170,7 +195,17 @@ pub(crate) fn moe_ffn(
         let ff = cfg.n_ff_expert;
         let (gate, up) = (buf(&mut b.gate, m * ff), buf(&mut b.up, m * ff)); // [m, n_ff_expert]
         let out = buf(&mut b.out, m * d); // [m, n_embd]
-        gated_ffn(be, expert, act, exact, x, m, (gate, up), out)?;
+        gated_ffn(
+            be,
+            expert,
+            w.biases.as_ref().and_then(|b| b.experts.get(e)),
+            act,
+            exact,
+            x,
+            m,
+            (gate, up),
+            out,
+        )?;
         be.to_host(out)?;
         for (row, &(t, wt)) in out.chunks_exact(d).zip(routes) {
             let dst = &mut y[t as usize * d..(t as usize + 1) * d];
@@ -180,7 +215,7 @@ pub(crate) fn moe_ffn(
     if let (Some(shared), Some(ff)) = (&w.shared, cfg.n_ff_shared) {
         let (gate, up) = (buf(&mut b.gate, n * ff), buf(&mut b.up, n * ff)); // [n, n_ff_shared]
         let out = buf(&mut b.out, n * d); // [n, n_embd]
-        gated_ffn(be, shared, act, exact, xn, n, (gate, up), out)?;
+        gated_ffn(be, shared, None, act, exact, xn, n, (gate, up), out)?;
         be.to_host(out)?;
         let scale = buf(&mut b.shared_gate, n); // [n]
         match &w.shared_gate {
@@ -230,36 +265,78 @@ mod tests {
         w.chunks_exact(x.len()).map(|r| dot(r, x)).collect()
     }
 
-    /// One expert's FFN in plain f32: `down(silu(gate x) * up x)`.
-    fn ffn_ref(f: &[Vec<f32>; 3], x: &[f32]) -> Vec<f32> {
-        let (g, u) = (mv(&f[0], x), mv(&f[1], x));
-        let h: Vec<f32> = g.iter().zip(&u).map(|(&g, &u)| g / (1.0 + (-g).exp()) * u).collect();
-        mv(&f[2], &h)
+    /// A deterministic pseudo-random vector of `n` values in (-0.5, 0.5).
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        matrix(1, n, seed).1.iter().map(|v| v * (n as f32).sqrt() / 2.0).collect()
+    }
+
+    /// One expert's FFN in plain f32: `down(act(gate x + bg) * (up x + bu)) + bd`.
+    fn ffn_ref(f: &[Vec<f32>; 3], bias: Option<&FfnBias>, act: Activation, x: &[f32]) -> Vec<f32> {
+        let (mut g, mut u) = (mv(&f[0], x), mv(&f[1], x));
+        if let Some(b) = bias {
+            g.iter_mut().zip(&b.gate).for_each(|(a, b)| *a += b);
+            u.iter_mut().zip(&b.up).for_each(|(a, b)| *a += b);
+        }
+        let h: Vec<f32> = g
+            .iter()
+            .zip(&u)
+            .map(|(&g, &u)| match act {
+                Activation::SwigluOai => {
+                    let g = g.min(7.0);
+                    g / (1.0 + (-1.702 * g).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
+                }
+                _ => g / (1.0 + (-g).exp()) * u,
+            })
+            .collect();
+        let mut out = mv(&f[2], &h);
+        if let Some(b) = bias {
+            out.iter_mut().zip(&b.down).for_each(|(a, b)| *a += b);
+        }
+        out
     }
 
     /// The mixture computed densely: every expert over every token, weighted by the router's
     /// softmax restricted to the token's top k (zero elsewhere), plus the gated shared expert.
     #[test]
     fn experts_match_a_dense_reference_over_all_experts() {
+        check_dense(false);
+    }
+
+    /// gpt-oss's block the same way: a router bias, the top k by logit weighted by the softmax
+    /// of those k, biased experts, the clamped SwiGLU, no shared expert.
+    #[test]
+    fn gpt_oss_experts_match_a_dense_reference() {
+        check_dense(true);
+    }
+
+    fn check_dense(gpt_oss: bool) {
         let (d, ff, ne, n) = (32, 16, 6, 7);
         let cfg = MoeConfig {
             n_expert: ne,
             n_used: 2,
             n_ff_expert: ff,
-            n_ff_shared: Some(24),
-            gating: Gating::Softmax,
-            norm_topk: true,
+            n_ff_shared: if gpt_oss { None } else { Some(24) },
+            gating: if gpt_oss { Gating::SoftmaxWeight } else { Gating::Softmax },
+            norm_topk: !gpt_oss,
             weight_scale: 1.0,
+            biases: gpt_oss,
         };
+        let act = if gpt_oss { Activation::SwigluOai } else { Activation::Silu };
         let (router, router_v) = matrix(ne, d, 1);
+        let router_bias = gpt_oss.then(|| values(ne, 2));
         let mut experts = Vec::new();
         let mut expert_vals = Vec::new();
+        let mut expert_bias = Vec::new();
         for e in 0..ne as u64 {
             let (gate, g) = matrix(ff, d, 10 + 3 * e);
             let (up, u) = matrix(ff, d, 11 + 3 * e);
             let (down, dn) = matrix(d, ff, 12 + 3 * e);
             experts.push(FfnWeights { gate, up, down });
             expert_vals.push([g, u, dn]);
+            if gpt_oss {
+                let b = |k: u64, n: usize| values(n, 50 + 3 * e + k);
+                expert_bias.push(FfnBias { gate: b(0, ff), up: b(1, ff), down: b(2, d) });
+            }
         }
         let (sg, sg_v) = matrix(24, d, 100);
         let (su, su_v) = matrix(24, d, 101);
@@ -267,35 +344,48 @@ mod tests {
         let (shared_gate, shared_gate_v) = matrix(1, d, 103);
         let w = MoeWeights {
             router,
+            biases: router_bias.clone().map(|router| Box::new(MoeBiases { router, experts: expert_bias })),
             experts,
-            shared: Some(FfnWeights { gate: sg, up: su, down: sd }),
-            shared_gate: Some(shared_gate),
+            shared: (!gpt_oss).then_some(FfnWeights { gate: sg, up: su, down: sd }),
+            shared_gate: (!gpt_oss).then_some(shared_gate),
         };
         let (_, xs) = matrix(n, d, 7);
         let mut xn = xs.iter().map(|v| v * 4.0).collect::<Vec<_>>();
         let mut y = vec![0.0; n * d];
         let mut b = MoeBuffers::default();
-        moe_ffn(&CpuBackend, &w, &cfg, Activation::Silu, true, &mut xn, n, &mut y, &mut b).expect("moe_ffn");
+        moe_ffn(&CpuBackend, &w, &cfg, act, true, &mut xn, n, &mut y, &mut b).expect("moe_ffn");
 
         let shared_v = [sg_v, su_v, sd_v];
         for t in 0..n {
             let x = &xn[t * d..(t + 1) * d];
-            let logits = mv(&router_v, x);
+            let mut logits = mv(&router_v, x);
+            if let Some(rb) = &router_bias {
+                logits.iter_mut().zip(rb).for_each(|(l, b)| *l += b);
+            }
             let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let p: Vec<f32> = logits.iter().map(|l| (l - max).exp()).collect();
             let mut order: Vec<usize> = (0..ne).collect();
             order.sort_by(|&a, &b| p[b].total_cmp(&p[a]));
+            // Both gatings give the chosen two p_e / (p_a + p_b): a softmax over the two
+            // logits equals the full softmax renormalised over them.
             let top_sum = p[order[0]] + p[order[1]];
             let mut want = vec![0.0f32; d];
             for e in 0..ne {
                 let wt = if order[..2].contains(&e) { p[e] / top_sum } else { 0.0 };
-                for (a, o) in want.iter_mut().zip(ffn_ref(&expert_vals[e], x)) {
+                for (a, o) in want.iter_mut().zip(ffn_ref(
+                    &expert_vals[e],
+                    w.biases.as_ref().map(|b| &b.experts[e]),
+                    act,
+                    x,
+                )) {
                     *a += wt * o;
                 }
             }
-            let s = 1.0 / (1.0 + (-dot(&shared_gate_v, x)).exp());
-            for (a, o) in want.iter_mut().zip(ffn_ref(&shared_v, x)) {
-                *a += s * o;
+            if !gpt_oss {
+                let s = 1.0 / (1.0 + (-dot(&shared_gate_v, x)).exp());
+                for (a, o) in want.iter_mut().zip(ffn_ref(&shared_v, None, act, x)) {
+                    *a += s * o;
+                }
             }
             let got = &y[t * d..(t + 1) * d];
             for (g, w) in got.iter().zip(&want) {
@@ -313,6 +403,7 @@ mod tests {
             gating: Gating::Softmax,
             norm_topk,
             weight_scale: 1.0,
+            biases: false,
         }
     }
 
@@ -349,6 +440,18 @@ mod tests {
         route(&mut logits, &c, &mut chosen, &mut weights);
         assert_eq!(chosen, [2]);
         assert!((weights[0] - 2.5 / (1.0 + (-0.5f32).exp())).abs() < 1e-6);
+    }
+
+    #[test]
+    fn softmax_weight_routing_picks_by_logit_and_softmaxes_the_chosen() {
+        let mut c = cfg(4, 2, false);
+        c.gating = Gating::SoftmaxWeight;
+        let mut logits = vec![0.0, 2.0, 1.0, -1.0];
+        let (mut chosen, mut weights) = (Vec::new(), Vec::new());
+        route(&mut logits, &c, &mut chosen, &mut weights);
+        assert_eq!(chosen, [1, 2]);
+        let z = 1.0 + (-1f32).exp();
+        assert!((weights[0] - 1.0 / z).abs() < 1e-6 && (weights[1] - (-1f32).exp() / z).abs() < 1e-6);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use ferrolm_kernels::{GgmlType, quant};
 
-use super::config::{ModelConfig, QkNorm};
+use super::config::{Arch, ModelConfig, QkNorm};
 use super::encoder::EncoderWeights;
 use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
@@ -45,6 +45,10 @@ pub struct LayerWeights {
     pub qkv_bias: Option<[Vec<f32>; 3]>,
     /// Attention output projection. `[n_embd, q_dim]`
     pub wo: Weight,
+    /// Its bias (gpt-oss). `[n_embd]`
+    pub wo_bias: Option<Vec<f32>>,
+    /// Attention sink logits, one per query head (gpt-oss). `[n_head]`
+    pub attn_sinks: Option<Vec<f32>>,
     /// Per-head query norm (Qwen 3, Gemma 3). `[head_dim]`
     pub q_norm: Option<Vec<f32>>,
     /// Per-head key norm (Qwen 3, Gemma 3). `[head_dim]`
@@ -69,8 +73,14 @@ impl LayerWeights {
             self.k_norm.as_ref(),
             self.post_attn_norm.as_ref(),
             self.post_ffn_norm.as_ref(),
+            self.wo_bias.as_ref(),
+            self.attn_sinks.as_ref(),
         ];
-        norms.into_iter().flatten().chain(self.qkv_bias.iter().flatten()).map(Vec::as_slice)
+        let moe_biases = match &self.ffn {
+            Ffn::Moe(m) => m.biases(),
+            Ffn::Dense(_) => Vec::new(),
+        };
+        norms.into_iter().flatten().chain(self.qkv_bias.iter().flatten()).map(Vec::as_slice).chain(moe_biases)
     }
 }
 
@@ -91,11 +101,33 @@ impl FfnWeights {
     }
 }
 
+/// The biases of a gated FFN's projections (gpt-oss's experts).
+#[derive(Debug)]
+pub struct FfnBias {
+    /// Added to the gate projection. `[n_ff]`
+    pub gate: Vec<f32>,
+    /// Added to the up projection. `[n_ff]`
+    pub up: Vec<f32>,
+    /// Added to the down projection. `[n_embd]`
+    pub down: Vec<f32>,
+}
+
+/// The biases of a mixture-of-experts block (gpt-oss).
+#[derive(Debug)]
+pub struct MoeBiases {
+    /// Added to the router's logits. `[n_expert]`
+    pub router: Vec<f32>,
+    /// Each expert's projection biases, in expert order.
+    pub experts: Vec<FfnBias>,
+}
+
 /// The experts of a mixture-of-experts block ([`super::config::MoeConfig`]).
 #[derive(Debug)]
 pub struct MoeWeights {
     /// Router: one logit per expert. `[n_expert, n_embd]`
     pub router: Weight,
+    /// The router's and the experts' biases (gpt-oss).
+    pub biases: Option<Box<MoeBiases>>,
     /// The experts' FFNs, `[n_ff_expert, n_embd]` gates and ups, `[n_embd, n_ff_expert]` downs:
     /// row blocks of the file's 3-D tensors (or its per-expert matrices), zero-copy.
     pub experts: Vec<FfnWeights>,
@@ -103,6 +135,15 @@ pub struct MoeWeights {
     pub shared: Option<FfnWeights>,
     /// The shared expert's gate: its output is scaled by `sigmoid(gate · x)`. `[1, n_embd]`
     pub shared_gate: Option<Weight>,
+}
+
+impl MoeWeights {
+    /// The router's and the experts' biases.
+    fn biases(&self) -> Vec<&[f32]> {
+        let Some(b) = &self.biases else { return Vec::new() };
+        let experts = b.experts.iter().flat_map(|b| [&b.gate, &b.up, &b.down]);
+        std::iter::once(&b.router).chain(experts).map(Vec::as_slice).collect()
+    }
 }
 
 /// A block's feed-forward network.
@@ -318,18 +359,23 @@ impl Loader<'_> {
     /// every value must be finite.
     pub(super) fn vector(&self, name: &str, n: usize) -> Result<Vec<f32>> {
         let t = self.get(name)?;
-        if !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-            return Err(Error::Config(format!(
-                "tensor '{name}' is {}: a norm weight or bias must be F32, F16 or BF16",
-                t.ty.name()
-            )));
-        }
         if t.dims != [n as u64] {
             return Err(Error::TensorShape {
                 name: name.to_string(),
                 actual: t.dims.clone(),
                 expected: vec![n as u64],
             });
+        }
+        self.float_values(name, t)
+    }
+
+    /// A norm weight's or bias's values: F32, F16 or BF16, every one finite.
+    fn float_values(&self, name: &str, t: &TensorRef) -> Result<Vec<f32>> {
+        if !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+            return Err(Error::Config(format!(
+                "tensor '{name}' is {}: a norm weight or bias must be F32, F16 or BF16",
+                t.ty.name()
+            )));
         }
         let v = t.to_f32(name)?;
         // A NaN or infinite scale would turn every activation it touches into NaN.
@@ -340,6 +386,19 @@ impl Loader<'_> {
             )));
         }
         Ok(v)
+    }
+
+    /// A float tensor of `n` rows of `width` values (GGUF dims `[width, n]`), as one vector.
+    fn vectors(&self, name: &str, n: usize, width: usize) -> Result<Vec<f32>> {
+        let t = self.get(name)?;
+        if t.dims != [width as u64, n as u64] {
+            return Err(Error::TensorShape {
+                name: name.to_string(),
+                actual: t.dims.clone(),
+                expected: vec![width as u64, n as u64],
+            });
+        }
+        self.float_values(name, t)
     }
 
     pub(super) fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
@@ -375,7 +434,32 @@ impl Loader<'_> {
             true => Some(self.row(&n("ffn_gate_inp_shexp"), d)?),
             false => None,
         };
-        Ok(Ffn::Moe(MoeWeights { router, experts, shared, shared_gate }))
+        let biases = if m.biases {
+            let router = self.vector(&format!("blk.{layer}.ffn_gate_inp.bias"), m.n_expert)?;
+            let experts = self.expert_biases(layer, m.n_expert, d, m.n_ff_expert)?;
+            Some(Box::new(MoeBiases { router, experts }))
+        } else {
+            None
+        };
+        Ok(Ffn::Moe(MoeWeights { router, biases, experts, shared, shared_gate }))
+    }
+
+    /// Every expert's gate, up and down biases from the `[n_ff, n_expert]` and
+    /// `[n_embd, n_expert]` tensors of a layer (llama.cpp's `ffn_*_exps.bias`).
+    fn expert_biases(&self, layer: usize, n_expert: usize, d: usize, ff: usize) -> Result<Vec<FfnBias>> {
+        let rows = |s: &str, width: usize| -> Result<Vec<Vec<f32>>> {
+            let name = format!("blk.{layer}.{s}.bias");
+            let all = self.vectors(&name, n_expert, width)?;
+            Ok(all.chunks_exact(width).map(<[f32]>::to_vec).collect())
+        };
+        let (gates, ups, downs) =
+            (rows("ffn_gate_exps", ff)?, rows("ffn_up_exps", ff)?, rows("ffn_down_exps", d)?);
+        Ok(gates
+            .into_iter()
+            .zip(ups)
+            .zip(downs)
+            .map(|((gate, up), down)| FfnBias { gate, up, down })
+            .collect())
     }
 
     /// The experts of a layer in any of the layouts llama.cpp reads: 3-D `ffn_{gate,up,down}_exps`,
@@ -447,6 +531,8 @@ impl ModelWeights {
             };
             let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
                 (Some(l.vector(&n("post_attention_norm"), d)?), Some(l.vector(&n("post_ffw_norm"), d)?))
+            } else if cfg.arch == Arch::GptOss {
+                (None, None) // its `post_attention_norm` is the FFN's input norm (below)
             } else {
                 (l.opt_vector(&n("post_attention_norm"), d)?, l.opt_vector(&n("post_ffw_norm"), d)?)
             };
@@ -473,10 +559,22 @@ impl ModelWeights {
                 wv,
                 qkv_bias,
                 wo: l.matrix(&n("attn_output"), d, q)?,
+                wo_bias: if cfg.attn_out_bias {
+                    Some(l.vector(&format!("blk.{i}.attn_output.bias"), d)?)
+                } else {
+                    None
+                },
+                attn_sinks: if cfg.attn_sinks { Some(l.vector(&n("attn_sinks"), cfg.n_head)?) } else { None },
                 q_norm,
                 k_norm,
                 post_attn_norm,
-                ffn_norm: l.vector(&n("ffn_norm"), d)?,
+                // gpt-oss's file names its pre-FFN norm after the attention.
+                ffn_norm: match cfg.arch {
+                    Arch::GptOss if !tensors.contains(&n("ffn_norm")) => {
+                        l.vector(&n("post_attention_norm"), d)?
+                    }
+                    _ => l.vector(&n("ffn_norm"), d)?,
+                },
                 ffn,
                 post_ffn_norm,
             });

@@ -107,7 +107,8 @@ pub fn attention(
         let parts = &plan.parts[job.parts.start * plan.part_len..job.parts.end * plan.part_len];
         let start = (job.token * shape.n_head + job.kvh * ctx.group) * shape.head_dim;
         let o = &mut out[start..start + ctx.group * shape.head_dim];
-        decode::merge(parts, plan.part_len, ctx.group, shape.head_dim, o);
+        let sinks = ctx.group_sinks(job.kvh);
+        decode::merge(parts, plan.part_len, ctx.group, shape.head_dim, sinks, o);
     }
     PLAN.with(|p| *p.borrow_mut() = plan);
 }
@@ -118,7 +119,7 @@ const TILE_MIN_TOKENS: usize = 64;
 
 /// What every task of one call reads.
 struct Ctx<'a> {
-    shape: AttentionShape,
+    shape: AttentionShape<'a>,
     /// Query heads per KV head.
     group: usize,
     /// Width of a cached row (`n_head_kv * head_dim`).
@@ -138,7 +139,7 @@ struct Ctx<'a> {
     layer: usize,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
     /// The queries of KV head `kvh`'s group for batch entry `t`. `[group, head_dim]`
     fn q_group(&self, t: usize, kvh: usize) -> &[f32] {
         let hd = self.shape.head_dim;
@@ -149,6 +150,11 @@ impl Ctx<'_> {
     /// Offset in `out` of the `[group, head_dim]` output of batch entry `t` for KV head `kvh`.
     fn out_offset(&self, t: usize, kvh: usize) -> usize {
         (t * self.shape.n_head + kvh * self.group) * self.shape.head_dim
+    }
+
+    /// The attention sinks of KV head `kvh`'s query heads, if the model has sinks. `[group]`
+    fn group_sinks(&self, kvh: usize) -> Option<&'a [f32]> {
+        self.shape.sinks.map(|s| &s[kvh * self.group..(kvh + 1) * self.group])
     }
 
     /// Whether a query at `qpos` sees a key at `kpos`.
@@ -377,6 +383,23 @@ thread_local! {
     static PLAN: RefCell<Plan> = RefCell::new(Plan::default());
     /// This thread's tile buffers.
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// The factor that turns an output row accumulated with softmax maximum `max` and denominator
+/// `sum` into its attention output: `1 / sum`, or with an attention sink of logit `sink`,
+/// `1 / (sum + e^(sink - max))` (the sink takes its share of the probability and adds no
+/// value), rescaled to the sink when it is the larger so that nothing overflows. Zero for a
+/// row that saw no key.
+fn norm_factor(sum: f32, max: f32, sink: Option<f32>) -> f32 {
+    match sink {
+        _ if sum <= 0.0 => 0.0,
+        None => 1.0 / sum,
+        Some(s) if s > max => {
+            let ms = (max - s).exp();
+            ms / (sum * ms + 1.0)
+        }
+        Some(s) => 1.0 / (sum + (s - max).exp()),
+    }
 }
 
 /// `v` with at least `n` elements, the first `n` returned (contents unspecified).

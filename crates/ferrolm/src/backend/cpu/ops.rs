@@ -73,9 +73,9 @@ fn yarn_corr_dims(rope_dims: usize, p: &RopeParams) -> [f32; 2] {
     let corr = |n_rot: f32| {
         n_dims * (p.n_ctx_orig as f32 / (n_rot * 2.0 * std::f32::consts::PI)).ln() / (2.0 * p.base.ln())
     };
-    let start = corr(p.beta_fast).floor().max(0.0);
-    let end = corr(p.beta_slow).ceil().min(n_dims - 1.0);
-    [start, end]
+    let (start, end) = (corr(p.beta_fast), corr(p.beta_slow));
+    let (start, end) = if p.yarn_truncate { (start.floor(), end.ceil()) } else { (start, end) };
+    [start.max(0.0), end.min(n_dims - 1.0)]
 }
 
 /// Rotates the first `2 * cs.len()` dimensions of each `head_dim`-wide head in `x`
@@ -105,7 +105,18 @@ pub fn gated_activation(gate: &mut [f32], up: &[f32], act: Activation, exact: bo
             gate.iter_mut().zip(up).for_each(|(g, &u)| *g = gelu_tanh_f16(*g) * u)
         }
         (Activation::GeluTanh, true) => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = gelu_tanh(*g) * u),
+        (Activation::SwigluOai, _) => gate.iter_mut().zip(up).for_each(|(g, &u)| *g = swiglu_oai(*g, u)),
     }
+}
+
+/// gpt-oss's clamped SwiGLU of one gate and up value ([`Activation::SwigluOai`]).
+#[inline]
+pub fn swiglu_oai(gate: f32, up: f32) -> f32 {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    let g = gate.min(LIMIT);
+    let u = up.clamp(-LIMIT, LIMIT);
+    g / (1.0 + (-ALPHA * g).exp()) * (u + 1.0)
 }
 
 /// Adds `bias` to each `bias.len()`-wide row of `x`.
@@ -201,11 +212,29 @@ mod tests {
         for c in &y {
             assert!(((c.0 * c.0 + c.1 * c.1).sqrt() - 1.2).abs() < 1e-5);
         }
+        // Untruncated (Hugging Face's `"truncate": false`): the ramp ends at the exact correction
+        // dimension (2.016 pairs here), not at the next whole pair (3).
+        let hi = 16.0 * (64.0 / (2.0 * std::f32::consts::PI)).ln() / (2.0 * 10000f32.ln());
+        for (truncate, end) in [(true, 3.0), (false, hi)] {
+            let mut e = plain.clone();
+            rope_cos_sin(7, dims, &RopeParams { yarn_truncate: truncate, ..yarn }, None, &mut e);
+            for (i, c) in e.iter().enumerate().take(3) {
+                let theta = 7.0 * 10000f32.powf(-((2 * i) as f32) / 16.0);
+                let mix = 1.0 - (i as f32 / end).clamp(0.0, 1.0);
+                let want = theta * (0.25 * (1.0 - mix) + mix);
+                let (co, si) = (1.2 * want.cos(), 1.2 * want.sin());
+                assert!((c.0 - co).abs() < 1e-5 && (c.1 - si).abs() < 1e-5, "pair {i}, truncate {truncate}");
+            }
+        }
     }
 
     #[test]
     fn activations() {
         assert!((silu(1.0) - 0.731_058_6).abs() < 1e-6);
+        // gpt-oss: the gate is capped at 7 from above only, the up value clamped to ±7.
+        assert!((swiglu_oai(1.0, 0.5) - 1.5 / (1.0 + (-1.702f32).exp())).abs() < 1e-6);
+        assert_eq!(swiglu_oai(9.0, 20.0), swiglu_oai(7.0, 7.0));
+        assert_eq!(swiglu_oai(-9.0, -20.0), -9.0 / (1.0 + (1.702f32 * 9.0).exp()) * -6.0);
         assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
         assert_eq!(gelu_tanh(0.0), 0.0);
         for x in [-12.0f32, -3.3, -0.5, 0.0, 0.123, 1.0, 2.5, 9.9, 11.0] {

@@ -111,6 +111,7 @@ pub(super) fn attention<D: Device>(
 
     let qv = dev.view(q)?;
     let ov = dev.view_out(out)?;
+    let sinks = shape.sinks.map(|s| dev.view(s)).transpose()?;
     if launches.iter().map(|l| l.n_q).sum::<usize>() < entries.len() {
         // Rows of sequences without a cache get zeros (no launch writes them).
         dev.run("op_zero", &[Arg::Mem(ov.mem())], &[out_len], None)?;
@@ -144,9 +145,12 @@ pub(super) fn attention<D: Device>(
             Arg::Mem(part),
             Arg::Mem(iview.mem()),
             Arg::Mem(ov.mem()),
+            // Without sinks the kernel reads nothing there: any buffer will do.
+            Arg::Mem(sinks.as_ref().map_or(part, |v| v.mem())),
             Arg::U32(dim::<D>(hd)?),
             Arg::U32(dim::<D>(shape.n_head)?),
             Arg::U32(dim::<D>(l.n_ranges)?),
+            Arg::I32(sinks.is_some().into()),
         ];
         dev.run("attn_merge", &args, &[hd, shape.n_head, l.n_q], None)?;
         // Kept until the queue has run: the kernels read the views' memory.

@@ -35,7 +35,7 @@ fn tokens(seq: SeqId, positions: impl IntoIterator<Item = u32>) -> Vec<BatchEntr
     positions.into_iter().map(|pos| BatchEntry { seq, pos, token: 0, logits: false }).collect()
 }
 
-fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttentionShape {
+fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttentionShape<'static> {
     AttentionShape {
         n_head,
         n_head_kv,
@@ -43,6 +43,7 @@ fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttentionShape {
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: None,
         softcap: None,
+        sinks: None,
     }
 }
 
@@ -166,6 +167,20 @@ fn softcap_window_and_odd_head_dim() {
         check("softcap decode", s, types, &seqs, &tokens(0, [199]), &[], 9);
         check("softcap per-query chunk", s, types, &seqs, &tokens(0, 150..190), &[], 10);
         check("softcap prompt", s, types, &seqs, &tokens(0, 100..200), &[], 11);
+    }
+}
+
+#[test]
+fn attention_sinks() {
+    // gpt-oss: a sink logit per query head, below, near and far above the scores.
+    const SINKS: [f32; 6] = [-3.0, 0.0, 0.7, 2.0, 9.0, 40.0];
+    let s = AttentionShape { sinks: Some(&SINKS), window: Some(128), ..shape(6, 3, 64) };
+    let seqs = [(0, (0..1300).collect()), (1, (0..90).collect())];
+    for types in [F16, F32] {
+        let mut both = tokens(0, [1299]);
+        both.extend(tokens(1, [89]));
+        check("sinks decode (split ranges)", s, types, &seqs, &both, &[], 12);
+        check("sinks prompt", s, types, &seqs, &tokens(1, 10..90), &[], 13);
     }
 }
 

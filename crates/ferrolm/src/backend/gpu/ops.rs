@@ -123,6 +123,7 @@ pub(super) fn gated_activation<D: Device>(
         (Activation::Silu, _) => 0,
         (Activation::GeluTanh, true) => 1,
         (Activation::GeluTanh, false) => 2,
+        (Activation::SwigluOai, _) => 3,
     };
     let (gv, uv) = (dev.view_mut(&mut gate[..n])?, dev.view(&up[..n])?);
     dev.run("op_gated", &[Arg::Mem(gv.mem()), Arg::Mem(uv.mem()), Arg::I32(mode)], &[n], None)?;

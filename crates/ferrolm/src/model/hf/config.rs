@@ -39,8 +39,9 @@ fn experts(c: &Cfg<'_>, arch: Arch, model_type: &str, put: &mut impl FnMut(&str,
         Some(n) => Some(n),
         None => c.opt_usize("num_experts")?,
     };
-    let moe_arch = matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe)
-        || model_type == "mixtral";
+    let moe_arch =
+        matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe | Arch::GptOss)
+            || model_type == "mixtral";
     let Some(n_expert) = n_expert.filter(|_| moe_arch) else {
         if moe_arch {
             return Err(Error::Config(format!("config.json: {model_type} without num_experts")));
@@ -311,6 +312,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "smollm3" => Arch::SmolLM3,
         "granite" => Arch::Granite,
         "granitemoe" | "granitemoeshared" => Arch::GraniteMoe,
+        "gpt_oss" => Arch::GptOss,
         other => return Err(Error::UnsupportedArchitecture(format!("{other} (config.json model_type)"))),
     };
     let a = arch.name();
@@ -405,6 +407,10 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                     put(dst, MetaValue::F32(v as f32));
                 }
             }
+            // ggml always rounds the correction range outwards; transformers only by default.
+            if rope.get("truncate").and_then(Value::as_bool) == Some(false) {
+                put("rope.scaling.yarn_truncate", MetaValue::Bool(false));
+            }
             if let Some(af) = rope.get("attention_factor").and_then(Value::as_f64) {
                 // An explicit attention factor replaces YaRN's default 0.1·ln(factor) + 1.
                 let default = if factor > 1.0 { 0.1 * factor.ln() + 1.0 } else { 1.0 };
@@ -469,6 +475,28 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                 "config.json: {model_type} folders are not read directly (BERT is, as model_type 'bert'); \
                  convert the folder to GGUF with llama.cpp's convert_hf_to_gguf.py"
             )));
+        }
+        Arch::GptOss => {
+            // llama.cpp's gpt-oss graph has these constants built in, as ferrolm's has.
+            let alpha = c.opt_f64("swiglu_alpha")?.unwrap_or(1.702);
+            let limit = c.opt_f64("swiglu_limit")?.unwrap_or(7.0);
+            if (alpha - 1.702).abs() > 1e-6 || (limit - 7.0).abs() > 1e-6 {
+                return Err(Error::Config(format!(
+                    "config.json: gpt-oss with swiglu_alpha {alpha} / swiglu_limit {limit} is not supported \
+                     (only gpt-oss's 1.702 / 7)"
+                )));
+            }
+            if c.opt_bool("attention_bias")? == Some(false) {
+                return Err(Error::Config(
+                    "config.json: gpt-oss without attention biases is not supported".into(),
+                ));
+            }
+            if let Some(w) = window {
+                swa_pattern(
+                    layer_types.clone().unwrap_or_else(|| (0..n_layer).map(|i| i % 2 == 0).collect()),
+                );
+                put("attention.sliding_window", u32v(w, "sliding_window")?);
+            }
         }
         Arch::SmolLM3 => smollm3_rope_layers(&c, n_layer)?,
         Arch::Granite | Arch::GraniteMoe => {

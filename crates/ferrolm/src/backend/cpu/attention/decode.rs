@@ -15,7 +15,7 @@ use ferrolm_kernels::quant::kv::KvBlocks;
 use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
 
 use super::prefill::rows_at;
-use super::{Cached, Ctx, Plan, SharedOut, Task, block_rows};
+use super::{Cached, Ctx, Plan, SharedOut, Task, block_rows, norm_factor};
 
 /// Slots scored at once.
 const SPAN: usize = 256;
@@ -234,8 +234,16 @@ pub(super) fn run(task: &RangeTask, plan: &Plan, ctx: &Ctx<'_>, parts: SharedOut
 }
 
 /// Combines a job's partial results (the regions `parts`, `part_len` floats each) into `out`
-/// (`[group, head_dim]`): zeros when no range saw a slot.
-pub(super) fn merge(parts: &[f32], part_len: usize, g: usize, hd: usize, out: &mut [f32]) {
+/// (`[group, head_dim]`), with the group's attention sinks if any (`[group]`): zeros when no
+/// range saw a slot.
+pub(super) fn merge(
+    parts: &[f32],
+    part_len: usize,
+    g: usize,
+    hd: usize,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+) {
     for h in 0..g {
         let o = &mut out[h * hd..(h + 1) * hd];
         o.fill(0.0);
@@ -251,7 +259,7 @@ pub(super) fn merge(parts: &[f32], part_len: usize, g: usize, hd: usize, out: &m
                 *d += w * x;
             }
         }
-        let inv = 1.0 / sum;
+        let inv = norm_factor(sum, mx, sinks.map(|s| s[h]));
         o.iter_mut().for_each(|x| *x *= inv);
     }
 }

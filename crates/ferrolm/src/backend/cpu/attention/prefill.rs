@@ -13,7 +13,7 @@ use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
 
 use std::ops::Range;
 
-use super::{Cached, Ctx, Plan, Scratch, SharedOut, Task, block_rows, grow};
+use super::{Cached, Ctx, Plan, Scratch, SharedOut, Task, block_rows, grow, norm_factor};
 
 /// Slots per key block for a head dimension (a block's f32 keys stay within 32 KiB).
 pub(super) fn block_len(head_dim: usize) -> usize {
@@ -157,9 +157,10 @@ pub(super) fn run(t: &Tile, plan: &Plan, ctx: &Ctx<'_>, out: SharedOut, sc: &mut
     for (i, &tok) in tokens.iter().enumerate() {
         // SAFETY: this tile is the only task writing token `tok`'s outputs for KV head `kvh`.
         let dst = unsafe { out.region(ctx.out_offset(tok, t.kvh), g * hd) };
+        let sinks = ctx.group_sinks(t.kvh);
         for (h, dst) in dst.chunks_exact_mut(hd).enumerate() {
             let row = i * g + h;
-            let inv = if sum[row] > 0.0 { 1.0 / sum[row] } else { 0.0 };
+            let inv = norm_factor(sum[row], max[row], sinks.map(|s| s[h]));
             for (d, &x) in dst.iter_mut().zip(&o[row * hd..(row + 1) * hd]) {
                 *d = x * inv;
             }

@@ -88,8 +88,10 @@ fn reference(
             if scores.is_empty() {
                 continue;
             }
-            let m = scores.iter().map(|s| s.1).fold(f64::NEG_INFINITY, f64::max);
-            let z: f64 = scores.iter().map(|s| (s.1 - m).exp()).sum();
+            // A sink is one more score in the softmax, with no value.
+            let sink = shape.sinks.map(|s| f64::from(s[h]));
+            let m = scores.iter().map(|s| s.1).chain(sink).fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = scores.iter().map(|s| s.1).chain(sink).map(|s| (s - m).exp()).sum();
             for &(slot, s) in &scores {
                 let w = (s - m).exp() / z;
                 for (a, &x) in o.iter_mut().zip(v(slot)) {
@@ -149,7 +151,7 @@ fn prompt(seq: SeqId, positions: impl IntoIterator<Item = u32>) -> Vec<BatchEntr
     positions.into_iter().map(|pos| BatchEntry { seq, pos, token: 0, logits: false }).collect()
 }
 
-fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttentionShape {
+fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttentionShape<'static> {
     AttentionShape {
         n_head,
         n_head_kv,
@@ -157,6 +159,7 @@ fn shape(n_head: usize, n_head_kv: usize, head_dim: usize) -> AttentionShape {
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: None,
         softcap: None,
+        sinks: None,
     }
 }
 
@@ -175,6 +178,25 @@ fn prompt_and_decode_with_grouped_heads() {
         check(s, types, &[(0, (0..71).collect())], &prompt(0, [70]), 2);
         check(s, types, &[(0, (0..73).collect())], &prompt(0, 70..73), 3);
         check(s, types, &[(0, (0..40).collect())], &prompt(0, 0..40), 22);
+    }
+}
+
+#[test]
+fn attention_sinks_take_their_share_of_every_softmax() {
+    // gpt-oss geometry (group of 2, window 128 on alternate layers) with sinks far below, near
+    // and far above the scores: a sink above every score leaves almost nothing to the values.
+    const SINKS: [f32; 6] = [-3.0, 0.0, 0.7, 2.0, 9.0, 40.0];
+    let s = AttentionShape { sinks: Some(&SINKS), ..shape(6, 3, 64) };
+    let windowed = AttentionShape { window: Some(128), ..s };
+    for sh in [s, windowed] {
+        check(sh, F16, &[(0, (0..150).collect())], &prompt(0, 0..150), 40);
+        check(sh, F32, &[(0, (0..700).collect())], &prompt(0, [699]), 41);
+        check(sh, F16, &[(0, (0..40).collect())], &prompt(0, 30..40), 42);
+        // Two sequences decoding at once, one long enough to be split into ranges.
+        let seqs = [(0, (0..1300).collect()), (1, (0..90).collect())];
+        let mut entries = prompt(0, [1299]);
+        entries.extend(prompt(1, [89]));
+        check(sh, F16, &seqs, &entries, 43);
     }
 }
 

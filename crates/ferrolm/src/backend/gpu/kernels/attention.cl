@@ -128,11 +128,13 @@ __kernel void attn_partial(__global const float *q,     // [n_tok, n_head * head
 
 // Work item (d, h, qi): output dimension d of query head h of query qi, the ranges' partial
 // results merged (weights exp(max_r - max), then times 1 / denominator); zero when no range saw
-// a slot.
+// a slot. With attention sinks (has_sinks), head h's sink logit joins the denominator as
+// exp(sink - max), the maximum taken over the sink too.
 __kernel void attn_merge(__global const float *part,  // [n_ranges, n_q, n_head, 2 + head_dim]
                          __global const uint *info,   // [n_q, 5]
                          __global float *out,         // [n_tok, n_head * head_dim]
-                         uint head_dim, uint n_head, uint n_ranges) {
+                         __global const float *sinks, // [n_head] (read only with has_sinks)
+                         uint head_dim, uint n_head, uint n_ranges, int has_sinks) {
     uint d = get_global_id(0), h = get_global_id(1), qi = get_global_id(2);
     uint n_q = get_global_size(2);
     size_t stride = (size_t)n_q * n_head * (2 + head_dim);
@@ -143,7 +145,9 @@ __kernel void attn_merge(__global const float *part,  // [n_ranges, n_q, n_head,
     }
     float o = 0.0f;
     if (mx != -INFINITY) {
-        float sum = 0.0f;
+        float sink = has_sinks ? sinks[h] : -INFINITY;
+        mx = fmax(mx, sink);
+        float sum = has_sinks ? exp(sink - mx) : 0.0f;
         for (uint r = 0; r < n_ranges; r++) {
             __global const float *p = p0 + r * stride;
             float w = exp(p[0] - mx);

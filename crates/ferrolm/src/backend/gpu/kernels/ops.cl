@@ -106,11 +106,17 @@ inline float op_gelu(float x) {
 }
 
 // gate = act(gate) * up. act: 0 SiLU, 1 GELU (f32), 2 GELU through llama.cpp's f16 table
-// (input and result rounded to f16; exact outside (-10, 10)).
+// (input and result rounded to f16; exact outside (-10, 10)), 3 gpt-oss's clamped SwiGLU
+// (gate capped at 7, up clamped to +-7, sigmoid(1.702 g), times up + 1).
 __kernel void op_gated(__global float *gate, __global const float *up, int act) {
     size_t i = get_global_id(0);
     float g = gate[i];
     float a;
+    if (act == 3) {
+        g = fmin(g, 7.0f);
+        gate[i] = g / (1.0f + exp(-1.702f * g)) * (fmin(fmax(up[i], -7.0f), 7.0f) + 1.0f);
+        return;
+    }
     if (act == 0) {
         a = g / (1.0f + exp(-g));
     } else if (act == 1) {
