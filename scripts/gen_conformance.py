@@ -614,6 +614,38 @@ MODELS: list[Spec] = [
                 "Tied embeddings (emb_std 0.01, final norm gain 120, as `granite`); "
                 "byte-level BPE with the Qwen2 regex and no BOS (real Granite tokenizers add "
                 "none either)."]),
+    # ---- OpenAI gpt-oss ----
+    Spec("gpt-oss", "GptOssConfig", "GptOssForCausalLM", "bpe-llama3",
+         dict(BASE, intermediate_size=32, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, num_local_experts=8, num_experts_per_tok=2,
+              sliding_window=8, tie_word_embeddings=False,
+              rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                               "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                               "beta_slow": 1.0, "truncate": False}),
+         seed=2020,
+         notes=["gpt-oss (GptOssForCausalLM, GGUF arch `gpt-oss`): every layer sparse, 8 "
+                "experts, top-2 chosen by the router LOGITS (router with a bias) and weighted by "
+                "the softmax of those two logits only; each expert's projections have biases; "
+                "gpt-oss's clamped SwiGLU (gate capped at 7, up clamped to +-7, "
+                "gate*sigmoid(1.702*gate)*(up+1)). Safetensors keep transformers' fused layout "
+                "mlp.experts.gate_up_proj [E, d, 2*ff] with gate and up INTERLEAVED along the "
+                "last dim and down_proj [E, ff, d] (input-major, x @ W); the converter "
+                "transposes and de-interleaves them into ffn_gate_exps / ffn_up_exps.",
+                "Attention: biases on q, k, v and o; a learned sink logit per query head "
+                "(self_attn.sinks, GGUF attn_sinks.weight) joins every softmax; even layers "
+                "attend in a window of 8 (layer_types sliding/full alternating; llama.cpp's "
+                "default pattern of 2), NeoX RoPE with YaRN (factor 4, original context 64, "
+                "base 150000) on every layer. GQA 4/2, head_dim 16, 2 layers (one windowed, one "
+                "global: more layers leave no prompt whose every routing is robust). The norm before "
+                "the experts is post_attention_layernorm (GGUF post_attention_norm).",
+                "YaRN `truncate: false` (as gpt-oss's config): transformers ramps between the "
+                "exact correction dimensions, where llama.cpp always rounds them outwards to "
+                "whole pairs; the GGUF carries no key for it, hence gguf_reference. Byte-level "
+                "BPE with the Llama 3 regex and BOS (the real o200k vocabulary has no BOS; "
+                "irrelevant to the model's numbers)."],
+         gguf_overrides=lambda c: {"rope_parameters": {**c["rope_parameters"], "truncate": True}},
+         gguf_reason="llama.cpp rounds YaRN's correction range outwards (ggml_rope_yarn_corr_dims) "
+                     "and the converter writes no key for transformers' `truncate: false`."),
 ]
 
 
@@ -621,7 +653,7 @@ MODELS: list[Spec] = [
 # transformers 5 modules: `mlp.gate` (Qwen2/3-MoE, OLMoE, Mixtral), `block_sparse_moe.router`
 # (Granite MoE; saved as `block_sparse_moe.router.layer.weight`)
 ROUTER_SUFFIXES = ("mlp.gate.weight", "mlp.shared_expert_gate.weight",
-                   "block_sparse_moe.router.weight")
+                   "block_sparse_moe.router.weight", "mlp.router.weight")
 
 
 def randomize(model: torch.nn.Module, seed: int, emb_std: float,
@@ -645,10 +677,22 @@ def randomize(model: torch.nn.Module, seed: int, emb_std: float,
     and a larger final-norm gain to spread the logits again; Gemma's sqrt(hidden) embedding
     scale makes that even more necessary."""
     g = torch.Generator().manual_seed(seed)
+    # gpt-oss keeps its experts input-major ([E, in, out]) and has attention sinks
+    gpt_oss = getattr(model.config, "model_type", None) == "gpt_oss"
     with torch.no_grad():
         for name, p in model.named_parameters():
             r = torch.randn(p.shape, generator=g, dtype=torch.float32)
-            if p.ndim == 1 and "norm" in name:
+            if gpt_oss and name.endswith(".sinks"):  # one logit per head, N(0, 1)
+                p.copy_(r)
+            elif gpt_oss and name.endswith("_bias"):  # experts' biases [E, out]
+                p.copy_(0.2 * r)
+            elif gpt_oss and p.ndim == 3 and ".experts." in name:  # [E, in, out]
+                p.copy_(1.5 / math.sqrt(p.shape[1]) * r)
+            elif gpt_oss and name.endswith("mlp.router.weight"):
+                # twice the other routers' spread: every routing of a 20-token prompt and its 8
+                # greedy tokens must clear MIN_ROUTER_LOGIT_GAP
+                p.copy_(6.0 / math.sqrt(p.shape[1]) * r)
+            elif p.ndim == 1 and "norm" in name:
                 base = float(p.detach().float().mean())  # 1.0 (x*w) or 0.0 (x*(1+w))
                 assert base in (0.0, 1.0), (name, base)
                 gain = final_norm_gain if name == "model.norm.weight" else 1.0
@@ -716,8 +760,12 @@ def router_min_gaps(model, seq: torch.Tensor) -> tuple[float, float] | None:
         k = int(mod.top_k)
         top = torch.topk(probs, k + 1, dim=-1).values
         topl = torch.topk(logits, k + 1, dim=-1).values
-        gaps.append((float(((top[:, k - 1] - top[:, k]) / top[:, 0]).min()),
-                     float((topl[:, k - 1] - topl[:, k]).min())))
+        prob_gap = float(((top[:, k - 1] - top[:, k]) / top[:, 0]).min())
+        if type(mod).__name__ == "GptOssTopKRouter":
+            # gpt-oss picks by logit (its softmax only weighs the k chosen): no probability
+            # over all experts is ever computed, so only the logit gap matters
+            prob_gap = 1.0
+        gaps.append((prob_gap, float((topl[:, k - 1] - topl[:, k]).min())))
 
     handles = [m.register_forward_hook(hook) for _, m in rs]
     try:
