@@ -101,6 +101,15 @@ pub struct AttentionShape<'a> {
     pub sinks: Option<&'a [f32]>,
 }
 
+#[cfg(test)]
+impl AttentionShape<'static> {
+    /// One head of two dimensions, score scale 1, no window, cap or sinks: the geometry the
+    /// eviction policies' tests score with.
+    pub(crate) fn tiny() -> Self {
+        Self { n_head: 1, n_head_kv: 1, head_dim: 2, scale: 1.0, window: None, softcap: None, sinks: None }
+    }
+}
+
 /// Whether a query at `qpos` sees a key at `kpos` (causal, inside the window if any).
 #[inline]
 pub fn visible(window: Option<usize>, qpos: u32, kpos: u32) -> bool {

@@ -209,6 +209,17 @@ fn expert_name(stem: &str) -> Option<String> {
     Some(format!("{g}.{e}"))
 }
 
+/// The safetensors tensor `hf_name` as stored (dims in GGUF order), `None` if the set lacks it.
+fn tensor_ref(set: &SafetensorsSet, hf_name: &str) -> Result<Option<TensorRef>> {
+    let Some((storage, st)) = set.tensor(hf_name) else { return Ok(None) };
+    let ty = st.dtype.to_ggml().ok_or_else(|| Error::UnsupportedTensorType {
+        name: hf_name.to_string(),
+        ty: format!("{:?} (safetensors)", st.dtype),
+    })?;
+    let dims: Vec<u64> = st.shape.iter().rev().map(|&d| d as u64).collect();
+    Ok(Some(TensorRef { storage: storage.clone(), range: st.range.clone(), ty, dims }))
+}
+
 /// Adds one to a norm weight (Gemma stores `w` and computes `x̂ · (1 + w)`), as an F32 tensor.
 fn shifted_norm(name: &str, t: &TensorRef) -> Result<TensorRef> {
     let mut v = t.to_f32(name)?;
@@ -253,13 +264,7 @@ impl HfModel {
             if layout.arch == Arch::GptOss
                 && let Some(layer) = gpt_oss::layer_tensor(hf_name)
             {
-                let Some((storage, st)) = set.tensor(hf_name) else { continue };
-                let ty = st.dtype.to_ggml().ok_or_else(|| Error::UnsupportedTensorType {
-                    name: hf_name.to_string(),
-                    ty: format!("{:?} (safetensors)", st.dtype),
-                })?;
-                let dims: Vec<u64> = st.shape.iter().rev().map(|&d| d as u64).collect();
-                let t = TensorRef { storage: storage.clone(), range: st.range.clone(), ty, dims };
+                let Some(t) = tensor_ref(&set, hf_name)? else { continue };
                 for (name, t) in gpt_oss::tensors(layer, &t)? {
                     map.insert(name, t);
                 }
@@ -272,13 +277,7 @@ impl HfModel {
             if name == "output.weight" && layout.tied {
                 continue;
             }
-            let Some((storage, st)) = set.tensor(hf_name) else { continue };
-            let ty = st.dtype.to_ggml().ok_or_else(|| Error::UnsupportedTensorType {
-                name: hf_name.to_string(),
-                ty: format!("{:?} (safetensors)", st.dtype),
-            })?;
-            let dims: Vec<u64> = st.shape.iter().rev().map(|&d| d as u64).collect();
-            let t = TensorRef { storage: storage.clone(), range: st.range.clone(), ty, dims };
+            let Some(t) = tensor_ref(&set, hf_name)? else { continue };
             let t = if layout.arch.is_gemma() && name.ends_with("norm.weight") {
                 shifted_norm(&name, &t)?
             } else {

@@ -2,15 +2,7 @@ use super::*;
 use crate::kv::{FixedMonitor, KvCache, KvType};
 
 fn shapes() -> Vec<AttentionShape<'static>> {
-    vec![AttentionShape {
-        n_head: 1,
-        n_head_kv: 1,
-        head_dim: 2,
-        scale: 1.0,
-        window: None,
-        softcap: None,
-        sinks: None,
-    }]
+    vec![AttentionShape::tiny()]
 }
 
 fn opts(policy: PolicyKind, window: usize, sinks: usize) -> CacheOptions {

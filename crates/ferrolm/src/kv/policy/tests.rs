@@ -59,15 +59,7 @@ fn h2o_keeps_heavy_hitters_sinks_and_recent() {
 fn snapkv_keeps_what_the_observation_window_attends_to() {
     // Keys: token 5 points where the recent queries look; everything else is orthogonal.
     let mut kv = cache(30, |p| if p == 5 { [8.0, 0.0] } else { [0.0, 1.0] });
-    let shape = AttentionShape {
-        n_head: 1,
-        n_head_kv: 1,
-        head_dim: 2,
-        scale: 1.0,
-        window: None,
-        softcap: None,
-        sinks: None,
-    };
+    let shape = AttentionShape::tiny();
     let mut p = make_policy(PolicyKind::SnapKv, 4, 0).expect("policy");
     assert_eq!(p.query_window(), 4);
     let seq = kv.seq_mut(0);
