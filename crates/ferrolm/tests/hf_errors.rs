@@ -10,7 +10,12 @@ use serde_json::Value;
 
 /// A copy of the tiny Llama conformance folder in a temporary directory.
 fn tiny_folder() -> (tempfile::TempDir, PathBuf) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance/llama/hf");
+    tiny_copy("llama")
+}
+
+/// A copy of the tiny conformance folder of model `name` in a temporary directory.
+fn tiny_copy(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/conformance/{name}/hf"));
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("tiny-llama");
     std::fs::create_dir(&dir).unwrap();
@@ -46,6 +51,19 @@ fn edit_tensors(
     drop(file);
     let list: Vec<_> =
         owned.iter().map(|(n, d, s, b)| (n.as_str(), *d, s.as_slice(), b.as_slice())).collect();
+    write_safetensors(&path, &list).unwrap();
+}
+
+/// Rewrites `model.safetensors` with every tensor renamed by `rename` (data unchanged).
+fn rename_tensors(dir: &Path, rename: impl Fn(&str) -> String) {
+    let path = dir.join("model.safetensors");
+    let file = SafetensorsFile::open(&path).unwrap();
+    let bytes = file.storage().as_bytes().to_vec();
+    let tensors: Vec<_> =
+        file.tensors().iter().map(|t| (rename(&t.name), t.dtype, t.shape.clone(), t.range.clone())).collect();
+    drop(file);
+    let list: Vec<_> =
+        tensors.iter().map(|(n, d, s, r)| (n.as_str(), *d, s.as_slice(), &bytes[r.clone()])).collect();
     write_safetensors(&path, &list).unwrap();
 }
 
@@ -147,6 +165,30 @@ fn tensor_with_wrong_shape_is_named() {
     });
     let e = load_err(&dir);
     assert!(e.contains("blk.1.ffn_down.weight") && e.contains("shape"), "{e}");
+}
+
+#[test]
+fn gpt_oss_folders_with_mxfp4_experts_or_odd_tensors_are_refused() {
+    // OpenAI ships gpt-oss's experts as MXFP4 blocks and scales: refused, with the way out.
+    let (_tmp, dir) = tiny_copy("gpt-oss");
+    rename_tensors(&dir, |name| name.replace("experts.down_proj", "experts.down_proj_blocks"));
+    let e = load_err(&dir);
+    assert!(e.contains("MXFP4") && e.contains("convert_hf_to_gguf"), "{e}");
+    // Fused experts of a type that cannot be rearranged, or of the wrong rank.
+    let (_tmp, dir) = tiny_copy("gpt-oss");
+    edit_tensors(&dir, |name, dt, shape, data| {
+        let fused = name.ends_with("experts.gate_up_proj");
+        Some(if fused { (StDtype::I16, shape, data) } else { (dt, shape, data) })
+    });
+    let e = load_err(&dir);
+    assert!(e.contains("gate_up_proj") && e.contains("I16"), "{e}");
+    let (_tmp, dir) = tiny_copy("gpt-oss");
+    edit_tensors(&dir, |name, dt, shape, data| {
+        let flat = if name.ends_with("experts.down_proj") { vec![shape.iter().product()] } else { shape };
+        Some((dt, flat, data))
+    });
+    let e = load_err(&dir);
+    assert!(e.contains("down_proj") && e.contains("shape"), "{e}");
 }
 
 #[test]
