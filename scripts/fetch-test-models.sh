@@ -70,7 +70,8 @@ fi
 # (Qwen 3.5, Gemma 4), from the llama.cpp sources of the llama-cpp-python sdist (downloaded with
 # pip and cached by scripts/bench_compare.py, which the llama.cpp server suite step also uses).
 vocab_dir="${models_dir}/vocab"
-if [[ ! -f "${vocab_dir}/ggml-vocab-gemma-4.gguf.out" || ! -f "${vocab_dir}/ggml-vocab-qwen35.gguf.out" ]]; then
+if [[ ! -f "${vocab_dir}/ggml-vocab-gemma-4.gguf.out" || ! -f "${vocab_dir}/ggml-vocab-qwen35.gguf.out"
+      || ! -f "${vocab_dir}/ggml-vocab-nomic-bert-moe.gguf" ]]; then
     echo "==> llama.cpp sources (llama-cpp-python sdist) for the large vocabularies' test vectors" >&2
     llama_tree="$(python3 -c "
 import sys
@@ -84,4 +85,7 @@ print(bench_compare.llama_source(sys.argv[1]))
             cp "${llama_tree}/models/${name}.${ext}" "${vocab_dir}/"
         done
     done
+    # A unigram (UGM) vocabulary, shipped without vectors: the project keeps llama.cpp's own
+    # tokenization of it in crates/ferrolm/tests/fixtures/vocab-ugm (scripts/gen_ugm_vectors.py).
+    cp "${llama_tree}/models/ggml-vocab-nomic-bert-moe.gguf" "${vocab_dir}/"
 fi

@@ -2,11 +2,14 @@
 //! Hugging Face folder's `tokenizer.json` (run by the `tokenizers` crate, see
 //! [`Tokenizer::from_hf_dir`]); both answer through the same [`Tokenizer`] API.
 //!
-//! Two GGUF vocabulary kinds are implemented:
+//! The GGUF vocabulary kinds:
 //! - [`TokenizerKind::Spm`] (`tokenizer.ggml.model = "llama"`): SentencePiece-style merging by
 //!   score over characters, spaces escaped as `▁`, byte fallback through `<0xXX>` tokens.
 //! - [`TokenizerKind::Bpe`] (`"gpt2"`): a pre-tokenizer chosen by `tokenizer.ggml.pre` splits
 //!   the text into words, which are mapped through GPT-2's byte → character table and merged by rank.
+//! - [`TokenizerKind::Wpm`] (`"bert"`): WordPiece.
+//! - [`TokenizerKind::Ugm`] (`"t5"`): SentencePiece's unigram model with its precompiled
+//!   normalisation map (T5, XLM-RoBERTa).
 //!
 //! Special tokens (control, user-defined, unknown) are split out of the text first, longest first;
 //! control and unknown ones only when `parse_special` is set, user-defined ones always.
@@ -52,6 +55,7 @@ mod spm;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod ugm;
 mod unicode;
 mod vocab;
 mod wpm;
@@ -119,6 +123,9 @@ pub enum TokenizerKind {
     /// pieces, word-initial pieces stored as `▁piece` (a Hugging Face `tokenizer.json`: `##`
     /// marks continuations instead).
     Wpm,
+    /// SentencePiece unigram (`tokenizer.ggml.model = "t5"`): normalisation through the
+    /// precompiled charsmap, then the best-scoring segmentation (T5, XLM-RoBERTa).
+    Ugm,
 }
 
 /// Where a tokenizer comes from and what runs it.
@@ -178,6 +185,8 @@ enum Algorithm {
         norm: wpm::Normalizer,
         max_len: usize,
     },
+    /// SentencePiece unigram.
+    Ugm(Box<ugm::Ugm>),
     /// A Hugging Face tokenizer; the vocabulary table mirrors its tokens for the shared accessors.
     Hf(Box<hf::HfAlgorithm>),
 }
@@ -237,14 +246,16 @@ impl Tokenizer {
     pub fn backend(&self) -> TokenizerBackend {
         match &self.algorithm {
             Algorithm::Hf(_) => TokenizerBackend::HuggingFace,
-            Algorithm::Spm | Algorithm::Bpe { .. } | Algorithm::Wpm { .. } => TokenizerBackend::Gguf,
+            Algorithm::Spm | Algorithm::Bpe { .. } | Algorithm::Wpm { .. } | Algorithm::Ugm(_) => {
+                TokenizerBackend::Gguf
+            }
         }
     }
 
     /// The BPE pre-tokenizer (`None` for SentencePiece and Hugging Face vocabularies).
     pub fn pre_type(&self) -> Option<PreType> {
         match &self.algorithm {
-            Algorithm::Spm | Algorithm::Wpm { .. } | Algorithm::Hf(_) => None,
+            Algorithm::Spm | Algorithm::Wpm { .. } | Algorithm::Ugm(_) | Algorithm::Hf(_) => None,
             Algorithm::Bpe { pre, .. } => Some(*pre),
         }
     }
@@ -265,7 +276,7 @@ impl Tokenizer {
     /// Number of BPE merges (0 for SentencePiece and WordPiece vocabularies).
     pub fn n_merges(&self) -> usize {
         match &self.algorithm {
-            Algorithm::Spm | Algorithm::Wpm { .. } => 0,
+            Algorithm::Spm | Algorithm::Wpm { .. } | Algorithm::Ugm(_) => 0,
             Algorithm::Bpe { merges, .. } => merges.len(),
             Algorithm::Hf(h) => h.n_merges(),
         }
@@ -301,7 +312,7 @@ impl Tokenizer {
         self.add_space_prefix
     }
 
-    /// `tokenizer.ggml.remove_extra_whitespaces` (read for completeness; llama.cpp does not apply it).
+    /// `tokenizer.ggml.remove_extra_whitespaces` (llama.cpp applies it to unigram vocabularies only).
     pub fn remove_extra_whitespaces(&self) -> bool {
         self.remove_extra_whitespaces
     }
@@ -404,7 +415,7 @@ impl Tokenizer {
     ) -> Result<Vec<u32>, TokenizerError> {
         let frags = match &self.algorithm {
             Algorithm::Hf(_) => Vec::new(),
-            Algorithm::Spm | Algorithm::Bpe { .. } | Algorithm::Wpm { .. } => {
+            Algorithm::Spm | Algorithm::Bpe { .. } | Algorithm::Wpm { .. } | Algorithm::Ugm(_) => {
                 self.partition(text, parse_special)
             }
         };
@@ -434,6 +445,14 @@ impl Tokenizer {
                             out.push(id);
                             prev_special = true;
                         }
+                    }
+                }
+            }
+            Algorithm::Ugm(u) => {
+                for f in &frags {
+                    match *f {
+                        Fragment::Text(s, e) => u.encode(&self.vocab, &text[s..e], &mut out),
+                        Fragment::Token(id) => out.push(id),
                     }
                 }
             }
@@ -505,7 +524,7 @@ impl Tokenizer {
         }
         if a & attr::NORMAL != 0 {
             return match self.kind {
-                TokenizerKind::Spm => text.replace('▁', " ").into_bytes(),
+                TokenizerKind::Spm | TokenizerKind::Ugm => text.replace('▁', " ").into_bytes(),
                 TokenizerKind::Bpe
                     if matches!(self.algorithm, Algorithm::Bpe { pre: PreType::Gemma4, .. }) =>
                 {

@@ -7,6 +7,7 @@ use ferrolm_format::gguf::{GgufFile, MetaArray};
 
 use super::bpe::MergeRanks;
 use super::pretok::{PreTokenizer, PreType};
+use super::ugm::Ugm;
 use super::vocab::{TokenType, Vocab, attr};
 use super::wpm;
 use super::{Algorithm, SpecialIds, Tokenizer, TokenizerError, TokenizerKind};
@@ -169,9 +170,10 @@ impl Tokenizer {
             "llama" => TokenizerKind::Spm,
             "gpt2" | "gemma4" => TokenizerKind::Bpe,
             "bert" => TokenizerKind::Wpm,
+            "t5" => TokenizerKind::Ugm,
             other => {
                 return Err(TokenizerError::Unsupported(format!(
-                    "tokenizer model '{other}' (ferrolm implements 'llama', 'gpt2', 'gemma4' and 'bert')"
+                    "tokenizer model '{other}' (ferrolm implements 'llama', 'gpt2', 'gemma4', 'bert' and 't5')"
                 )));
             }
         };
@@ -186,7 +188,14 @@ impl Tokenizer {
         let mut special = SpecialIds::default();
         let (mut add_bos, mut add_eos, mut add_space_prefix);
         let mut add_sep = false;
+        // A unigram tokenizer is built last, from the final flags, ids and token attributes.
         let algorithm = match kind {
+            TokenizerKind::Ugm => {
+                // llama.cpp's defaults for T5-style vocabularies.
+                (special.eos, special.unk, special.pad) = (Some(1), Some(2), Some(0));
+                (add_bos, add_eos, add_space_prefix) = (false, true, true);
+                None
+            }
             TokenizerKind::Wpm => {
                 // llama.cpp's defaults for BERT vocabularies ([CLS] 101, [UNK] 100, [SEP] 102…).
                 special.bos = Some(101);
@@ -202,7 +211,7 @@ impl Tokenizer {
                     .map_err(meta_err)?
                     .unwrap_or(lowercase);
                 let max_len = vocab.texts.iter().map(String::len).max().unwrap_or(0);
-                Algorithm::Wpm { norm: wpm::Normalizer { lowercase, strip_accents }, max_len }
+                Some(Algorithm::Wpm { norm: wpm::Normalizer { lowercase, strip_accents }, max_len })
             }
             TokenizerKind::Spm => {
                 special.bos = Some(1);
@@ -211,7 +220,7 @@ impl Tokenizer {
                 add_bos = true;
                 add_eos = false;
                 add_space_prefix = true;
-                Algorithm::Spm
+                Some(Algorithm::Spm)
             }
             TokenizerKind::Bpe => {
                 special.bos = Some(11);
@@ -234,12 +243,12 @@ impl Tokenizer {
                     special.bos = None;
                 }
                 let merges = gguf.get_str_array(KEY_MERGES).map_err(meta_err)?;
-                Algorithm::Bpe {
+                Some(Algorithm::Bpe {
                     pre: info.pre,
                     pretok: PreTokenizer::new(info.pre)?,
                     merges: MergeRanks::parse(merges)?,
                     ignore_merges: info.ignore_merges,
-                }
+                })
             }
         };
         if let Some(v) = gguf.opt_bool("tokenizer.ggml.add_space_prefix").map_err(meta_err)? {
@@ -296,7 +305,7 @@ impl Tokenizer {
             add_sep = v;
         }
         // llama.cpp forces a BOS for Gemma 4 whatever the file says.
-        if matches!(algorithm, Algorithm::Bpe { pre: PreType::Gemma4, .. }) {
+        if matches!(algorithm, Some(Algorithm::Bpe { pre: PreType::Gemma4, .. })) {
             add_bos = true;
         }
         if add_bos && special.bos.is_none() {
@@ -323,6 +332,14 @@ impl Tokenizer {
         });
         // The phi-3 rule marks every special token (applied after the list is built in llama.cpp).
         apply_phi3_attrs(gguf, &mut vocab, &special_tokens)?;
+        let algorithm = match algorithm {
+            Some(a) => a,
+            None => {
+                let charsmap = precompiled_charsmap(gguf)?;
+                let (space, extra) = (add_space_prefix, remove_extra_whitespaces);
+                Algorithm::Ugm(Box::new(Ugm::new(&vocab, charsmap.as_deref(), special.unk, space, extra)?))
+            }
+        };
 
         Ok(Tokenizer {
             kind,
@@ -460,4 +477,15 @@ fn apply_phi3_attrs(
         }
     }
     Ok(())
+}
+
+/// `tokenizer.ggml.precompiled_charsmap` (a unigram vocabulary's normalisation map) as bytes.
+fn precompiled_charsmap(gguf: &GgufFile) -> Result<Option<Vec<u8>>, TokenizerError> {
+    const KEY: &str = "tokenizer.ggml.precompiled_charsmap";
+    match gguf.opt_array(KEY).map_err(meta_err)? {
+        None => Ok(None),
+        Some(MetaArray::U8(v)) => Ok(Some(v.clone())),
+        Some(MetaArray::I8(v)) => Ok(Some(v.iter().map(|&b| b as u8).collect())),
+        Some(_) => Err(TokenizerError::InvalidVocab(format!("{KEY} must be an array of bytes"))),
+    }
 }

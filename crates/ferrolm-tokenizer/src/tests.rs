@@ -169,7 +169,8 @@ fn malformed_vocabularies_are_errors() {
     dup[5] = dup[6].clone();
     let dup = gguf(&[("tokenizer.ggml.model", V::Str("llama")), ("tokenizer.ggml.tokens", V::Strs(dup))]);
     assert!(matches!(Tokenizer::from_gguf(&dup), Err(TokenizerError::InvalidVocab(_))));
-    let unknown = gguf(&[("tokenizer.ggml.model", V::Str("t5")), ("tokenizer.ggml.tokens", V::Strs(tokens))]);
+    let unknown =
+        gguf(&[("tokenizer.ggml.model", V::Str("rwkv")), ("tokenizer.ggml.tokens", V::Strs(tokens))]);
     assert!(matches!(Tokenizer::from_gguf(&unknown), Err(TokenizerError::Unsupported(_))));
     let missing = gguf(&[("tokenizer.ggml.model", V::Str("llama"))]);
     assert!(matches!(Tokenizer::from_gguf(&missing), Err(TokenizerError::Metadata(_))));

@@ -33,12 +33,16 @@ fn parse_ids(line: &str) -> Vec<u32> {
     line.split_whitespace().map(|t| t.parse().unwrap_or_else(|_| panic!("bad token id {t:?}"))).collect()
 }
 
-/// Runs one vocabulary's vectors; returns (passed, total, failure descriptions).
+/// Runs one vocabulary's vectors (`.inp`/`.out` next to it); returns (passed, total, failure
+/// descriptions).
 fn run_vocab(gguf_path: &Path) -> (usize, usize, Vec<String>) {
-    let inp_path = gguf_path.with_extension("gguf.inp");
-    let out_path = gguf_path.with_extension("gguf.out");
-    let raw = fs::read_to_string(&inp_path).expect("read .inp");
-    let expected = fs::read_to_string(&out_path).expect("read .out");
+    run_vectors(gguf_path, &gguf_path.with_extension("gguf.inp"), &gguf_path.with_extension("gguf.out"))
+}
+
+/// [`run_vocab`] with the vectors at `inp_path` and `out_path`.
+fn run_vectors(gguf_path: &Path, inp_path: &Path, out_path: &Path) -> (usize, usize, Vec<String>) {
+    let raw = fs::read_to_string(inp_path).expect("read .inp");
+    let expected = fs::read_to_string(out_path).expect("read .out");
     let inputs = split_inputs(&raw);
     let outputs: Vec<&str> = expected.lines().collect();
     assert_eq!(
@@ -113,6 +117,26 @@ fn llama_cpp_vocab_vectors_of_large_vocabularies() {
             failures[..failures.len().min(5)].join("\n")
         );
     }
+}
+
+/// The unigram (SentencePiece UGM) vocabulary of nomic-embed-text-v2-moe (XLM-RoBERTa's 250k
+/// tokens and NFKC charsmap), which llama.cpp ships without vectors: the vectors in
+/// `fixtures/vocab-ugm` were made by llama.cpp itself (`scripts/gen_ugm_vectors.py`); the
+/// vocabulary (6.8 MB) is copied into `vocab/` by `scripts/fetch-test-models.sh`.
+#[test]
+fn llama_cpp_vectors_of_a_unigram_vocabulary() {
+    let name = "ggml-vocab-nomic-bert-moe.gguf";
+    let Some(path) = common::require_model(&format!("vocab/{name}")) else { return };
+    let dir = common::fixtures_dir().join("vocab-ugm");
+    let (inp, out) = (dir.join(format!("{name}.inp")), dir.join(format!("{name}.out")));
+    let (passed, total, failures) = run_vectors(&path, &inp, &out);
+    println!("{name}: {passed}/{total} passed");
+    assert!(
+        failures.is_empty(),
+        "{name}: {} mismatches:\n{}",
+        failures.len(),
+        failures[..failures.len().min(5)].join("\n")
+    );
 }
 
 fn check_reference(model_file: &str) {

@@ -129,7 +129,7 @@ impl HfVocabExport {
         }
         let (model, pre) = match tok.kind {
             TokenizerKind::Bpe => ("gpt2", guess_pre(&raw)),
-            TokenizerKind::Spm | TokenizerKind::Wpm => ("llama", None),
+            TokenizerKind::Spm | TokenizerKind::Wpm | TokenizerKind::Ugm => ("llama", None),
         };
         Ok(HfVocabExport {
             model,
