@@ -13,6 +13,11 @@ models, with reference embeddings.
   the bert fixture's vocabulary, random f32 weights), and the reference is llama.cpp's embeddings
   alone. Nomic: fused QKV, NeoX RoPE (base 1000), SwiGLU, no biases. Jina: ALiBi, LayerNorms of
   Q and K, GEGLU with gate and up fused in `ffn_up` (gate rows first), biases.
+- `nomic-bert-moe` (nomic-embed-text-v2-moe's architecture, also remote code): written the same
+  way, with the reference from llama.cpp alone: Nomic's RoPE and fused QKV with biases, BERT's
+  GELU feed-forward with biases in block 0, and in block 1 (`moe_every_n_layers` 2) a mixture of
+  4 GELU experts, top 2 by softmax probability, not renormalised. Generated on its own with
+  `--only nomic-bert-moe` (its own random stream: the other fixtures stay as they are).
 
 For every model the texts are tokenized by the GGUF's own tokenizer in llama.cpp (and, for bert,
 checked equal to the HF tokenizer's ids), and expected.json records per text the token ids and
@@ -54,6 +59,7 @@ DEFAULT_LLAMACPP = Path(os.environ.get(
 
 D, LAYERS, HEADS, FF, POSITIONS = 64, 2, 4, 128, 64
 SEED = 777
+MOE_EXPERTS = 4
 
 WORDS = """the a an of to in on at and or is was be it this that with for as by from cat dog
 mat sat ran river mill bread market morning town road quick brown fox jump lazy hello world
@@ -153,7 +159,8 @@ def bert_vocab_fields(gguf_path: Path) -> dict[str, Any]:
 
 
 def write_synthetic(path: Path, arch: str, bert_gguf: Path, rng: np.random.Generator) -> None:
-    """A random nomic-bert or jina-bert-v2 GGUF with the bert fixture's vocabulary."""
+    """A random nomic-bert, nomic-bert-moe or jina-bert-v2 GGUF with the bert fixture's
+    vocabulary."""
     import gguf
 
     reader = gguf.GGUFReader(bert_gguf)
@@ -172,8 +179,12 @@ def write_synthetic(path: Path, arch: str, bert_gguf: Path, rng: np.random.Gener
     w.add_causal_attention(False)
     w.add_pooling_type(gguf.PoolingType.MEAN)
     w.add_token_type_count(2)
-    if arch == "nomic-bert":
+    if arch in ("nomic-bert", "nomic-bert-moe"):
         w.add_rope_freq_base(1000.0)
+    if arch == "nomic-bert-moe":
+        w.add_expert_count(MOE_EXPERTS)
+        w.add_expert_used_count(2)
+        w.add_moe_every_n_layers(2)
     w.add_tokenizer_model("bert")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -202,6 +213,21 @@ def write_synthetic(path: Path, arch: str, bert_gguf: Path, rng: np.random.Gener
             t(f"{b}.ffn_gate.weight", FF, D)
             t(f"{b}.ffn_up.weight", FF, D)
             t(f"{b}.ffn_down.weight", D, FF)
+        elif arch == "nomic-bert-moe":
+            t(f"{b}.attn_qkv.weight", 3 * D, D)
+            t(f"{b}.attn_qkv.bias", 3 * D, scale=0.1)
+            t(f"{b}.attn_output.weight", D, D)
+            t(f"{b}.attn_output.bias", D, scale=0.1)
+            if i % 2 == 1:
+                # a wide router, so that no top-2 choice is a near tie
+                t(f"{b}.ffn_gate_inp.weight", MOE_EXPERTS, D, scale=1.0)
+                t(f"{b}.ffn_up_exps.weight", MOE_EXPERTS, FF, D)
+                t(f"{b}.ffn_down_exps.weight", MOE_EXPERTS, D, FF)
+            else:
+                t(f"{b}.ffn_up.weight", FF, D)
+                t(f"{b}.ffn_up.bias", FF, scale=0.1)
+                t(f"{b}.ffn_down.weight", D, FF)
+                t(f"{b}.ffn_down.bias", D, scale=0.1)
         else:
             for p in ("attn_q", "attn_k", "attn_v"):
                 t(f"{b}.{p}.weight", D, D)
@@ -226,10 +252,15 @@ def write_synthetic(path: Path, arch: str, bert_gguf: Path, rng: np.random.Gener
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llamacpp", type=Path, default=DEFAULT_LLAMACPP)
+    ap.add_argument("--only", choices=["nomic-bert-moe"],
+                    help="make only this fixture (from the committed bert fixture's vocabulary)")
     args = ap.parse_args()
     llamacpp: Path = args.llamacpp.resolve()
     sys.path.insert(0, str(llamacpp / "gguf-py"))
     OUT.mkdir(parents=True, exist_ok=True)
+    if args.only:
+        synthetic_fixture(args.only, OUT / "bert" / "model.gguf", np.random.default_rng(SEED + 1))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         hf = make_bert(work)
@@ -249,18 +280,23 @@ def main() -> None:
         write_expected(bert_dir, "bert", "transformers 5 BertModel (float32, eager) and llama.cpp", ref)
         rng = np.random.default_rng(SEED)
         for arch in ("nomic-bert", "jina-bert-v2"):
-            d = OUT / arch
-            d.mkdir(exist_ok=True)
-            write_synthetic(d / "model.gguf", arch, gguf_path, rng)
-            mean = llamacpp_reference(d / "model.gguf", "mean")
-            cls = llamacpp_reference(d / "model.gguf", "cls")
-            recs = [{"text": t, "tokens": m["tokens"], "llamacpp_tokens": m["tokens"], "llamacpp_mean": m["mean"],
-                     "llamacpp_cls": c["cls"]} for t, m, c in zip(TEXTS, mean, cls)]
-            write_expected(d, arch, "llama.cpp only (transformers has no built-in class)", recs)
+            synthetic_fixture(arch, gguf_path, rng)
         qwen3_last_token()
         # The folder itself, for loading a Hugging Face folder directly (~350 KB).
         shutil.rmtree(bert_dir / "hf", ignore_errors=True)
         shutil.copytree(hf, bert_dir / "hf")
+
+
+def synthetic_fixture(arch: str, bert_gguf: Path, rng: np.random.Generator) -> None:
+    """A random `arch` GGUF and llama.cpp's mean and CLS embeddings of the texts."""
+    d = OUT / arch
+    d.mkdir(exist_ok=True)
+    write_synthetic(d / "model.gguf", arch, bert_gguf, rng)
+    mean = llamacpp_reference(d / "model.gguf", "mean")
+    cls = llamacpp_reference(d / "model.gguf", "cls")
+    recs = [{"text": t, "tokens": m["tokens"], "llamacpp_tokens": m["tokens"], "llamacpp_mean": m["mean"],
+             "llamacpp_cls": c["cls"]} for t, m, c in zip(TEXTS, mean, cls)]
+    write_expected(d, arch, "llama.cpp only (transformers has no built-in class)", recs)
 
 
 def qwen3_last_token() -> None:

@@ -80,8 +80,8 @@ fn bert_matches_transformers_in_f32_and_llama_cpp_in_its_numerics() {
 }
 
 #[test]
-fn nomic_bert_and_jina_bert_v2_match_llama_cpp() {
-    for arch in ["nomic-bert", "jina-bert-v2"] {
+fn nomic_bert_nomic_bert_moe_and_jina_bert_v2_match_llama_cpp() {
+    for arch in ["nomic-bert", "nomic-bert-moe", "jina-bert-v2"] {
         let (path, exp) = fixture(arch);
         let model = load(&path, false);
         assert_eq!(model.config().arch.name(), arch);
@@ -92,7 +92,7 @@ fn nomic_bert_and_jina_bert_v2_match_llama_cpp() {
 
 #[test]
 fn texts_embedded_together_equal_texts_embedded_alone() {
-    for arch in ["bert", "nomic-bert", "jina-bert-v2"] {
+    for arch in ["bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2"] {
         let (path, exp) = fixture(arch);
         let model = load(&path, false);
         let ids: Vec<Vec<u32>> = exp.texts.iter().map(|t| t.tokens.clone()).collect();
@@ -106,7 +106,7 @@ fn texts_embedded_together_equal_texts_embedded_alone() {
 
 #[test]
 fn the_bert_vocabulary_tokenizes_as_transformers_and_llama_cpp() {
-    for arch in ["bert", "nomic-bert", "jina-bert-v2"] {
+    for arch in ["bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2"] {
         let (path, exp) = fixture(arch);
         let model = load(&path, false);
         for t in &exp.texts {

@@ -133,11 +133,14 @@ pub enum Arch {
     /// gpt-oss: attention sinks, alternating sliding-window layers, biases everywhere, and
     /// experts picked by their top-k logits with gpt-oss's clamped SwiGLU.
     GptOss,
+    /// Nomic BERT MoE (nomic-embed-text-v2-moe): Nomic BERT's attention with BERT's GELU
+    /// feed-forward, every second block a mixture of GELU experts.
+    NomicBertMoe,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 17] = [
+    pub const ALL: [Arch; 18] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -155,6 +158,7 @@ impl Arch {
         Arch::NomicBert,
         Arch::JinaBertV2,
         Arch::GptOss,
+        Arch::NomicBertMoe,
     ];
 
     /// The `general.architecture` name.
@@ -177,6 +181,7 @@ impl Arch {
             Arch::NomicBert => "nomic-bert",
             Arch::JinaBertV2 => "jina-bert-v2",
             Arch::GptOss => "gpt-oss",
+            Arch::NomicBertMoe => "nomic-bert-moe",
         }
     }
 
@@ -193,7 +198,7 @@ impl Arch {
 
     /// Whether this is a bidirectional encoder (BERT family): it embeds text, it does not generate.
     pub fn is_encoder(self) -> bool {
-        matches!(self, Arch::Bert | Arch::NomicBert | Arch::JinaBertV2)
+        matches!(self, Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 | Arch::NomicBertMoe)
     }
 
     /// Whether this is one of the Gemma family (GeGLU, embeddings scaled by √n_embd).
@@ -265,6 +270,9 @@ pub struct ModelConfig {
     pub attn_sinks: bool,
     /// A bias on the attention output projection (gpt-oss).
     pub attn_out_bias: bool,
+    /// Nomic BERT MoE: blocks `il` with `il % n == 1` are mixtures of experts (llama.cpp's
+    /// `moe_every_n_layers`); `None`: every block is dense.
+    pub moe_every_n_layers: Option<usize>,
 }
 
 /// Over what an RMSNorm of queries and keys normalises.
@@ -336,8 +344,10 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
             .transpose()
     };
     let n_expert = count("expert_count")?.unwrap_or(0);
-    let is_moe_arch =
-        matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe | Arch::GptOss);
+    let is_moe_arch = matches!(
+        arch,
+        Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe | Arch::GptOss | Arch::NomicBertMoe
+    );
     if n_expert == 0 {
         if is_moe_arch {
             return Err(Error::Config(format!(
@@ -388,7 +398,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     // (Mixtral's experts are `feed_forward_length` wide and have no such key).
     let n_ff_expert = match count("expert_feed_forward_length")? {
         Some(n) => n,
-        None if matches!(arch, Arch::Llama | Arch::Olmoe | Arch::GraniteMoe) => n_ff,
+        None if matches!(arch, Arch::Llama | Arch::Olmoe | Arch::GraniteMoe | Arch::NomicBertMoe) => n_ff,
         None => n_ff / n_used.max(1),
     };
     let n_ff_shared = match count("expert_shared_count")? {
@@ -498,6 +508,7 @@ impl ModelConfig {
             moe,
             attn_sinks: false,
             attn_out_bias: false,
+            moe_every_n_layers: None,
         };
         // Every size is checked before anything is allocated from it (a per-layer table below).
         cfg.validate()?;
@@ -523,6 +534,12 @@ impl ModelConfig {
             Arch::Qwen3 | Arch::Qwen3Moe => cfg.qk_norm = Some(QkNorm::PerHead),
             Arch::Olmoe => cfg.qk_norm = Some(QkNorm::Whole),
             Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}
+            Arch::NomicBertMoe => {
+                cfg.moe_every_n_layers = match opt("moe_every_n_layers")? {
+                    Some(0) | None => None,
+                    Some(n) => Some(n),
+                };
+            }
             Arch::GptOss => {
                 cfg.qkv_bias = true;
                 cfg.attn_out_bias = true;

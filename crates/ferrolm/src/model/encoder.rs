@@ -16,13 +16,17 @@
 //! - `jina-bert-v2`: ALiBi (symmetric `-|i - j|` distances, maximum bias 8), optional
 //!   LayerNorms of the query and key rows, GEGLU (gate and up in one `ffn_up`, gate rows first) or
 //!   a GELU feed-forward.
+//! - `nomic-bert-moe`: Nomic's RoPE and fused QKV (with biases), BERT's GELU feed-forward, and in
+//!   every block `il` with `il % moe_every_n_layers == 1` a mixture of GELU experts instead:
+//!   softmax router, the top k weighted by their probabilities (not renormalised), as llama.cpp.
 //!
 //! The matrix products and the row operators the [`Backend`] trait has run on the CPU backend;
 //! LayerNorm, the plain GELU and the bidirectional attention run here (encoders are small and
 //! their texts short, so they are not worth a GPU kernel of their own: a model placed on a GPU is
 //! refused by [`super::Model::set_placement`]).
 
-use super::config::{Arch, ModelConfig};
+use super::config::{Arch, ModelConfig, MoeConfig};
+use super::moe::route;
 use super::weights::Loader;
 use crate::backend::{Backend, CpuBackend};
 use crate::ops::{Activation, RopeStyle, Weight, gelu_tanh, gelu_tanh_f16};
@@ -46,6 +50,26 @@ pub struct Linear {
     pub w: Weight,
     /// The bias.
     pub b: Option<Vec<f32>>,
+}
+
+/// An encoder block's mixture of experts (Nomic BERT MoE): each expert `down(GELU(up · x))`.
+#[derive(Debug)]
+pub struct EncoderExperts {
+    /// Router: one logit per expert. `[n_expert, n_embd]`
+    pub router: Weight,
+    /// Each expert's up projection. `[n_ff, n_embd]` each
+    pub up: Vec<Weight>,
+    /// Each expert's down projection. `[n_embd, n_ff]` each
+    pub down: Vec<Weight>,
+}
+
+/// An encoder block's feed-forward part.
+#[derive(Debug)]
+pub enum EncoderFeedForward {
+    /// One feed-forward network.
+    Dense(EncoderFfn),
+    /// A mixture of experts.
+    Experts(EncoderExperts),
 }
 
 /// An encoder block's feed-forward network.
@@ -80,8 +104,8 @@ pub struct EncoderLayer {
     pub attn_out_norm: LayerNorm,
     /// A second residual add of the block's input and LayerNorm (some Jina v2 models). `[n_embd]`
     pub attn_norm_2: Option<LayerNorm>,
-    /// The feed-forward network.
-    pub ffn: EncoderFfn,
+    /// The feed-forward network or mixture of experts.
+    pub ffn: EncoderFeedForward,
     /// LayerNorm after the feed-forward's residual add. `[n_embd]`
     pub out_norm: LayerNorm,
 }
@@ -107,12 +131,22 @@ impl EncoderWeights {
         for (i, l) in self.layers.iter().enumerate() {
             let named = [("attn_q", &l.q), ("attn_k", &l.k), ("attn_v", &l.v), ("attn_output", &l.o)];
             out.extend(named.into_iter().map(|(n, p)| (format!("blk.{i}.{n}.weight"), &p.w)));
-            let ffn = [
-                ("ffn_gate", l.ffn.gate.as_ref()),
-                ("ffn_up", Some(&l.ffn.up)),
-                ("ffn_down", Some(&l.ffn.down)),
-            ];
-            out.extend(ffn.into_iter().filter_map(|(n, p)| Some((format!("blk.{i}.{n}.weight"), &p?.w))));
+            match &l.ffn {
+                EncoderFeedForward::Dense(f) => {
+                    let ffn =
+                        [("ffn_gate", f.gate.as_ref()), ("ffn_up", Some(&f.up)), ("ffn_down", Some(&f.down))];
+                    out.extend(
+                        ffn.into_iter().filter_map(|(n, p)| Some((format!("blk.{i}.{n}.weight"), &p?.w))),
+                    );
+                }
+                EncoderFeedForward::Experts(m) => {
+                    out.push((format!("blk.{i}.ffn_gate_inp.weight"), &m.router));
+                    for (e, (up, down)) in m.up.iter().zip(&m.down).enumerate() {
+                        out.push((format!("blk.{i}.ffn_up_exps.{e}.weight"), up));
+                        out.push((format!("blk.{i}.ffn_down_exps.{e}.weight"), down));
+                    }
+                }
+            }
         }
         out
     }
@@ -180,7 +214,14 @@ fn load_layer(l: &Loader<'_>, cfg: &ModelConfig, i: usize) -> Result<EncoderLaye
         o: linear("attn_output", d, qd)?,
         attn_out_norm: layer_norm(l, &n("attn_output_norm"), d)?,
         attn_norm_2: opt_layer_norm(l, &n("attn_norm_2"), d)?,
-        ffn: load_ffn(l, cfg, i, ff)?,
+        ffn: match (&cfg.moe, cfg.moe_every_n_layers) {
+            (Some(m), Some(every)) if i % every == 1 => EncoderFeedForward::Experts(EncoderExperts {
+                router: l.matrix(&n("ffn_gate_inp.weight"), m.n_expert, d)?,
+                up: l.matrices3(&n("ffn_up_exps.weight"), m.n_expert, m.n_ff_expert, d)?,
+                down: l.matrices3(&n("ffn_down_exps.weight"), m.n_expert, d, m.n_ff_expert)?,
+            }),
+            _ => EncoderFeedForward::Dense(load_ffn(l, cfg, i, ff)?),
+        },
         out_norm: layer_norm(l, &n("layer_output_norm"), d)?,
     })
 }
@@ -276,7 +317,7 @@ pub(super) fn encode(
         be.add(&mut b.x, &rows)?;
     }
     layer_norm_rows(&mut b.x, &w.embd_norm, cfg.norm_eps);
-    if cfg.arch == Arch::NomicBert {
+    if matches!(cfg.arch, Arch::NomicBert | Arch::NomicBertMoe) {
         b.cs = vec![(0.0, 0.0); n * (cfg.rope_dims / 2).max(1)];
         be.rope_cos_sin(&pos, cfg.rope_dims, &cfg.rope_global, None, &mut b.cs)?;
     }
@@ -315,7 +356,7 @@ fn block(
     if let Some(norm) = &l.k_norm {
         layer_norm_rows(&mut b.k, norm, cfg.norm_eps);
     }
-    if cfg.arch == Arch::NomicBert {
+    if matches!(cfg.arch, Arch::NomicBert | Arch::NomicBertMoe) {
         be.rope(&mut b.q, n, cfg.head_dim, &b.cs, RopeStyle::Neox)?;
         be.rope(&mut b.k, n, cfg.head_dim, &b.cs, RopeStyle::Neox)?;
     }
@@ -329,19 +370,74 @@ fn block(
         layer_norm_rows(&mut b.h, norm, cfg.norm_eps);
     }
     // The feed-forward reads h; its output lands in x, then x = LN(x + h).
-    let f = &l.ffn;
-    linear(be, &f.up, &b.h, n, &mut b.up)?;
-    match &f.gate {
-        Some(g) => {
-            linear(be, g, &b.h, n, &mut b.gate)?;
-            be.gated_activation(&mut b.gate, &b.up, f.act, exact)?;
-            std::mem::swap(&mut b.gate, &mut b.up);
+    match &l.ffn {
+        EncoderFeedForward::Dense(f) => {
+            linear(be, &f.up, &b.h, n, &mut b.up)?;
+            match &f.gate {
+                Some(g) => {
+                    linear(be, g, &b.h, n, &mut b.gate)?;
+                    be.gated_activation(&mut b.gate, &b.up, f.act, exact)?;
+                    std::mem::swap(&mut b.gate, &mut b.up);
+                }
+                None => gelu_rows(&mut b.up, exact),
+            }
+            linear(be, &f.down, &b.up, n, &mut b.x)?;
         }
-        None => gelu_rows(&mut b.up, exact),
+        EncoderFeedForward::Experts(m) => {
+            let mc = cfg
+                .moe
+                .as_ref()
+                .ok_or_else(|| Error::Config("experts without a mixture configuration".into()))?;
+            experts(be, m, mc, exact, n, b)?;
+        }
     }
-    linear(be, &f.down, &b.up, n, &mut b.x)?;
     be.add(&mut b.x, &b.h)?;
     layer_norm_rows(&mut b.x, &l.out_norm, cfg.norm_eps);
+    Ok(())
+}
+
+/// The mixture of experts over the middle states `b.h` (`[n, n_embd]`), its output into `b.x`:
+/// each token through its `k` experts chosen by the router's softmax, weighted by their
+/// probabilities. Experts run one at a time over the rows routed to them (encoder texts are
+/// short; the decoders' [`super::moe`] groups the same way).
+fn experts(
+    be: &dyn Backend,
+    m: &EncoderExperts,
+    mc: &MoeConfig,
+    exact: bool,
+    n: usize,
+    b: &mut Buffers,
+) -> Result<()> {
+    let d = b.h.len() / n.max(1);
+    let mut logits = vec![0.0; n * mc.n_expert]; // [n, n_expert]
+    be.matmul(&m.router, &b.h, n, &mut logits)?;
+    let (mut chosen, mut weights) = (Vec::new(), Vec::new());
+    route(&mut logits, mc, &mut chosen, &mut weights);
+    b.x.clear();
+    b.x.resize(n * d, 0.0);
+    for (e, (up, down)) in m.up.iter().zip(&m.down).enumerate() {
+        // (token, weight) of the routes to expert e.
+        let routes: Vec<(usize, f32)> = chosen
+            .iter()
+            .zip(&weights)
+            .enumerate()
+            .filter(|(_, (c, _))| **c as usize == e)
+            .map(|(i, (_, &w))| (i / mc.n_used, w))
+            .collect();
+        if routes.is_empty() {
+            continue;
+        }
+        let rows: Vec<f32> =
+            routes.iter().flat_map(|&(t, _)| b.h[t * d..(t + 1) * d].iter().copied()).collect();
+        let mut hidden = vec![0.0; routes.len() * up.rows]; // [m, n_ff]
+        be.matmul(up, &rows, routes.len(), &mut hidden)?;
+        gelu_rows(&mut hidden, exact);
+        let mut out = vec![0.0; routes.len() * d]; // [m, n_embd]
+        be.matmul(down, &hidden, routes.len(), &mut out)?;
+        for (row, &(t, w)) in out.chunks_exact(d).zip(&routes) {
+            b.x[t * d..(t + 1) * d].iter_mut().zip(row).for_each(|(a, &o)| *a += w * o);
+        }
+    }
     Ok(())
 }
 

@@ -308,7 +308,7 @@ impl Loader<'_> {
     }
 
     /// The `n` matrices `[rows, cols]` of a 3-D tensor (GGUF dims `[cols, rows, n]`), zero-copy.
-    fn matrices3(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>> {
+    pub(super) fn matrices3(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>> {
         let t = self.get(name)?;
         let shape_err = || Error::TensorShape {
             name: name.to_string(),

@@ -470,7 +470,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     let mut swa_pattern =
         |flags: Vec<bool>| put("attention.sliding_window_pattern", MetaValue::Array(MetaArray::Bool(flags)));
     match arch {
-        Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {
+        Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 | Arch::NomicBertMoe => {
             return Err(Error::Config(format!(
                 "config.json: {model_type} folders are not read directly (BERT is, as model_type 'bert'); \
                  convert the folder to GGUF with llama.cpp's convert_hf_to_gguf.py"
