@@ -56,7 +56,7 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Print embedding vectors of texts (pooled final hidden states).
     Embed(embed::Args),
-    /// Score documents' relevance to a query with a reranker model (Qwen3-Reranker GGUFs).
+    /// Score documents' relevance to a query with a reranker model (Qwen3-Reranker, BERT / XLM-RoBERTa cross-encoders).
     Rerank(rerank::Args),
     /// Convert a Hugging Face model folder to GGUF (F16, BF16, F32 or quantized).
     Convert(convert::Args),

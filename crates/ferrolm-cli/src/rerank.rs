@@ -9,8 +9,9 @@ use ferrolm::model::{LoadOptions, Model};
 /// Arguments of `ferrolm rerank`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// A reranker model (a GGUF with a classifier head and a `rerank` template, as llama.cpp's
-    /// converter writes Qwen3-Reranker), a folder or a catalog name.
+    /// A reranker model: a GGUF with a classifier head and a `rerank` template (as llama.cpp's
+    /// converter writes Qwen3-Reranker), or a BERT / XLM-RoBERTa cross-encoder GGUF with a
+    /// classifier head (bge-reranker, ms-marco MiniLM), a folder or a catalog name.
     #[arg(short = 'm', long)]
     model: Option<String>,
     /// The query.
@@ -51,7 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let model = Model::load_with(&path, &LoadOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;
     if !model.is_reranker() {
-        bail!("{} is not a reranker (it needs a classifier head and a rerank template)", path.display());
+        bail!("{} is not a reranker (it needs a classifier head, and a rerank template unless it is a cross-encoder)", path.display());
     }
     let scores = model.rerank(&args.query, &docs)?;
     let mut order = ferrolm::model::ranking(&scores);

@@ -307,6 +307,11 @@ impl Tokenizer {
         self.add_eos
     }
 
+    /// Whether `encode(.., add_special = true, ..)` appends the separator (WordPiece).
+    pub fn add_sep(&self) -> bool {
+        self.add_sep
+    }
+
     /// Whether SentencePiece text gets a leading space (`tokenizer.ggml.add_space_prefix`).
     pub fn add_space_prefix(&self) -> bool {
         self.add_space_prefix

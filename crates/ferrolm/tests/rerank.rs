@@ -2,7 +2,9 @@
 //! by `scripts/gen_rerank_fixture.py` and converted by llama.cpp's converter, which writes the
 //! classifier head and the rerank template). The prompts must tokenize as the Hugging Face
 //! tokenizer does, and the scores must be transformers' (softmax over the "yes"/"no" logits of
-//! the last token) within 1e-4 in exact f32 numerics.
+//! the last token) within 1e-4 in exact f32 numerics. And a tiny random BERT cross-encoder
+//! (`tests/fixtures/rerank/bert-cross`, `scripts/gen_cross_encoder_fixture.py`): pairs laid out
+//! as llama.cpp's server lays them out, scores equal to transformers' and llama.cpp's.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -27,6 +29,9 @@ struct Doc {
     document: String,
     tokens: Vec<u32>,
     score: f32,
+    /// llama.cpp's score (the cross-encoder fixture).
+    #[serde(default)]
+    llamacpp_score: Option<f32>,
 }
 
 fn dir() -> PathBuf {
@@ -89,4 +94,36 @@ fn a_model_without_a_classifier_head_cannot_rerank() {
     assert!(!model.is_reranker());
     let err = model.rerank("q", &["d"]).unwrap_err().to_string();
     assert!(err.contains("cannot rerank"), "{err}");
+}
+
+#[test]
+fn a_bert_cross_encoder_scores_pairs_like_transformers_and_llama_cpp() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rerank/bert-cross");
+    let exp: Expected =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let path = dir.join("model.gguf");
+    let exact = Model::load_with(&path, &LoadOptions { exact_f32: true, ..LoadOptions::default() }).unwrap();
+    let fast = Model::load(&path).unwrap();
+    assert!(exact.is_reranker(), "a cross-encoder needs no rerank template");
+    for q in &exp.queries {
+        let docs: Vec<&str> = q.documents.iter().map(|d| d.document.as_str()).collect();
+        for d in &q.documents {
+            assert_eq!(exact.rerank_tokens(&q.query, &d.document).unwrap(), d.tokens, "{:?}", d.document);
+        }
+        let (got, got_fast) = (exact.rerank(&q.query, &docs).unwrap(), fast.rerank(&q.query, &docs).unwrap());
+        for ((g, f), d) in got.iter().zip(&got_fast).zip(&q.documents) {
+            assert!(
+                (g.score - d.score).abs() < 1e-4,
+                "{:?}: {} vs transformers {}",
+                d.document,
+                g.score,
+                d.score
+            );
+            let lc = d.llamacpp_score.unwrap();
+            assert!((f.score - lc).abs() < 2e-3, "{:?}: {} vs llama.cpp {lc}", d.document, f.score);
+        }
+        let mut order: Vec<usize> = (0..got.len()).collect();
+        order.sort_by(|&a, &b| got[b].score.total_cmp(&got[a].score));
+        assert_eq!(order, q.ranking);
+    }
 }

@@ -210,8 +210,12 @@ pub struct ModelWeights {
     /// RoPE frequency factors, when the model has them.
     pub rope_factors: RopeFactors,
     /// A classifier head over the pooled hidden state (`cls.output`: a reranker's "yes"/"no"
-    /// rows), with its bias if any. `[n_labels, n_embd]`, `[n_labels]`
+    /// rows, or a cross-encoder's score row), with its bias if any. `[n_labels, n_embd]`,
+    /// `[n_labels]`
     pub cls_out: Option<(Weight, Option<Vec<f32>>)>,
+    /// A cross-encoder's dense layer before the classifier (`cls`, followed by tanh: BERT and
+    /// XLM-RoBERTa sequence classification), with its bias if any. `[n_embd, n_embd]`, `[n_embd]`
+    pub cls: Option<(Weight, Option<Vec<f32>>)>,
     /// An encoder's blocks ([`ModelConfig::arch`] is an encoder): then `layers` is empty,
     /// `output_norm` too, and `output` is unused.
     pub encoder: Option<EncoderWeights>,
@@ -401,6 +405,26 @@ impl Loader<'_> {
         self.float_values(name, t)
     }
 
+    /// An optional classifier layer `{name}.weight` over `d` inputs (`rows` outputs, or as many
+    /// as the file has when `None`) and its optional bias.
+    fn head(&self, name: &str, d: usize, rows: Option<usize>) -> Result<Option<(Weight, Option<Vec<f32>>)>> {
+        let wname = format!("{name}.weight");
+        let Some(t) = self.tensors.get(&wname) else { return Ok(None) };
+        let n = match (t.dims.as_slice(), rows) {
+            ([c, r], None) if *c == d as u64 => *r as usize,
+            (_, Some(r)) => r,
+            _ => {
+                return Err(Error::TensorShape {
+                    name: wname,
+                    actual: t.dims.clone(),
+                    expected: vec![d as u64, 2],
+                });
+            }
+        };
+        let w = self.matrix(&wname, n, d)?;
+        Ok(Some((w, self.opt_vector(&format!("{name}.bias"), n)?)))
+    }
+
     pub(super) fn opt_vector(&self, name: &str, n: usize) -> Result<Option<Vec<f32>>> {
         if self.tensors.contains(name) { self.vector(name, n).map(Some) } else { Ok(None) }
     }
@@ -501,6 +525,7 @@ impl ModelWeights {
         let token_embd = l.matrix("token_embd.weight", cfg.n_vocab, d)?;
         if cfg.arch.is_encoder() {
             let encoder = EncoderWeights::load(&l, cfg)?;
+            let (cls, cls_out) = (l.head("cls", d, Some(d))?, l.head("cls.output", d, None)?);
             l.check_all_used()?;
             return Ok(Self {
                 output: token_embd.clone(),
@@ -508,7 +533,8 @@ impl ModelWeights {
                 layers: Vec::new(),
                 output_norm: Vec::new(),
                 rope_factors: RopeFactors::default(),
-                cls_out: None,
+                cls_out,
+                cls,
                 encoder: Some(encoder),
             });
         }
@@ -586,22 +612,8 @@ impl ModelWeights {
             short: l.opt_vector("rope_factors_short.weight", half)?,
         };
         let output_norm = l.vector("output_norm.weight", d)?;
-        let cls_out = match tensors.get("cls.output.weight") {
-            Some(t) if t.dims.len() == 2 && t.dims[0] == d as u64 => {
-                let n_labels = t.dims[1] as usize;
-                let w = l.matrix("cls.output.weight", n_labels, d)?;
-                Some((w, l.opt_vector("cls.output.bias", n_labels)?))
-            }
-            Some(t) => {
-                return Err(Error::TensorShape {
-                    name: "cls.output.weight".into(),
-                    actual: t.dims.clone(),
-                    expected: vec![d as u64, 2],
-                });
-            }
-            None => None,
-        };
+        let cls_out = l.head("cls.output", d, None)?;
         l.check_all_used()?;
-        Ok(Self { token_embd, layers, output_norm, output, rope_factors, cls_out, encoder: None })
+        Ok(Self { token_embd, layers, output_norm, output, rope_factors, cls_out, cls: None, encoder: None })
     }
 }
