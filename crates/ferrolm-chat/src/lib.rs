@@ -33,6 +33,7 @@
 mod builtin;
 mod date;
 mod env;
+pub mod harmony;
 mod methods;
 mod pyjson;
 pub mod reasoning;

@@ -8,16 +8,19 @@
 //! template that "forces" thinking); everything after the closing tag is the answer, and a
 //! reasoning never closed stays reasoning.
 //!
-//! gpt-oss writes the "harmony" format instead: after the prompt's `<|start|>assistant`, a
-//! sequence of messages on channels, each after the first opened by `<|start|>assistant` again:
-//! `<|channel|>analysis<|message|>REASONING<|end|>` (any number of them),
-//! `<|channel|>commentary<|message|>PREAMBLE<|end|>` (shown as content), and last
+//! gpt-oss writes the "harmony" format instead ([`crate::harmony`]): after the prompt's
+//! `<|start|>assistant`, a sequence of messages on channels, each after the first opened by
+//! `<|start|>assistant` again: `<|channel|>analysis<|message|>REASONING<|end|>` (any number of
+//! them), `<|channel|>commentary<|message|>PREAMBLE<|end|>` (shown as content), and last
 //! `<|channel|>final<|message|>ANSWER`, which runs to the end of the output (`<|return|>` ends
 //! the generation and is not text). As llama.cpp reads it, the reasoning is the analysis
 //! messages' text and the content is the rest without the markers; an answer may come without
-//! any analysis. Whatever else the model writes (a tool call such as
-//! `<|channel|>commentary to=functions.NAME …`, a constrained answer) stays in the content as
-//! written, from where it starts.
+//! any analysis, and a header may say more (`<|channel|>final <|constrain|>json`, a stray
+//! `<|channel|>commentary to=assistant` before the channel). A message to a recipient (a tool
+//! call, `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}<|call|>`) is
+//! content as a whole message, `<|start|>assistant` included also for the first one, for
+//! [`crate::harmony::tool_calls`] to read; whatever else the model writes stays in the content
+//! as written, from where it starts.
 //!
 //! [`ReasoningSplitter`] does this incrementally, on pieces of a stream: a tag split across
 //! pieces is held back until it is complete, so a streamed split equals the split of the whole
@@ -25,6 +28,7 @@
 //! when reasoning is off (`--reasoning off`, `enable_thinking: false`).
 
 use crate::Message;
+use crate::harmony::{self, Header};
 use serde_json::Value;
 
 /// A template's thinking tags.
@@ -45,9 +49,11 @@ struct Harmony {
     start: &'static str,
     /// Opens the answer, which runs to the end of the output.
     answer: &'static str,
-    /// Opens a preamble: content that `close` ends.
-    preamble: &'static str,
 }
+
+/// The longest harmony header (between the message start and `<|message|>`) waited for: a
+/// longer one is no header.
+const MAX_HEADER: usize = 256;
 
 const DEEPSEEK: ThinkingTags = ThinkingTags { open: "<think>", close: "</think>", harmony: None };
 const COMMAND_R: ThinkingTags =
@@ -55,11 +61,7 @@ const COMMAND_R: ThinkingTags =
 const HARMONY: ThinkingTags = ThinkingTags {
     open: "<|channel|>analysis<|message|>",
     close: "<|end|>",
-    harmony: Some(Harmony {
-        start: "<|start|>assistant",
-        answer: "<|channel|>final<|message|>",
-        preamble: "<|channel|>commentary<|message|>",
-    }),
+    harmony: Some(Harmony { start: harmony::START, answer: "<|channel|>final<|message|>" }),
 };
 
 impl ThinkingTags {
@@ -116,11 +118,15 @@ impl ThinkingTags {
     /// Messages as the template reads them. gpt-oss's reads an assistant message's reasoning
     /// from `thinking`, and refuses `content` with it on a turn with tool calls: as llama.cpp
     /// does, `reasoning_content` is copied to `thinking`, and such a turn's content (or a
-    /// missing one) is left empty. Other templates read the messages as they are.
-    pub fn adapt_messages(&self, messages: &mut [Message]) {
+    /// missing one) is left empty. It also shows one call per assistant message, and names
+    /// each tool result after the call before it: a message with several calls becomes one
+    /// message per call, each followed by its result ([`one_call_per_message`]), as gpt-oss
+    /// makes them (a call ends its turn). Other templates read the messages as they are.
+    pub fn adapt_messages(&self, messages: &mut Vec<Message>) {
         if self.harmony.is_none() {
             return;
         }
+        one_call_per_message(messages);
         for m in messages.iter_mut().filter(|m| m.role == "assistant") {
             let has_calls =
                 m.extra.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty());
@@ -135,15 +141,42 @@ impl ThinkingTags {
             }
         }
     }
+}
 
-    /// The markers that open a message and what each opens.
-    fn openings(&self) -> Vec<(&'static str, Block)> {
-        let mut v = vec![(self.open, Block::Reasoning)];
-        if let Some(h) = self.harmony {
-            v.extend([(h.answer, Block::Answer), (h.preamble, Block::Preamble)]);
+/// Splits each assistant message with several `tool_calls` into one message per call (the
+/// first keeps the content and reasoning), each followed by the tool message answering it: the
+/// one with its `tool_call_id` among the tool messages right after, else the first of them.
+fn one_call_per_message(messages: &mut Vec<Message>) {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut it = std::mem::take(messages).into_iter().peekable();
+    while let Some(m) = it.next() {
+        let calls = match m.extra.get("tool_calls") {
+            Some(Value::Array(c)) if m.role == "assistant" && c.len() > 1 => c.clone(),
+            _ => {
+                out.push(m);
+                continue;
+            }
+        };
+        let mut results = Vec::new();
+        while let Some(r) = it.next_if(|r| r.role == "tool") {
+            results.push(r);
         }
-        v
+        for (k, call) in calls.into_iter().enumerate() {
+            let id = call.get("id").and_then(Value::as_str).map(str::to_string);
+            let mut one = if k == 0 { m.clone() } else { Message::assistant("") };
+            one.extra.insert("tool_calls".into(), Value::Array(vec![call]));
+            out.push(one);
+            let answers = |r: &Message| {
+                id.is_some() && r.extra.get("tool_call_id").and_then(Value::as_str) == id.as_deref()
+            };
+            let at = results.iter().position(answers).or((!results.is_empty()).then_some(0));
+            if let Some(p) = at {
+                out.push(results.remove(p));
+            }
+        }
+        out.extend(results);
     }
+    *messages = out;
 }
 
 /// How to read a thinking model's output.
@@ -182,6 +215,9 @@ enum Block {
     Reasoning,
     /// Content, up to the closing tag (a harmony preamble).
     Preamble,
+    /// A harmony message to a recipient (a tool call): content as written, up to `<|call|>` or
+    /// the closing tag, which stays.
+    Call,
     /// The answer: the rest of the output.
     Answer,
 }
@@ -210,15 +246,49 @@ enum Opening {
     None,
 }
 
-/// Whether `text` starts with `prefix` followed by one of `markers`.
-fn opening(text: &str, prefix: &str, markers: &[(&'static str, Block)]) -> Opening {
+/// Whether `text` starts with `prefix` followed by `marker`, which opens reasoning.
+fn opening(text: &str, prefix: &str, marker: &str) -> Opening {
     let Some(rest) = text.strip_prefix(prefix) else {
         return if prefix.starts_with(text) { Opening::Partial } else { Opening::None };
     };
-    if let Some((m, b)) = markers.iter().find(|(m, _)| rest.starts_with(m)) {
-        return Opening::Full(prefix.len() + m.len(), *b);
+    if rest.starts_with(marker) {
+        Opening::Full(prefix.len() + marker.len(), Block::Reasoning)
+    } else if marker.starts_with(rest) {
+        Opening::Partial
+    } else {
+        Opening::None
     }
-    if markers.iter().any(|(m, _)| m.starts_with(rest)) { Opening::Partial } else { Opening::None }
+}
+
+/// Whether `text` starts with `prefix` followed by a harmony header and `<|message|>`, and what
+/// the message opens: its channel's block, a call when it has a recipient. The decision waits
+/// for `<|message|>` (at most [`MAX_HEADER`] bytes on), so that it does not depend on how the
+/// text was cut into pieces.
+fn harmony_opening(text: &str, prefix: &str) -> Opening {
+    let Some(rest) = text.strip_prefix(prefix) else {
+        return if prefix.starts_with(text) { Opening::Partial } else { Opening::None };
+    };
+    match Header::may_start(rest) {
+        None => return Opening::None,
+        Some(false) => return Opening::Partial,
+        Some(true) => {}
+    }
+    let Some(end) = rest.find(harmony::MESSAGE) else {
+        let longest = MAX_HEADER + harmony::MESSAGE.len();
+        return if rest.len() >= longest || Header::parse(rest).is_none() {
+            Opening::None
+        } else {
+            Opening::Partial
+        };
+    };
+    let block = match Header::parse(&rest[..end]).filter(|_| end <= MAX_HEADER) {
+        Some(Header { recipient: Some(_), .. }) => Block::Call,
+        Some(Header { channel: Some("analysis"), .. }) => Block::Reasoning,
+        Some(Header { channel: Some("final"), .. }) => Block::Answer,
+        Some(Header { channel: Some("commentary"), .. }) => Block::Preamble,
+        _ => return Opening::None,
+    };
+    Opening::Full(prefix.len() + end + harmony::MESSAGE.len(), block)
 }
 
 /// Splits a thinking model's output into reasoning and answer as it streams.
@@ -271,17 +341,26 @@ impl ReasoningSplitter {
     /// At the start of a message (after `prefix`): what it opens, if anything. Whitespace is
     /// skipped before the first message only.
     fn open_message(&mut self, out: &mut Vec<Part>, prefix: &str) -> bool {
-        let ws = if prefix.is_empty() { self.held.len() - self.held.trim_start().len() } else { 0 };
-        match opening(&self.held[ws..], prefix, &self.how.tags.openings()) {
+        let harmony = self.how.tags.harmony;
+        // A harmony header may start with a space (` to=…`): that is not whitespace to skip.
+        let skip = prefix.is_empty() && !(harmony.is_some() && Header::may_start(&self.held).is_some());
+        let ws = if skip { self.held.len() - self.held.trim_start().len() } else { 0 };
+        let found = match harmony {
+            Some(_) => harmony_opening(&self.held[ws..], prefix),
+            None => opening(&self.held[ws..], prefix, self.how.tags.open),
+        };
+        match found {
             Opening::Partial => false,
             Opening::None => {
                 self.mode = Mode::Content;
                 true
             }
             Opening::Full(len, block) => {
+                let header = &self.held[ws + prefix.len()..ws + len];
                 if block == Block::Reasoning && !self.how.to_field {
-                    let kept = format!("{}{}", &self.held[..ws], &self.held[ws + prefix.len()..ws + len]);
-                    push(out, Part::Content(kept));
+                    push(out, Part::Content(format!("{}{header}", &self.held[..ws])));
+                } else if block == Block::Call {
+                    push(out, Part::Content(format!("{}{header}", harmony::START)));
                 }
                 self.held.drain(..ws + len);
                 self.mode = if block == Block::Answer { Mode::Content } else { Mode::Block(block) };
@@ -292,10 +371,12 @@ impl ReasoningSplitter {
 
     /// Inside a block: its text up to the closing tag.
     fn in_block(&mut self, out: &mut Vec<Part>, block: Block) -> bool {
-        let close = self.how.tags.close;
-        let keep_tags = block == Block::Reasoning && !self.how.to_field;
-        match self.held.find(close) {
-            Some(i) => {
+        // A call ends at `<|call|>` too; its end marker stays with it.
+        let closes: &[&str] =
+            if block == Block::Call { &[harmony::CALL, self.how.tags.close] } else { &[self.how.tags.close] };
+        let keep_tags = block == Block::Call || (block == Block::Reasoning && !self.how.to_field);
+        match closes.iter().filter_map(|c| Some((self.held.find(c)?, *c))).min() {
+            Some((i, close)) => {
                 let text = self.held[..i].to_string();
                 self.held.drain(..i + close.len());
                 push(out, self.part(block, text));
@@ -306,8 +387,9 @@ impl ReasoningSplitter {
                 true
             }
             None => {
-                // Keep back a suffix that could be the start of the closing tag.
-                let ready = self.held.len() - partial_suffix(&self.held, close);
+                // Keep back a suffix that could be the start of a closing tag.
+                let keep = closes.iter().map(|c| partial_suffix(&self.held, c)).max().unwrap_or(0);
+                let ready = self.held.len() - keep;
                 let text: String = self.held.drain(..ready).collect();
                 push(out, self.part(block, text));
                 false

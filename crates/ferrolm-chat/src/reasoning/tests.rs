@@ -130,17 +130,50 @@ fn harmony_reasoning_stays_in_the_content_with_reasoning_format_none() {
 }
 
 #[test]
-fn harmony_output_it_does_not_know_stays_in_the_content_as_written() {
+fn harmony_tool_calls_are_content_as_whole_messages() {
     let h = field(HARMONY);
-    // A tool call (out of scope here): the reasoning before it is split off, the rest stays.
+    // The reasoning before a call is split off; the call stays as written.
     let call = "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\"}";
     let whole = format!("<|channel|>analysis<|message|>Call it.<|end|>{call}");
     assert_eq!(split_every_way(h, &whole), pair(Some("Call it."), call));
+    // A call as the first message (recipient after the channel, or in the role part, right
+    // after the prompt's `<|start|>assistant`) gets its message start.
     let direct = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}";
-    assert_eq!(split_every_way(h, direct), pair(None, direct));
+    assert_eq!(split_every_way(h, direct), pair(None, &format!("<|start|>assistant{direct}")));
+    let in_role = " to=functions.f<|channel|>commentary json<|message|>{}";
+    assert_eq!(split_every_way(h, in_role), pair(None, &format!("<|start|>assistant{in_role}")));
+    // Several calls, their end markers kept, analysis between them still reasoning.
+    let two = "<|channel|>analysis<|message|>A.<|end|><|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|><|start|>assistant<|channel|>analysis<|message|>B.<|end|><|start|>assistant<|channel|>commentary to=functions.g<|message|>{\"x\": 1}<|call|>";
+    assert_eq!(
+        split_every_way(h, two),
+        pair(
+            Some("A.B."),
+            "<|start|>assistant to=functions.f<|channel|>commentary json<|message|>{}<|call|><|start|>assistant<|channel|>commentary to=functions.g<|message|>{\"x\": 1}<|call|>"
+        )
+    );
+    // With reasoning_format none the call is written the same way.
+    assert_eq!(
+        split_every_way(in_content(HARMONY), &whole),
+        pair(None, &format!("<|channel|>analysis<|message|>Call it.<|end|>{call}"))
+    );
+}
+
+#[test]
+fn harmony_headers_say_more_and_unknown_output_stays_as_written() {
+    let h = field(HARMONY);
     assert_eq!(split_every_way(h, "Just text"), pair(None, "Just text"));
-    let constrained = "<|channel|>final <|constrain|>json<|message|>{}";
-    assert_eq!(split_every_way(h, constrained), pair(None, constrained));
+    assert_eq!(split_every_way(h, " Hi"), pair(None, " Hi"));
+    // A constrained answer is the answer (llama.cpp with a response format).
+    let constrained = "<|channel|>analysis<|message|>JSON.<|end|><|start|>assistant<|channel|>final <|constrain|>json<|message|>{}";
+    assert_eq!(split_every_way(h, constrained), pair(Some("JSON."), "{}"));
+    // gpt-oss's stray `<|channel|>commentary to=assistant` before the channel is skipped.
+    let stray = "<|channel|>commentary to=assistant<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>commentary to=assistant<|channel|>final<|message|>b";
+    assert_eq!(split_every_way(h, stray), pair(Some("a"), "b"));
+    // An unknown channel, or no header end in sight, stays as written.
+    let odd = "<|channel|>analysis<|message|>a<|end|><|start|>assistant<|channel|>other<|message|>b";
+    assert_eq!(split_every_way(h, odd), pair(Some("a"), "<|start|>assistant<|channel|>other<|message|>b"));
+    let long = format!("<|channel|>{}", "x".repeat(300));
+    assert_eq!(split_every_way(h, &long), pair(None, &long));
 }
 
 #[test]
@@ -172,4 +205,43 @@ fn harmony_continues_an_answer_and_adapts_messages_as_llama_cpp_does() {
         (Some(&"4".into()), Some(&"2+2".into()))
     );
     assert_eq!((msgs[3].content.as_ref(), msgs[3].extra.get("thinking")), (Some(&"".into()), None));
+}
+
+#[test]
+fn harmony_shows_one_call_per_message_each_before_its_result() {
+    let call =
+        |id: &str, name: &str| serde_json::json!({"id": id, "function": {"name": name, "arguments": {}}});
+    let mut two = Message::assistant("");
+    two.extra.insert("reasoning_content".into(), "Both.".into());
+    two.extra.insert("tool_calls".into(), serde_json::json!([call("a", "f"), call("b", "g")]));
+    let result = |id: &str, text: &str| {
+        let mut m = Message::new("tool", text);
+        m.extra.insert("tool_call_id".into(), id.into());
+        m
+    };
+    let mut msgs = vec![Message::user("hi"), two, result("b", "2"), result("a", "1"), Message::user("ok")];
+    HARMONY.adapt_messages(&mut msgs);
+    let shown: Vec<(String, Option<String>, Option<String>)> = msgs
+        .iter()
+        .map(|m| {
+            let name =
+                m.extra.get("tool_calls").map(|c| c[0]["function"]["name"].as_str().unwrap().to_string());
+            let text = m.content.as_ref().and_then(|c| c.as_str()).map(str::to_string);
+            (m.role.clone(), name, text)
+        })
+        .collect();
+    let row = |r: &str, n: Option<&str>, t: &str| (r.to_string(), n.map(str::to_string), Some(t.to_string()));
+    assert_eq!(
+        shown,
+        vec![
+            row("user", None, "hi"),
+            row("assistant", Some("f"), ""),
+            row("tool", None, "1"),
+            row("assistant", Some("g"), ""),
+            row("tool", None, "2"),
+            row("user", None, "ok"),
+        ]
+    );
+    assert_eq!(msgs[1].extra.get("thinking"), Some(&"Both.".into()));
+    assert_eq!(msgs[3].extra.get("thinking"), None);
 }
