@@ -5,14 +5,21 @@
 //! parts; an assistant's `tool_use` blocks as tool calls; a user's `tool_result` blocks as tool
 //! messages; `tools` with their `input_schema` as functions; `tool_choice` `auto`, `any`, `tool`
 //! or `none`; `stop_sequences`, `temperature`, `top_p`, `top_k`) and runs as a chat completion
-//! through the model's template. The answer is a `message`: its `content` blocks (`text`, then
-//! `tool_use` with the parsed arguments as `input`), `stop_reason` (`end_turn`, `max_tokens`,
-//! `stop_sequence` with `stop_sequence`, `tool_use`) and `usage`. Streamed, the events are
-//! Anthropic's: `message_start`, `content_block_start`/`_delta`/`_stop` per block (text as
-//! `text_delta`, a tool's input as one `input_json_delta`), `message_delta` with the stop
+//! through the model's template. The answer is a `message`: its `content` blocks (a thinking
+//! model's reasoning as a `thinking` block with an empty `signature`, as llama-server writes
+//! it; `text`; then `tool_use` with the parsed arguments as `input`), `stop_reason`
+//! (`end_turn`, `max_tokens`, `stop_sequence` with `stop_sequence`, `tool_use`) and `usage`.
+//! Streamed, the events are Anthropic's: `message_start`, `content_block_start`/`_delta`/`_stop`
+//! per block (reasoning as `thinking_delta` and an empty `signature_delta` before its stop, text
+//! as `text_delta`, a tool's input as one `input_json_delta`), `message_delta` with the stop
 //! reason and the output tokens, and `message_stop`.
 //!
-//! Refused with 400 naming the field: image and document blocks, `thinking` enabled.
+//! The reasoning is split as for chat (the server's `--reasoning-format`, or the request's
+//! `reasoning_format`; `none` leaves it in the text). `thinking: {"type": "enabled"}` is
+//! accepted (its `budget_tokens` is not enforced), `{"type": "disabled"}` turns thinking off as
+//! `enable_thinking: false` does; an assistant's `thinking` blocks are its `reasoning_content`.
+//!
+//! Refused with 400 naming the field: image and document blocks.
 
 use axum::body::Bytes;
 use axum::http::StatusCode;
@@ -22,10 +29,10 @@ use serde_json::{Map, Value, json};
 
 use super::chat::{ChatJob, copy_renamed, function_tool, named_tool_choice, prepare, requests};
 use super::error::ApiError;
-use super::events_sse::{EventWriter, ReplyText, named, respond};
+use super::events_sse::{EventWriter, named, respond};
 use super::json::{parse_object, type_name};
 use super::response::{Collected, collect, new_id, submit_all};
-use super::tools::{self, ToolCall};
+use super::tools::{ReplyText, ToolCall};
 use super::{AppState, json_response};
 use ferrolm::decoder::FinishReason;
 use ferrolm::engine::{RequestHandle, Usage};
@@ -84,7 +91,7 @@ fn chat_messages(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiErr
             ));
         }
     };
-    let (mut parts, mut calls) = (Vec::new(), Vec::new());
+    let (mut parts, mut calls, mut thinking) = (Vec::new(), Vec::new(), None::<String>);
     for (j, b) in blocks.iter().enumerate() {
         let bp = format!("{param}.content[{j}]");
         match b.get("type").and_then(Value::as_str) {
@@ -106,7 +113,10 @@ fn chat_messages(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiErr
                 let text = text_of(&format!("{bp}.content"), b.get("content").unwrap_or(&Value::Null))?;
                 out.push(json!({"role": "tool", "tool_call_id": id, "content": text}));
             }
-            Some("thinking" | "redacted_thinking") if role == "assistant" => {}
+            Some("thinking") if role == "assistant" => thinking
+                .get_or_insert_with(String::new)
+                .push_str(b.get("thinking").and_then(Value::as_str).unwrap_or("")),
+            Some("redacted_thinking") if role == "assistant" => {}
             Some(t) => {
                 return Err(ApiError::invalid_param(
                     bp,
@@ -116,11 +126,14 @@ fn chat_messages(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiErr
             None => return Err(ApiError::invalid_param(bp, "a content block needs a `type`")),
         }
     }
-    if !parts.is_empty() || !calls.is_empty() {
+    if !parts.is_empty() || !calls.is_empty() || thinking.is_some() {
         let mut msg =
             json!({"role": role, "content": if parts.is_empty() { Value::Null } else { json!(parts) }});
         if !calls.is_empty() {
             msg["tool_calls"] = json!(calls);
+        }
+        if let Some(t) = thinking {
+            msg["reasoning_content"] = json!(t);
         }
         out.push(msg);
     }
@@ -130,9 +143,6 @@ fn chat_messages(i: usize, m: &Value, out: &mut Vec<Value>) -> Result<(), ApiErr
 /// The chat request an Anthropic request means.
 fn to_chat(v: &Value) -> Result<Value, ApiError> {
     let obj = v.as_object().ok_or_else(|| ApiError::invalid("the body must be a JSON object"))?;
-    if obj.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str) == Some("enabled") {
-        return Err(ApiError::invalid_param("thinking", "extended thinking is not supported"));
-    }
     let mut messages = Vec::new();
     if let Some(s) = obj.get("system") {
         let text = text_of("system", s)?;
@@ -158,8 +168,11 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
         ("top_p", "top_p"),
         ("top_k", "top_k"),
         ("stream", "stream"),
+        ("reasoning_format", "reasoning_format"),
+        ("chat_template_kwargs", "chat_template_kwargs"),
     ];
     copy_renamed(obj, &mut chat, &pairs);
+    thinking_switch(obj.get("thinking"), &mut chat)?;
     if let Some(Value::Array(tools)) = obj.get("tools") {
         let funcs: Vec<Value> = tools.iter().map(|t| function_tool(t, "input_schema")).collect();
         if !funcs.is_empty() {
@@ -184,6 +197,29 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
         }
     }
     Ok(Value::Object(chat))
+}
+
+/// `thinking: {"type": "enabled" | "disabled"}` as the chat request's `enable_thinking` (a
+/// `chat_template_kwargs` entry the request did not set itself).
+fn thinking_switch(thinking: Option<&Value>, chat: &mut Map<String, Value>) -> Result<(), ApiError> {
+    let on = match thinking.filter(|t| !t.is_null()).map(|t| t.get("type").and_then(Value::as_str)) {
+        None => return Ok(()),
+        Some(Some("enabled")) => true,
+        Some(Some("disabled")) => false,
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "thinking.type",
+                "`thinking.type` must be enabled or disabled",
+            ));
+        }
+    };
+    match chat.entry("chat_template_kwargs").or_insert_with(|| json!({})) {
+        Value::Object(kwargs) => {
+            kwargs.entry("enable_thinking").or_insert(Value::Bool(on));
+            Ok(())
+        }
+        _ => Err(ApiError::invalid_param("chat_template_kwargs", "`chat_template_kwargs` must be an object")),
+    }
 }
 
 /// Anthropic's `stop_reason`.
@@ -227,11 +263,11 @@ pub(crate) async fn messages(state: AppState, body: Bytes) -> Result<Response, A
         return Ok(stream_response(job, id, rx));
     }
     let c = collect(rx).await?;
-    let (text, calls) = match job.tools.as_deref().and_then(|names| tools::parse(&c.text, names)) {
-        Some((text, calls)) => (text, calls),
-        None => (c.text.clone(), Vec::new()),
-    };
+    let (reasoning, text, calls) = job.read(&c.text);
     let mut content = Vec::new();
+    if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+        content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    }
     if !text.is_empty() || calls.is_empty() {
         content.push(json!({"type": "text", "text": text}));
     }
@@ -266,8 +302,10 @@ struct Events {
     job: ChatJob,
     id: String,
     reply: ReplyText,
-    /// A text block is open (index 0).
-    text_open: bool,
+    /// The open block: thinking (true) or text, and its index.
+    open: Option<(bool, usize)>,
+    /// The index of the next block.
+    next: usize,
     out: Vec<sse::Event>,
 }
 
@@ -276,17 +314,44 @@ impl Events {
         self.out.push(named(&v));
     }
 
-    fn text(&mut self, t: &str) {
+    /// Text of a thinking block (`thinking`) or a text block, in the open block of its kind or
+    /// in a new one after it.
+    fn block_text(&mut self, thinking: bool, t: &str) {
         if t.is_empty() {
             return;
         }
-        if !self.text_open {
-            self.text_open = true;
-            self.emit(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}));
+        let index = match self.open {
+            Some((kind, index)) if kind == thinking => index,
+            _ => {
+                self.close();
+                let index = self.next;
+                self.next += 1;
+                self.open = Some((thinking, index));
+                let block = if thinking {
+                    json!({"type": "thinking", "thinking": "", "signature": ""})
+                } else {
+                    json!({"type": "text", "text": ""})
+                };
+                self.emit(json!({"type": "content_block_start", "index": index, "content_block": block}));
+                index
+            }
+        };
+        let delta = if thinking {
+            json!({"type": "thinking_delta", "thinking": t})
+        } else {
+            json!({"type": "text_delta", "text": t})
+        };
+        self.emit(json!({"type": "content_block_delta", "index": index, "delta": delta}));
+    }
+
+    /// Closes the open block (a thinking block gets its empty signature first).
+    fn close(&mut self) {
+        let Some((thinking, index)) = self.open.take() else { return };
+        if thinking {
+            let delta = json!({"type": "signature_delta", "signature": ""});
+            self.emit(json!({"type": "content_block_delta", "index": index, "delta": delta}));
         }
-        self.emit(
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}),
-        );
+        self.emit(json!({"type": "content_block_stop", "index": index}));
     }
 
     fn start(&mut self) {
@@ -306,12 +371,8 @@ impl Events {
         output_tokens: usize,
         stop_word: Option<String>,
     ) {
-        let mut index = 0;
-        if self.text_open {
-            self.emit(json!({"type": "content_block_stop", "index": 0}));
-            index = 1;
-        }
-        for c in calls {
+        self.close();
+        for (index, c) in (self.next..).zip(calls) {
             let mut block = tool_use_block(c);
             let input = block["input"].take().to_string();
             block["input"] = json!({});
@@ -319,7 +380,6 @@ impl Events {
             self.emit(json!({"type": "content_block_delta", "index": index,
                 "delta": {"type": "input_json_delta", "partial_json": input}}));
             self.emit(json!({"type": "content_block_stop", "index": index}));
-            index += 1;
         }
         let delta =
             json!({"stop_reason": stop_reason(Some(finish), !calls.is_empty()), "stop_sequence": stop_word});
@@ -336,7 +396,11 @@ impl EventWriter for Events {
     }
 
     fn text(&mut self, t: &str) {
-        Events::text(self, t);
+        self.block_text(false, t);
+    }
+
+    fn reasoning(&mut self, t: &str) {
+        self.block_text(true, t);
     }
 
     fn end(&mut self, finish: FinishReason, usage: Usage, stop_word: Option<String>, calls: Vec<ToolCall>) {
@@ -353,8 +417,8 @@ impl EventWriter for Events {
 }
 
 fn stream_response(job: ChatJob, id: String, rx: RequestHandle) -> Response {
-    let reply = ReplyText::new(job.tools.clone());
-    let mut ev = Events { job, id, reply, text_open: false, out: Vec::new() };
+    let reply = job.reply_text();
+    let mut ev = Events { job, id, reply, open: None, next: 0, out: Vec::new() };
     ev.start();
     respond(ev, rx)
 }

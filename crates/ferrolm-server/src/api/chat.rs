@@ -1,6 +1,6 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat template, then generated.
 
-use ferrolm::chat::reasoning::{ReasoningSplitter, Thinking, ThinkingTags};
+use ferrolm::chat::reasoning::{Thinking, ThinkingTags};
 use ferrolm::chat::{CalendarDate, Message, RenderOptions};
 use ferrolm::constrain::ConstraintSpec;
 use serde::Deserialize;
@@ -55,6 +55,19 @@ pub(crate) struct ChatJob {
     /// A thinking model's output to split: its reasoning goes to `reasoning_content` (or, for
     /// gpt-oss with `reasoning_format: none`, stays in the content while the answer's markers go).
     pub thinking: Option<Thinking>,
+}
+
+impl ChatJob {
+    /// A whole reply read as the request asks: (reasoning, content, tool calls)
+    /// ([`tools::read_reply`]).
+    pub(crate) fn read(&self, text: &str) -> (Option<String>, String, Vec<tools::ToolCall>) {
+        tools::read_reply(text, self.tools.as_deref(), self.thinking)
+    }
+
+    /// A reply to read as it streams ([`tools::ReplyText`]).
+    pub(crate) fn reply_text(&self) -> tools::ReplyText {
+        tools::ReplyText::new(self.tools.clone(), self.thinking)
+    }
 }
 
 /// A message's content: a string, an array of text parts (joined with newlines), or null.
@@ -506,25 +519,18 @@ pub(crate) fn requests(job: &ChatJob) -> Vec<GenRequest> {
 
 /// One choice of a `chat.completion`.
 fn choice_json(backend: &dyn Backend, i: usize, c: &Collected, job: &ChatJob) -> Value {
-    let (reasoning, text) = match job.thinking {
-        Some(how) => ReasoningSplitter::split(how, &c.text),
-        None => (None, c.text.clone()),
-    };
-    let parsed = job.tools.as_deref().and_then(|names| tools::parse(&text, names));
-    let mut message = json!({"role": "assistant", "content": text});
+    let (reasoning, content, calls) = job.read(&c.text);
+    let mut message = json!({"role": "assistant", "content": content});
     if let Some(r) = reasoning {
         message["reasoning_content"] = Value::String(r);
     }
     let mut reason = c.finish.map_or("stop", |f| f.openai_reason());
-    match parsed {
-        // A generic-format `response`: the content, no calls.
-        Some((content, calls)) if calls.is_empty() => message["content"] = Value::String(content),
-        Some((content, calls)) => {
-            message["content"] = if content.is_empty() { Value::Null } else { Value::String(content) };
-            message["tool_calls"] = calls.iter().map(|c| c.to_json(None)).collect();
-            reason = "tool_calls";
+    if !calls.is_empty() {
+        if content.is_empty() {
+            message["content"] = Value::Null;
         }
-        None => {}
+        message["tool_calls"] = calls.iter().map(|c| c.to_json(None)).collect();
+        reason = "tool_calls";
     }
     let logprobs = if c.logprobs.is_empty() {
         Value::Null

@@ -1,6 +1,6 @@
 //! One request streamed as named server-sent events (`event: NAME` + `data: JSON`), the framing
-//! of Anthropic's Messages API and OpenAI's Responses API, and the reply text as it streams with
-//! tool calls held back.
+//! of Anthropic's Messages API and OpenAI's Responses API, the reply read as it streams
+//! ([`ReplyText`]: reasoning split off, tool calls held back).
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -11,17 +11,29 @@ use futures_util::stream::{self, StreamExt};
 use serde_json::Value;
 
 use super::error::ApiError;
-use super::tools::{ToolCall, ToolStream};
+use super::tools::{ReplyText, ToolCall};
+use ferrolm::chat::reasoning::Part;
 use ferrolm::decoder::FinishReason;
 use ferrolm::engine::{Event, RequestHandle, Usage};
 
-/// Turns a request's engine events into named SSE events: the text as it may be shown, then
-/// the end with the tool calls found.
+/// Turns a request's engine events into named SSE events: the reasoning and the text as they
+/// may be shown, then the end with the tool calls found.
 pub(crate) trait EventWriter: Send + 'static {
     /// The reply's text so far.
     fn reply(&mut self) -> &mut ReplyText;
     /// Writes text that can be shown (never empty).
     fn text(&mut self, text: &str);
+    /// Writes reasoning (never empty).
+    fn reasoning(&mut self, text: &str);
+    /// Writes the parts of the reply.
+    fn parts(&mut self, parts: Vec<Part>) {
+        for p in parts {
+            match p {
+                Part::Reasoning(r) => self.reasoning(&r),
+                Part::Content(c) => self.text(&c),
+            }
+        }
+    }
     /// Writes the end of the reply.
     fn end(&mut self, finish: FinishReason, usage: Usage, stop_word: Option<String>, calls: Vec<ToolCall>);
     /// Writes an error event; the stream then ends.
@@ -34,17 +46,13 @@ pub(crate) trait EventWriter: Send + 'static {
         match ev {
             Event::PromptLogprobs(_) | Event::Progress { .. } => false,
             Event::Token { text, .. } => {
-                let shown = self.reply().push(text);
-                if !shown.is_empty() {
-                    self.text(&shown);
-                }
+                let parts = self.reply().push(&text);
+                self.parts(parts);
                 false
             }
             Event::Done { text, finish, usage, stop_word } => {
-                let (shown, calls) = self.reply().finish(text);
-                if !shown.is_empty() {
-                    self.text(&shown);
-                }
+                let (parts, calls) = self.reply().finish(&text);
+                self.parts(parts);
                 self.end(finish, usage, stop_word, calls);
                 true
             }
@@ -85,39 +93,4 @@ pub(crate) fn respond<W: EventWriter>(mut writer: W, rx: RequestHandle) -> Respo
     .flatten();
     let body = stream::iter(first).chain(rest).map(Ok::<sse::Event, Infallible>);
     Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
-}
-
-/// A streamed reply's text: passed through as it comes, or, when tools were offered, held from
-/// where a tool call may start and parsed at the end.
-pub(crate) struct ReplyText {
-    tools: Option<(ToolStream, Vec<String>)>,
-}
-
-impl ReplyText {
-    /// `tools`: the offered tools' names (`None`: no tool parsing).
-    pub(crate) fn new(tools: Option<Vec<String>>) -> ReplyText {
-        ReplyText { tools: tools.map(|names| (ToolStream::default(), names)) }
-    }
-
-    /// New text; returns what can be shown now.
-    pub(crate) fn push(&mut self, text: String) -> String {
-        match &mut self.tools {
-            Some((t, _)) => t.push(&text),
-            None => text,
-        }
-    }
-
-    /// The last text: what remains to show, and the tool calls found.
-    pub(crate) fn finish(&mut self, text: String) -> (String, Vec<ToolCall>) {
-        let mut shown = self.push(text);
-        let calls = match &mut self.tools {
-            Some((t, names)) => {
-                let (rest, calls) = t.finish(names);
-                shown.push_str(&rest);
-                calls
-            }
-            None => Vec::new(),
-        };
-        (shown, calls)
-    }
 }

@@ -4,12 +4,17 @@
 //! message; `input` as a string or a list of items (messages with `input_text` parts or a
 //! string, `function_call` items as the assistant's tool calls, `function_call_output` items as
 //! tool messages); `tools` of type `function`; `tool_choice`; `max_output_tokens`;
-//! `temperature`, `top_p`; `text.format` (`text`, `json_object`, `json_schema`). The answer is a
-//! `response` whose `output` holds a `message` item with one `output_text` part and a
-//! `function_call` item per parsed call; `status` is `incomplete` (with
+//! `temperature`, `top_p`; `text.format` (`text`, `json_object`, `json_schema`); `reasoning`
+//! items as the next assistant message's `reasoning_content`. The answer is a `response` whose
+//! `output` holds a thinking model's reasoning as a `reasoning` item (an empty `summary`, one
+//! `reasoning_text` part, as llama-server writes it), a `message` item with one `output_text`
+//! part and a `function_call` item per parsed call; `status` is `incomplete` (with
 //! `incomplete_details.reason` `max_output_tokens`) when the length limit cut it. Streamed, the
 //! events are the Responses API's (`response.created`, `response.output_item.added`,
-//! `response.output_text.delta`, … `response.completed`), numbered by `sequence_number`.
+//! `response.content_part.added`, `response.reasoning_text.delta` / `.done`,
+//! `response.output_text.delta` / `.done`, … `response.completed`), numbered by
+//! `sequence_number`. The reasoning is split as for chat (the server's `--reasoning-format`, or
+//! the request's `reasoning_format`; `none` leaves it in the text).
 //!
 //! Nothing is stored: `previous_response_id` and `store: true` are refused by name, as are
 //! built-in tools (web search, file search…) and non-text input parts.
@@ -22,10 +27,10 @@ use serde_json::{Map, Value, json};
 
 use super::chat::{ChatJob, copy_renamed, function_tool, named_tool_choice, prepare, requests};
 use super::error::ApiError;
-use super::events_sse::{EventWriter, ReplyText, named, respond};
+use super::events_sse::{EventWriter, named, respond};
 use super::json::{parse_object, type_name};
 use super::response::{Collected, collect, new_id, submit_all, unix_now};
-use super::tools::{self, ToolCall};
+use super::tools::{ReplyText, ToolCall};
 use super::{AppState, json_response};
 use ferrolm::decoder::FinishReason;
 use ferrolm::engine::{RequestHandle, Usage};
@@ -71,10 +76,18 @@ fn input_messages(v: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
             ));
         }
     };
+    // A reasoning item's text, for the assistant message after it.
+    let mut reasoning: Option<String> = None;
     for (i, item) in items.iter().enumerate() {
         let p = format!("input[{i}]");
         let field = |k: &str| item.get(k).and_then(Value::as_str);
         match field("type").unwrap_or("message") {
+            "reasoning" => {
+                let parts = item.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+                let text: String =
+                    parts.iter().filter_map(|c| c.get("text").and_then(Value::as_str)).collect();
+                reasoning.get_or_insert_with(String::new).push_str(&text);
+            }
             "message" => {
                 let role = match field("role") {
                     Some("developer") => "system",
@@ -88,7 +101,11 @@ fn input_messages(v: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
                 };
                 let text =
                     content_text(&format!("{p}.content"), item.get("content").unwrap_or(&Value::Null))?;
-                out.push(json!({"role": role, "content": text}));
+                let mut msg = json!({"role": role, "content": text});
+                if let Some(r) = reasoning.take().filter(|_| role == "assistant") {
+                    msg["reasoning_content"] = json!(r);
+                }
+                out.push(msg);
             }
             "function_call" => {
                 let call = json!({
@@ -103,7 +120,13 @@ fn input_messages(v: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
                             a.push(call);
                         }
                     }
-                    _ => out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]})),
+                    _ => {
+                        let mut msg = json!({"role": "assistant", "content": null, "tool_calls": [call]});
+                        if let Some(r) = reasoning.take() {
+                            msg["reasoning_content"] = json!(r);
+                        }
+                        out.push(msg);
+                    }
                 }
             }
             "function_call_output" => {
@@ -156,6 +179,8 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
         ("temperature", "temperature"),
         ("top_p", "top_p"),
         ("stream", "stream"),
+        ("reasoning_format", "reasoning_format"),
+        ("chat_template_kwargs", "chat_template_kwargs"),
     ];
     copy_renamed(obj, &mut chat, &pairs);
     if let Some(Value::Array(tools)) = obj.get("tools") {
@@ -201,13 +226,42 @@ fn function_call_item(c: &ToolCall) -> Value {
         "arguments": c.arguments, "status": "completed"})
 }
 
-fn message_item(id: &str, text: &str, status: &str) -> Value {
-    let content = if status == "in_progress" {
-        json!([])
+/// The content part of a message item (`output_text`) or a reasoning item (`reasoning_text`).
+fn text_part(reasoning: bool, text: &str) -> Value {
+    if reasoning {
+        json!({"type": "reasoning_text", "text": text})
     } else {
-        json!([{"type": "output_text", "text": text, "annotations": []}])
-    };
-    json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+        json!({"type": "output_text", "text": text, "annotations": []})
+    }
+}
+
+/// A `message` item, or a `reasoning` item (`reasoning`), with its text as its one part (none
+/// while in progress).
+fn text_item(reasoning: bool, id: &str, text: &str, status: &str) -> Value {
+    let content = if status == "in_progress" { json!([]) } else { json!([text_part(reasoning, text)]) };
+    if reasoning {
+        json!({"type": "reasoning", "id": id, "status": status, "summary": [], "content": content})
+    } else {
+        json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
+    }
+}
+
+/// A `response.output_text.EVENT` event, or `response.reasoning_text.EVENT`: `delta` with the
+/// new text, `done` with the whole `text`.
+fn text_event(reasoning: bool, event: &str, item_id: &str, index: usize, text: &str) -> Value {
+    let kind = if reasoning { "reasoning_text" } else { "output_text" };
+    let key = if event == "delta" { "delta" } else { "text" };
+    let mut v = json!({"type": format!("response.{kind}.{event}"), "item_id": item_id, "output_index": index,
+        "content_index": 0, key: text});
+    if !reasoning {
+        v["logprobs"] = json!([]);
+    }
+    v
+}
+
+/// A new item id: `rs_…` for reasoning, `msg_…` for a message.
+fn item_id(reasoning: bool) -> String {
+    new_id(if reasoning { "rs_" } else { "msg_" })
 }
 
 /// The `response` object.
@@ -257,13 +311,13 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
         return Ok(stream_response(job, id, created, rx));
     }
     let c: Collected = collect(rx).await?;
-    let (text, calls) = match job.tools.as_deref().and_then(|names| tools::parse(&c.text, names)) {
-        Some(found) => found,
-        None => (c.text.clone(), Vec::new()),
-    };
+    let (reasoning, text, calls) = job.read(&c.text);
     let mut output = Vec::new();
+    if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+        output.push(text_item(true, &item_id(true), &r, "completed"));
+    }
     if !text.is_empty() || calls.is_empty() {
-        output.push(message_item(&new_id("msg_"), &text, "completed"));
+        output.push(text_item(false, &item_id(false), &text, "completed"));
     }
     output.extend(calls.iter().map(function_call_item));
     let body = response_object(&id, created, &job.model, status_of(c.finish), output, Some(&c.usage));
@@ -275,13 +329,20 @@ struct Events {
     job: ChatJob,
     id: String,
     created: u64,
-    msg_id: String,
     reply: ReplyText,
-    text: String,
-    /// The message item is open (output index 0).
-    open: bool,
+    /// The item being written: a reasoning or message item.
+    open: Option<OpenItem>,
+    /// The items written.
+    output: Vec<Value>,
     seq: u64,
     out: Vec<sse::Event>,
+}
+
+/// A reasoning or message item as it streams.
+struct OpenItem {
+    reasoning: bool,
+    id: String,
+    text: String,
 }
 
 impl Events {
@@ -297,40 +358,45 @@ impl Events {
         self.emit(json!({"type": "response.in_progress", "response": r}));
     }
 
-    fn delta(&mut self, t: &str) {
+    /// Text of a reasoning item (`reasoning`) or a message item, in the open item of its kind
+    /// or in a new one after it.
+    fn delta(&mut self, reasoning: bool, t: &str) {
         if t.is_empty() {
             return;
         }
-        if !self.open {
-            self.open = true;
-            let item = message_item(&self.msg_id, "", "in_progress");
-            self.emit(json!({"type": "response.output_item.added", "output_index": 0, "item": item}));
-            self.emit(
-                json!({"type": "response.content_part.added", "item_id": self.msg_id, "output_index": 0,
-                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
-            );
+        if self.open.as_ref().is_none_or(|o| o.reasoning != reasoning) {
+            self.close();
+            let index = self.output.len();
+            let id = item_id(reasoning);
+            let item = text_item(reasoning, &id, "", "in_progress");
+            self.emit(json!({"type": "response.output_item.added", "output_index": index, "item": item}));
+            self.emit(json!({"type": "response.content_part.added", "item_id": id, "output_index": index,
+                "content_index": 0, "part": text_part(reasoning, "")}));
+            self.open = Some(OpenItem { reasoning, id, text: String::new() });
         }
-        self.text.push_str(t);
-        self.emit(json!({"type": "response.output_text.delta", "item_id": self.msg_id, "output_index": 0,
-            "content_index": 0, "delta": t, "logprobs": []}));
+        let index = self.output.len();
+        let Some(open) = self.open.as_mut() else { return };
+        open.text.push_str(t);
+        let v = text_event(reasoning, "delta", &open.id, index, t);
+        self.emit(v);
+    }
+
+    /// Ends the open item: its text, its part, the item done.
+    fn close(&mut self) {
+        let Some(OpenItem { reasoning, id, text }) = self.open.take() else { return };
+        let index = self.output.len();
+        self.emit(text_event(reasoning, "done", &id, index, &text));
+        self.emit(json!({"type": "response.content_part.done", "item_id": id, "output_index": index,
+            "content_index": 0, "part": text_part(reasoning, &text)}));
+        let item = text_item(reasoning, &id, &text, "completed");
+        self.emit(json!({"type": "response.output_item.done", "output_index": index, "item": item.clone()}));
+        self.output.push(item);
     }
 
     fn done(&mut self, finish: FinishReason, usage: Usage, calls: Vec<ToolCall>) {
-        let mut output = Vec::new();
-        if self.open {
-            let text = self.text.clone();
-            self.emit(json!({"type": "response.output_text.done", "item_id": self.msg_id, "output_index": 0,
-                "content_index": 0, "text": text, "logprobs": []}));
-            self.emit(
-                json!({"type": "response.content_part.done", "item_id": self.msg_id, "output_index": 0,
-                "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": []}}),
-            );
-            let item = message_item(&self.msg_id, &text, "completed");
-            self.emit(json!({"type": "response.output_item.done", "output_index": 0, "item": item.clone()}));
-            output.push(item);
-        }
+        self.close();
         for c in &calls {
-            let index = output.len();
+            let index = self.output.len();
             let item = function_call_item(c);
             let mut added = item.clone();
             added["arguments"] = json!("");
@@ -343,9 +409,10 @@ impl Events {
             self.emit(
                 json!({"type": "response.output_item.done", "output_index": index, "item": item.clone()}),
             );
-            output.push(item);
+            self.output.push(item);
         }
         let status = status_of(Some(finish));
+        let output = std::mem::take(&mut self.output);
         let r = response_object(&self.id, self.created, &self.job.model, status, output, Some(&usage));
         let kind = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
         self.emit(json!({"type": kind, "response": r}));
@@ -358,7 +425,11 @@ impl EventWriter for Events {
     }
 
     fn text(&mut self, t: &str) {
-        self.delta(t);
+        self.delta(false, t);
+    }
+
+    fn reasoning(&mut self, t: &str) {
+        self.delta(true, t);
     }
 
     fn end(&mut self, finish: FinishReason, usage: Usage, _stop_word: Option<String>, calls: Vec<ToolCall>) {
@@ -375,10 +446,8 @@ impl EventWriter for Events {
 }
 
 fn stream_response(job: ChatJob, id: String, created: u64, rx: RequestHandle) -> Response {
-    let reply = ReplyText::new(job.tools.clone());
-    let msg_id = new_id("msg_");
-    let mut ev =
-        Events { job, id, created, msg_id, reply, text: String::new(), open: false, seq: 0, out: Vec::new() };
+    let reply = job.reply_text();
+    let mut ev = Events { job, id, created, reply, open: None, output: Vec::new(), seq: 0, out: Vec::new() };
     ev.start();
     respond(ev, rx)
 }

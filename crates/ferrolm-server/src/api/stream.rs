@@ -24,8 +24,8 @@ use super::backend::SharedBackend;
 use super::error::ApiError;
 use super::params::LiveReports;
 use super::response::{LegacyLogprobs, Live, UsageSum, chat_logprob, fingerprint};
-use super::tools::ToolStream;
-use ferrolm::chat::reasoning::{Part, ReasoningSplitter, Thinking};
+use super::tools::ReplyText;
+use ferrolm::chat::reasoning::{Part, Thinking};
 use ferrolm::decoder::TokenLogprob;
 use ferrolm::engine::{Event, RequestHandle};
 
@@ -58,13 +58,11 @@ pub(crate) struct StreamHead {
     pub live: LiveReports,
 }
 
-#[derive(Default)]
 struct Choice {
     started: bool,
     done: bool,
-    tools: Option<ToolStream>,
-    /// Splits a thinking model's reasoning from its answer.
-    reasoning: Option<ReasoningSplitter>,
+    /// The reply: reasoning split off, tool calls held back (chat).
+    reply: ReplyText,
     /// Chat log-probabilities waiting for text.
     chat_lp: Vec<Value>,
     /// Completions log-probabilities waiting for text.
@@ -192,15 +190,10 @@ impl Pump {
         self.text_chunk(i, &text, None);
     }
 
-    /// Emits the reasoning in `text` as `delta.reasoning_content` chunks (a thinking model's) and
-    /// returns the answer part; `end`: the last text of the choice.
-    fn answer(&mut self, i: usize, text: &str, end: bool) -> String {
-        let Some(s) = self.choices[i].reasoning.as_mut() else { return text.to_string() };
-        let mut parts = s.feed(text);
-        if end {
-            parts.extend(s.finish());
-        }
-        let mut answer = String::new();
+    /// Emits the reasoning of `parts` as `delta.reasoning_content` chunks (a thinking model's)
+    /// and the content as one chunk.
+    fn parts(&mut self, i: usize, parts: Vec<Part>) {
+        let mut shown = String::new();
         for p in parts {
             match p {
                 Part::Reasoning(r) => {
@@ -209,17 +202,11 @@ impl Pump {
                     let v = self.chunk(vec![choice]);
                     self.emit(v);
                 }
-                Part::Content(c) => answer.push_str(&c),
+                Part::Content(c) => shown.push_str(&c),
             }
         }
-        answer
-    }
-
-    /// Text through the tool-call filter.
-    fn shown(&mut self, i: usize, text: &str) -> String {
-        match &mut self.choices[i].tools {
-            Some(t) => t.push(text),
-            None => text.to_string(),
+        if !shown.is_empty() {
+            self.text_chunk(i, &shown, None);
         }
     }
 
@@ -250,30 +237,12 @@ impl Pump {
                 if let Some(lp) = &logprob {
                     self.add_logprob(i, lp);
                 }
-                let answer = self.answer(i, &text, false);
-                let shown = self.shown(i, &answer);
-                if !shown.is_empty() {
-                    self.text_chunk(i, &shown, None);
-                }
+                let parts = self.choices[i].reply.push(&text);
+                self.parts(i, parts);
             }
             Event::Done { text, finish, usage, .. } => {
-                let answer = self.answer(i, &text, true);
-                let mut shown = self.shown(i, &answer);
-                let names = match &self.kind {
-                    StreamKind::Chat { tools: Some(t), .. } => t.clone(),
-                    _ => Vec::new(),
-                };
-                let calls = match self.choices[i].tools.as_mut() {
-                    Some(t) => {
-                        let (rest, calls) = t.finish(&names);
-                        shown.push_str(&rest);
-                        calls
-                    }
-                    None => Vec::new(),
-                };
-                if !shown.is_empty() {
-                    self.text_chunk(i, &shown, None);
-                }
+                let (parts, calls) = self.choices[i].reply.finish(&text);
+                self.parts(i, parts);
                 if !calls.is_empty() {
                     let tc: Vec<Value> = calls.iter().enumerate().map(|(k, c)| c.to_json(Some(k))).collect();
                     let choice = json!({"index": i, "delta": {"tool_calls": tc}, "logprobs": null, "finish_reason": null});
@@ -347,10 +316,9 @@ pub(crate) fn sse_response(
 ) -> Response {
     let n_choices = rxs.len();
     let events = stream::select_all(rxs.into_iter().enumerate().map(|(i, rx)| tagged(i, rx)));
-    let tools = matches!(&kind, StreamKind::Chat { tools: Some(_), .. });
-    let thinking = match &kind {
-        StreamKind::Chat { thinking, .. } => *thinking,
-        StreamKind::Completion { .. } => None,
+    let (tools, thinking) = match &kind {
+        StreamKind::Chat { tools, thinking } => (tools.clone(), *thinking),
+        StreamKind::Completion { .. } => (None, None),
     };
     let live = head.live;
     let mut pump = Pump {
@@ -360,10 +328,13 @@ pub(crate) fn sse_response(
         events,
         choices: (0..n_choices)
             .map(|_| Choice {
-                tools: tools.then(ToolStream::default),
-                reasoning: thinking.map(ReasoningSplitter::new),
+                started: false,
+                done: false,
+                reply: ReplyText::new(tools.clone(), thinking),
+                chat_lp: Vec::new(),
+                legacy_lp: None,
+                offset: 0,
                 live: Live::new(live),
-                ..Choice::default()
             })
             .collect(),
         queue: VecDeque::new(),

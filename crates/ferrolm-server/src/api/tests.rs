@@ -7,6 +7,7 @@ mod conn;
 mod constraint;
 mod fake;
 mod fuzz;
+mod harmony;
 mod misc;
 mod multi;
 mod native;

@@ -4,6 +4,10 @@
 //!   closing tag may be missing when generation stopped at it);
 //! - Mistral: `[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`;
 //! - Llama 3.1: `<|python_tag|>{"name": …, "parameters": {…}}`;
+//! - gpt-oss (harmony): messages to `functions.NAME` whose text is the JSON arguments, as the
+//!   reasoning split leaves them in the content
+//!   (`<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{…}`,
+//!   [`ferrolm::chat::harmony::tool_calls`]);
 //! - a reply that is nothing but such a JSON object (or an array of them) naming one of the
 //!   request's tools (Llama 3.2 and others);
 //! - the generic format ([`super::generic_tools`]): `{"tool_call": {…}}`, `{"tool_calls": […]}`
@@ -11,12 +15,14 @@
 //!
 //! Anything else is plain text.
 
+use ferrolm::chat::harmony;
+use ferrolm::chat::reasoning::{Part, ReasoningSplitter, Thinking};
 use serde_json::{Value, json};
 
 use super::response::new_id;
 
 /// Markers that open a tool call.
-const MARKERS: [&str; 3] = ["<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"];
+const MARKERS: [&str; 4] = ["<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", harmony::START];
 const CLOSE: &str = "</tool_call>";
 
 /// One parsed call.
@@ -71,6 +77,11 @@ fn calls_from_json(text: &str) -> Option<Vec<ToolCall>> {
 /// Finds the tool calls in a reply: the text outside them and the calls, or `None` when the
 /// reply holds none. `tools` are the names the request offered (a bare JSON reply must name one).
 pub(crate) fn parse(text: &str, tools: &[String]) -> Option<(String, Vec<ToolCall>)> {
+    if text.contains(harmony::START) {
+        let (content, calls) = harmony::tool_calls(text)?;
+        let calls = calls.into_iter().map(|c| ToolCall { name: c.name, arguments: c.arguments }).collect();
+        return Some((content, calls));
+    }
     if let Some(rest) = text.find("<tool_call>").map(|p| (&text[..p], &text[p..])) {
         let (before, mut rest) = rest;
         let mut content = before.to_string();
@@ -188,6 +199,83 @@ impl ToolStream {
     }
 }
 
+/// A reply as it streams: a thinking model's reasoning split off ([`ReasoningSplitter`]), the
+/// rest passed through as it comes or, when tools were offered, held from where a tool call may
+/// start and parsed at the end ([`ToolStream`]).
+pub(crate) struct ReplyText {
+    reasoning: Option<ReasoningSplitter>,
+    tools: Option<(ToolStream, Vec<String>)>,
+}
+
+impl ReplyText {
+    /// `tools`: the offered tools' names (`None`: no tool parsing); `thinking`: how to split
+    /// the reasoning off (`None`: everything is content).
+    pub(crate) fn new(tools: Option<Vec<String>>, thinking: Option<Thinking>) -> ReplyText {
+        ReplyText {
+            reasoning: thinking.map(ReasoningSplitter::new),
+            tools: tools.map(|names| (ToolStream::default(), names)),
+        }
+    }
+
+    /// New text; returns what can be shown now (no empty parts).
+    pub(crate) fn push(&mut self, text: &str) -> Vec<Part> {
+        self.split(text, false)
+    }
+
+    /// The last text: what remains to show, and the tool calls found.
+    pub(crate) fn finish(&mut self, text: &str) -> (Vec<Part>, Vec<ToolCall>) {
+        let mut parts = self.split(text, true);
+        let Some((t, names)) = &mut self.tools else { return (parts, Vec::new()) };
+        let (rest, calls) = t.finish(names);
+        match parts.last_mut() {
+            Some(Part::Content(c)) => c.push_str(&rest),
+            _ if !rest.is_empty() => parts.push(Part::Content(rest)),
+            _ => {}
+        }
+        (parts, calls)
+    }
+
+    /// `text` split into reasoning and content, the content through the tool-call filter.
+    fn split(&mut self, text: &str, end: bool) -> Vec<Part> {
+        let mut parts = match &mut self.reasoning {
+            Some(s) => {
+                let mut parts = s.feed(text);
+                if end {
+                    parts.extend(s.finish());
+                }
+                parts
+            }
+            None => vec![Part::Content(text.to_string())],
+        };
+        if let Some((t, _)) = &mut self.tools {
+            for p in &mut parts {
+                if let Part::Content(c) = p {
+                    *c = t.push(c);
+                }
+            }
+        }
+        parts.retain(|p| !matches!(p, Part::Reasoning(s) | Part::Content(s) if s.is_empty()));
+        parts
+    }
+}
+
+/// A whole reply read: (reasoning, content, tool calls); `tools` and `thinking` as for
+/// [`ReplyText::new`]. A generic-format `response` is the content.
+pub(crate) fn read_reply(
+    text: &str,
+    tools: Option<&[String]>,
+    thinking: Option<Thinking>,
+) -> (Option<String>, String, Vec<ToolCall>) {
+    let (reasoning, content) = match thinking {
+        Some(how) => ReasoningSplitter::split(how, text),
+        None => (None, text.to_string()),
+    };
+    match tools.and_then(|names| parse(&content, names)) {
+        Some((content, calls)) => (reasoning, content, calls),
+        None => (reasoning, content, Vec::new()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +316,14 @@ mod tests {
         let (_, calls) =
             parse(r#"<tool_call>{"name": "f", "arguments": "{\"x\": 2}"}"#, &tools()).expect("s");
         assert_eq!(calls[0].arguments, r#"{"x": 2}"#);
+        // gpt-oss: the arguments as written.
+        let harmony = "Checking. <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>";
+        let (c, calls) = parse(harmony, &tools()).expect("harmony");
+        assert_eq!(
+            (c.as_str(), calls[0].name.as_str(), calls[0].arguments.as_str()),
+            ("Checking.", "get_weather", r#"{"city": "Oslo"}"#)
+        );
+        assert_eq!(parse("<|start|>assistant<|channel|>commentary to=python<|message|>1", &tools()), None);
     }
 
     #[test]

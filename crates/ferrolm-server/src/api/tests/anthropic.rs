@@ -121,11 +121,111 @@ async fn count_tokens_and_refusals() {
         r#"{"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}"#;
     let e = post(&app, "/v1/messages", image).await.assert_error(400, "invalid_request_error");
     assert_eq!(e["error"]["param"], "messages[0].content[0]");
-    let thinking = r#"{"max_tokens": 5, "thinking": {"type": "enabled", "budget_tokens": 10}, "messages": [{"role": "user", "content": "x"}]}"#;
+    let thinking = r#"{"max_tokens": 5, "thinking": {"type": "sometimes"}, "messages": [{"role": "user", "content": "x"}]}"#;
     assert_eq!(
         post(&app, "/v1/messages", thinking).await.assert_error(400, "invalid_request_error")["error"]["param"],
-        "thinking"
+        "thinking.type"
     );
     let role = r#"{"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}"#;
     post(&app, "/v1/messages", role).await.assert_error(400, "invalid_request_error");
+}
+
+/// A thinking model's template (Qwen 3's way: `<think>` in the template).
+const THINKING: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% if not enable_thinking %}<think></think>{% endif %}";
+
+#[tokio::test]
+async fn reasoning_is_a_thinking_block_plain_and_streamed() {
+    let fake = Arc::new(Fake::reply("<think>I add.</think>\n\n4").with_template(THINKING));
+    let app = app(fake.clone());
+    let ask = |extra: &str| {
+        format!(r#"{{"max_tokens": 99, "messages": [{{"role": "user", "content": "2+2?"}}]{extra}}}"#)
+    };
+    let v = post(&app, "/v1/messages", &ask("")).await.json();
+    assert_eq!(
+        v["content"],
+        json!([{"type": "thinking", "thinking": "I add.", "signature": ""}, {"type": "text", "text": "4"}])
+    );
+    // Streamed (one byte a token, the tags in pieces): a thinking block with thinking_delta
+    // events and an empty signature, closed before the text block opens.
+    let events = post(&app, "/v1/messages", &ask(r#", "stream": true"#)).await.named_events();
+    let blocks: Vec<(String, Value)> = events
+        .iter()
+        .filter(|(e, _)| e.starts_with("content_block"))
+        .map(|(e, d)| (e.clone(), d["index"].clone()))
+        .collect();
+    let (first, last) = (&blocks[0], &blocks[blocks.len() - 1]);
+    assert_eq!(
+        (first.0.as_str(), &first.1, last.0.as_str(), &last.1),
+        ("content_block_start", &json!(0), "content_block_stop", &json!(1))
+    );
+    let start = events.iter().find(|(e, _)| e == "content_block_start").expect("start");
+    assert_eq!(start.1["content_block"]["type"], "thinking");
+    let deltas = |kind: &str, key: &str| -> String {
+        events
+            .iter()
+            .filter(|(_, d)| d["delta"]["type"] == kind)
+            .filter_map(|(_, d)| d["delta"][key].as_str())
+            .collect()
+    };
+    assert_eq!(
+        (deltas("thinking_delta", "thinking"), deltas("text_delta", "text")),
+        ("I add.".into(), "4".into())
+    );
+    let order: Vec<String> = events
+        .iter()
+        .filter(|(e, _)| e.starts_with("content_block"))
+        .map(|(e, d)| format!("{e}:{}:{}", d["index"], d["delta"]["type"].as_str().unwrap_or("")))
+        .collect();
+    let sig = order.iter().position(|o| o == "content_block_delta:0:signature_delta").expect("signature");
+    assert_eq!(order[sig + 1], "content_block_stop:0:", "{order:?}");
+    assert_eq!(order[sig + 2], "content_block_start:1:", "{order:?}");
+    // reasoning_format none: the reasoning stays in the text, tags and all.
+    let v = post(&app, "/v1/messages", &ask(r#", "reasoning_format": "none""#)).await.json();
+    assert_eq!(v["content"], json!([{"type": "text", "text": "<think>I add.</think>\n\n4"}]));
+    let events = post(&app, "/v1/messages", &ask(r#", "reasoning_format": "none", "stream": true"#))
+        .await
+        .named_events();
+    assert!(events.iter().all(|(_, d)| d["content_block"]["type"] != "thinking"));
+    // thinking disabled reaches the template as enable_thinking false; an assistant's thinking
+    // block is its reasoning_content.
+    let body = r#"{"max_tokens": 9, "thinking": {"type": "disabled"}, "messages": [{"role": "user", "content": "a"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "Hm.", "signature": "s"}, {"type": "text", "text": "b"}]},
+        {"role": "user", "content": "c"}]}"#;
+    assert_eq!(post(&app, "/v1/messages", body).await.status, 200);
+    let prompt = detok(&fake, &fake.requests().last().expect("request").prompt);
+    assert!(
+        prompt.contains("<think>Hm.</think>b") && prompt.ends_with("assistant\n<think></think>"),
+        "{prompt:?}"
+    );
+}
+
+#[tokio::test]
+async fn gpt_oss_reasoning_and_tool_use() {
+    let reply = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}";
+    let mut fake = Fake::reply(reply).with_template(super::chat::GPT_OSS);
+    fake.n_ctx = 8192;
+    let app = app(Arc::new(fake));
+    let tools = r#"[{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]"#;
+    let body = |extra: &str| {
+        format!(
+            r#"{{"max_tokens": 999, "tools": {tools}, "messages": [{{"role": "user", "content": "w?"}}]{extra}}}"#
+        )
+    };
+    let v = post(&app, "/v1/messages", &body("")).await.json();
+    let kinds: Vec<&str> =
+        v["content"].as_array().expect("blocks").iter().filter_map(|b| b["type"].as_str()).collect();
+    assert_eq!(kinds, ["thinking", "tool_use"], "{v}");
+    assert_eq!(
+        (v["content"][0]["thinking"].as_str(), v["stop_reason"].as_str()),
+        (Some("Need weather."), Some("tool_use"))
+    );
+    assert_eq!(v["content"][1]["input"], json!({"city": "Oslo"}));
+    let events = post(&app, "/v1/messages", &body(r#", "stream": true"#)).await.named_events();
+    let starts: Vec<(Value, Value)> = events
+        .iter()
+        .filter(|(e, _)| e == "content_block_start")
+        .map(|(_, d)| (d["index"].clone(), d["content_block"]["type"].clone()))
+        .collect();
+    assert_eq!(starts, [(json!(0), json!("thinking")), (json!(1), json!("tool_use"))]);
+    assert!(events.iter().all(|(_, d)| d["delta"]["type"] != "text_delta"), "no markup as text");
 }

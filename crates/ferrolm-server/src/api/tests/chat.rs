@@ -180,7 +180,7 @@ async fn streams_sse_chunks() {
     assert!(chunks.last().is_some_and(|c| c["timings"]["predicted_n"] == 4));
 }
 
-const TOOLS: &str =
+pub(super) const TOOLS: &str =
     r#"[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]"#;
 
 #[tokio::test]
@@ -529,11 +529,11 @@ async fn thinking_off_closes_the_block_the_template_opens() {
 }
 
 /// gpt-oss's chat template (the "harmony" format), as llama.cpp ships it.
-const GPT_OSS: &str = include_str!("../../../../ferrolm-chat/testdata/openai-gpt-oss-120b.jinja");
+pub(super) const GPT_OSS: &str = include_str!("../../../../ferrolm-chat/testdata/openai-gpt-oss-120b.jinja");
 
 /// A gpt-oss reply: an analysis message, then the final answer (`<|return|>` ends the
 /// generation and is not text).
-const HARMONY_REPLY: &str =
+pub(super) const HARMONY_REPLY: &str =
     "<|channel|>analysis<|message|>I add.<|end|><|start|>assistant<|channel|>final<|message|>2+2 = 4";
 
 #[tokio::test]

@@ -101,3 +101,95 @@ async fn streamed_text_and_refusals() {
         assert_eq!(e["error"]["param"], param, "{body}");
     }
 }
+
+#[tokio::test]
+async fn reasoning_is_a_reasoning_item_plain_and_streamed() {
+    let template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+    let fake = Arc::new(Fake::reply("<think>I add.</think>\n\n4").with_template(template));
+    let app = app(fake.clone());
+    let v = post(&app, "/v1/responses", r#"{"input": "2+2?"}"#).await.json();
+    let out = v["output"].as_array().expect("output");
+    assert_eq!(out.len(), 2, "{v}");
+    assert_eq!(
+        (out[0]["type"].clone(), out[0]["summary"].clone(), out[0]["content"].clone()),
+        (json!("reasoning"), json!([]), json!([{"type": "reasoning_text", "text": "I add."}]))
+    );
+    assert!(out[0]["id"].as_str().is_some_and(|i| i.starts_with("rs_")));
+    assert_eq!(
+        (out[1]["type"].as_str(), out[1]["content"][0]["text"].as_str()),
+        (Some("message"), Some("4"))
+    );
+
+    // Streamed: the reasoning item (output 0) is done before the message (output 1) starts.
+    let events = post(&app, "/v1/responses", r#"{"input": "2+2?", "stream": true}"#).await.named_events();
+    let text = |kind: &str| -> String {
+        events.iter().filter(|(e, _)| e == kind).filter_map(|(_, d)| d["delta"].as_str()).collect()
+    };
+    assert_eq!(
+        (text("response.reasoning_text.delta"), text("response.output_text.delta")),
+        ("I add.".into(), "4".into())
+    );
+    let items: Vec<(String, Value, Value)> = events
+        .iter()
+        .filter(|(e, _)| e.starts_with("response.output_item"))
+        .map(|(e, d)| (e.clone(), d["output_index"].clone(), d["item"]["type"].clone()))
+        .collect();
+    let item = |e: &str, i: usize, t: &str| (format!("response.output_item.{e}"), json!(i), json!(t));
+    assert_eq!(
+        items,
+        [
+            item("added", 0, "reasoning"),
+            item("done", 0, "reasoning"),
+            item("added", 1, "message"),
+            item("done", 1, "message")
+        ]
+    );
+    let done = events.iter().find(|(e, _)| e == "response.reasoning_text.done").expect("reasoning done");
+    assert_eq!(done.1["text"], "I add.");
+    let completed = &events.last().expect("events").1["response"]["output"];
+    assert_eq!(
+        (completed[0]["content"][0]["text"].as_str(), completed[1]["content"][0]["text"].as_str()),
+        (Some("I add."), Some("4"))
+    );
+    let seq: Vec<u64> = events.iter().filter_map(|(_, d)| d["sequence_number"].as_u64()).collect();
+    assert_eq!(seq, (0..events.len() as u64).collect::<Vec<_>>());
+
+    // reasoning_format none: all text.
+    let v = post(&app, "/v1/responses", r#"{"input": "2+2?", "reasoning_format": "none"}"#).await.json();
+    assert_eq!(v["output"][0]["content"][0]["text"], "<think>I add.</think>\n\n4");
+    let events = post(&app, "/v1/responses", r#"{"input": "x", "reasoning_format": "none", "stream": true}"#)
+        .await
+        .named_events();
+    assert!(events.iter().all(|(e, _)| !e.contains("reasoning")));
+    // A reasoning input item is the next assistant message's reasoning_content.
+    let body = r#"{"input": [{"role": "user", "content": "a"},
+        {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "Hm."}]},
+        {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]}"#;
+    assert_eq!(post(&app, "/v1/responses", body).await.status, 200);
+    let prompt = detok(&fake, &fake.requests().last().expect("request").prompt);
+    assert!(prompt.contains("<think>Hm.</think>b"), "{prompt:?}");
+}
+
+#[tokio::test]
+async fn gpt_oss_reasoning_and_function_calls() {
+    let reply = "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Oslo\"}";
+    let mut fake = Fake::reply(reply).with_template(super::chat::GPT_OSS);
+    fake.n_ctx = 8192;
+    let app = app(Arc::new(fake));
+    let tools = r#"[{"type": "function", "name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]"#;
+    let v = post(&app, "/v1/responses", &format!(r#"{{"tools": {tools}, "input": "w?"}}"#)).await.json();
+    let kinds: Vec<&str> =
+        v["output"].as_array().expect("output").iter().filter_map(|i| i["type"].as_str()).collect();
+    assert_eq!(kinds, ["reasoning", "function_call"], "{v}");
+    assert_eq!(v["output"][1]["arguments"], "{\"city\": \"Oslo\"}");
+    let events =
+        post(&app, "/v1/responses", &format!(r#"{{"tools": {tools}, "stream": true, "input": "w?"}}"#))
+            .await
+            .named_events();
+    let out = &events.last().expect("events").1["response"]["output"];
+    assert_eq!(
+        (out[0]["type"].as_str(), out[1]["type"].as_str()),
+        (Some("reasoning"), Some("function_call"))
+    );
+    assert!(events.iter().all(|(e, _)| e != "response.output_text.delta"), "no markup as text");
+}
