@@ -33,6 +33,7 @@ mod prompt;
 mod response;
 mod responses;
 mod routes;
+mod sleep;
 mod slots;
 mod stream;
 mod tools;
@@ -127,6 +128,10 @@ pub struct ServerConfig {
     pub web_ui: bool,
     /// Whether `GET /slots` answers (`--no-slots`: 501).
     pub slots: bool,
+    /// Release the model after this long without a task, and load it again on the next one
+    /// (llama-server's `--sleep-idle-seconds`; needs a way to reload it: [`serve_reloadable`],
+    /// or a multi-model server). `None`: never.
+    pub sleep_idle: Option<Duration>,
 }
 
 impl Default for ServerConfig {
@@ -154,6 +159,7 @@ impl Default for ServerConfig {
             metrics: true,
             web_ui: true,
             slots: true,
+            sleep_idle: None,
         }
     }
 }
@@ -223,6 +229,35 @@ pub(crate) struct AppState {
     pub cfg: Arc<ServerConfig>,
     /// Start time (Unix seconds), the `created` of `/v1/models`.
     pub created: u64,
+    /// With `--sleep-idle-seconds`: the sleeper, which `backend` is too.
+    pub sleep: Option<Arc<sleep::Sleeper>>,
+    /// `/metrics`' state between scrapes (llama-server's throughput buckets).
+    pub scrapes: Arc<metrics::Scrapes>,
+}
+
+impl AppState {
+    /// The state of a server over `backend`, which does not sleep.
+    pub(crate) fn new(backend: SharedBackend, cfg: Arc<ServerConfig>, created: u64) -> AppState {
+        AppState { backend, cfg, created, sleep: None, scrapes: Arc::default() }
+    }
+
+    /// The state of a server over `first`, released after `cfg.sleep_idle` without a task and
+    /// loaded again with `reload` (a server that does not sleep without either).
+    pub(crate) fn sleepy(
+        first: SharedBackend,
+        reload: Option<sleep::BackendReload>,
+        cfg: Arc<ServerConfig>,
+        created: u64,
+    ) -> AppState {
+        match (cfg.sleep_idle, reload) {
+            (Some(idle), Some(reload)) => {
+                let sleeper = sleep::Sleeper::start(first, idle, reload);
+                let backend: SharedBackend = sleeper.clone();
+                AppState { sleep: Some(sleeper), ..AppState::new(backend, cfg, created) }
+            }
+            _ => AppState::new(first, cfg, created),
+        }
+    }
 }
 
 /// A JSON response.
@@ -254,8 +289,30 @@ pub(crate) fn check_context(
     ))
 }
 
+/// Loads the served model again and starts its engine, after a sleep (`--sleep-idle-seconds`).
+pub type ReloadFn = Arc<dyn Fn() -> Result<Engine, String> + Send + Sync>;
+
+/// [`serve`] with a way to load the model again: with [`ServerConfig::sleep_idle`] set, the
+/// model is released after that long without a task and `reload` loads it on the next one.
+pub async fn serve_reloadable(
+    engine: Engine,
+    reload: ReloadFn,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let listeners = bind(&cfg).await?;
+    let template = cfg.chat_template.clone();
+    let backend: SharedBackend = Arc::new(EngineBackend::new(engine, template.as_deref()));
+    let reload: sleep::BackendReload = Arc::new(move || {
+        let engine = reload()?;
+        Ok(Arc::new(EngineBackend::new(engine, template.as_deref())) as SharedBackend)
+    });
+    run_sleepy(listeners, backend, Some(reload), cfg, shutdown).await
+}
+
 /// Binds `cfg.host:cfg.port` (every address of a comma-separated `host`) and serves until
-/// `shutdown` completes (see [`serve_listener`]).
+/// `shutdown` completes (see [`serve_listener`]). The model never sleeps (see
+/// [`serve_reloadable`]).
 pub async fn serve(
     engine: Engine,
     cfg: ServerConfig,
@@ -307,8 +364,21 @@ pub(crate) async fn run(
     cfg: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    run_sleepy(listeners, backend, None, cfg, shutdown).await
+}
+
+/// [`run`], the model released when idle and loaded again with `reload` (see
+/// [`ServerConfig::sleep_idle`]).
+pub(crate) async fn run_sleepy(
+    listeners: Vec<TcpListener>,
+    backend: SharedBackend,
+    reload: Option<sleep::BackendReload>,
+    cfg: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
     let (shutdown_timeout, limits) = (cfg.shutdown_timeout, cfg.connections);
-    let state = AppState { backend: backend.clone(), cfg: Arc::new(cfg), created: response::unix_now() };
+    let state = AppState::sleepy(backend, reload, Arc::new(cfg), response::unix_now());
+    let backend = state.backend.clone();
     let app = routes::router(state)?;
     serve_app(listeners, app, &OneModel(backend), limits, shutdown_timeout, shutdown).await
 }

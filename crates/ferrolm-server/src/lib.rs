@@ -8,5 +8,5 @@
 pub mod api;
 pub mod conn;
 
-pub use api::{ServerConfig, ServerError, serve, serve_listener, serve_models};
+pub use api::{ReloadFn, ServerConfig, ServerError, serve, serve_listener, serve_models, serve_reloadable};
 pub use conn::{ConnLimits, derive_max_connections, raise_fd_limit};

@@ -88,6 +88,11 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn cancel_all(&self);
     /// Waits until idle, at most `timeout`.
     fn wait_idle(&self, timeout: Duration) -> BoxFuture<'_, bool>;
+    /// Whether the model is released for idling (`--sleep-idle-seconds`), or being released or
+    /// loaded again.
+    fn is_sleeping(&self) -> bool {
+        false
+    }
 }
 
 /// The real engine and its model.

@@ -82,7 +82,7 @@ static RIG: LazyLock<(tokio::runtime::Runtime, axum::Router)> = LazyLock::new(||
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let template = ChatTemplate::new(CHATML).expect("the stand-in template compiles");
     let cfg = ServerConfig { model_id: "m".into(), ..ServerConfig::default() };
-    let state = AppState { backend: Arc::new(Stub { template }), cfg: Arc::new(cfg), created: 0 };
+    let state = AppState::new(Arc::new(Stub { template }), Arc::new(cfg), 0);
     (rt, routes::router(state).expect("router"))
 });
 

@@ -1,27 +1,133 @@
 //! `GET /metrics`: the engine's counters in the Prometheus text exposition format.
 
 use std::fmt::Write;
+use std::sync::Mutex;
 
 use ferrolm::engine::MetricsSnapshot;
 
 /// The `Content-Type` of the exposition format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Renders `m` and the process's resident set size `rss` (bytes, where the system reports it) as
-/// Prometheus text: `# HELP`, `# TYPE` and one sample per metric.
-pub(crate) fn render(m: &MetricsSnapshot, rss: Option<u64>) -> String {
+/// What one model's `/metrics` shows: the engine's counters and the process's resident set
+/// size (bytes, where the system reports it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Reading {
+    /// The engine's counters.
+    pub m: MetricsSnapshot,
+    /// Resident set size.
+    pub rss: Option<u64>,
+}
+
+/// The counters behind llama-server's throughput gauges (`llamacpp:prompt_tokens_seconds`,
+/// `llamacpp:predicted_tokens_seconds`), which cover the time between two scrapes.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Bucket {
+    prompt_tokens: u64,
+    prompt_seconds: f64,
+    generated_tokens: u64,
+    generation_seconds: f64,
+}
+
+impl Bucket {
+    fn of(m: &MetricsSnapshot) -> Bucket {
+        Bucket {
+            prompt_tokens: m.prompt_tokens_total.saturating_sub(m.cached_tokens_total),
+            prompt_seconds: m.prompt_seconds_total,
+            generated_tokens: m.generated_tokens_total,
+            generation_seconds: m.generation_seconds_total,
+        }
+    }
+
+    /// Prompt and generated tokens per second of work since `start` (0 without work).
+    fn rates_since(&self, start: &Bucket) -> Rates {
+        let rate = |tokens: u64, seconds: f64| if seconds > 0.0 { tokens as f64 / seconds } else { 0.0 };
+        Rates {
+            prompt: rate(
+                self.prompt_tokens.saturating_sub(start.prompt_tokens),
+                self.prompt_seconds - start.prompt_seconds,
+            ),
+            generation: rate(
+                self.generated_tokens.saturating_sub(start.generated_tokens),
+                self.generation_seconds - start.generation_seconds,
+            ),
+        }
+    }
+}
+
+/// Tokens per second over the window of a scrape.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct Rates {
+    /// Prompt tokens (cached ones apart) per second of prompt processing.
+    pub prompt: f64,
+    /// Generated tokens per second of generation.
+    pub generation: f64,
+}
+
+/// What `/metrics` keeps between scrapes, as llama-server does: the throughput bucket (each
+/// scrape reports the work since the previous one, then starts a new window) and, for a server
+/// that sleeps, the last reading.
+#[derive(Default)]
+pub(crate) struct Scrapes(Mutex<ScrapeState>);
+
+#[derive(Default)]
+struct ScrapeState {
+    /// The counters when the current window started.
+    bucket: Bucket,
+    /// The last scrape's reading and the number of tasks entered then.
+    last: Option<(Reading, u64)>,
+}
+
+impl ScrapeState {
+    /// Renders `reading` with the rates since the window started, then starts a new window.
+    fn scrape(&mut self, reading: Reading, tasks: u64) -> String {
+        let bucket = Bucket::of(&reading.m);
+        let rates = bucket.rates_since(&self.bucket);
+        self.bucket = bucket;
+        let text = render(&reading.m, reading.rss, rates);
+        self.last = Some((reading, tasks));
+        text
+    }
+}
+
+impl Scrapes {
+    /// A scrape of an awake model: `now`, with `tasks` entered so far.
+    pub(crate) fn awake(&self, now: Reading, tasks: u64) -> String {
+        self.lock().scrape(now, tasks)
+    }
+
+    /// A scrape while the model sleeps: the metrics taken on entering sleep (`frozen`). When no
+    /// task ran since the last scrape, that scrape's reading stands for them, so that every
+    /// scrape of an unchanged server shows the same (its uptime and memory included).
+    pub(crate) fn asleep(&self, frozen: Reading, tasks: u64) -> String {
+        let mut st = self.lock();
+        let reading = match st.last.take() {
+            Some((r, t)) if t == tasks => r,
+            _ => frozen,
+        };
+        st.scrape(reading, tasks)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ScrapeState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Renders `m`, the process's resident set size `rss` (bytes, where the system reports it) and
+/// llama-server's throughput gauges `rates` as Prometheus text: `# HELP`, `# TYPE` and one
+/// sample per metric.
+pub(crate) fn render(m: &MetricsSnapshot, rss: Option<u64>, rates: Rates) -> String {
     let mut out = String::with_capacity(4096);
     for (name, kind, help, value) in rows(m) {
         write_metric(&mut out, name, kind, help, value);
     }
     write_rss(&mut out, rss);
-    write_llamacpp(&mut out, m);
+    write_llamacpp(&mut out, m, rates);
     out
 }
 
 /// The same counters under llama-server's `llamacpp:` names, for dashboards and tests written
-/// for it.
-fn write_llamacpp(out: &mut String, m: &MetricsSnapshot) {
+/// for it; its throughput gauges cover the time since the previous scrape.
+fn write_llamacpp(out: &mut String, m: &MetricsSnapshot, rates: Rates) {
     let per_pass = if m.forward_passes_total > 0 {
         m.busy_slots_per_pass_total as f64 / m.forward_passes_total as f64
     } else {
@@ -61,14 +167,14 @@ fn write_llamacpp(out: &mut String, m: &MetricsSnapshot) {
         (
             "prompt_tokens_seconds",
             "gauge",
-            "Prompt tokens per second (last 10 s).",
-            m.prompt_tokens_per_second,
+            "Prompt tokens per second of prompt processing since the previous scrape.",
+            rates.prompt,
         ),
         (
             "predicted_tokens_seconds",
             "gauge",
-            "Generated tokens per second (last 10 s).",
-            m.generation_tokens_per_second,
+            "Generated tokens per second of generation since the previous scrape.",
+            rates.generation,
         ),
         ("requests_processing", "gauge", "Requests running in a slot.", m.slots_busy as f64),
         ("requests_deferred", "gauge", "Requests waiting for a slot.", m.queue_depth as f64),
@@ -98,6 +204,8 @@ pub(crate) struct ModelsSnapshot {
     pub available: usize,
     /// Ids of the models loaded now.
     pub loaded: Vec<String>,
+    /// Ids of the loaded models that sleep (released for idling).
+    pub sleeping: Vec<String>,
     /// Loads, unloads and failed loads since the start.
     pub loads: u64,
     pub unloads: u64,
@@ -121,6 +229,13 @@ pub(crate) fn render_models(m: &ModelsSnapshot) -> String {
     let _ = writeln!(out, "# TYPE ferrolm_model_loaded gauge");
     for id in &m.loaded {
         let _ = writeln!(out, "ferrolm_model_loaded{{model=\"{}\"}} 1", label_value(id));
+    }
+    let _ =
+        writeln!(out, "# HELP ferrolm_model_sleeping 1 for each loaded model released for idling, 0 else.");
+    let _ = writeln!(out, "# TYPE ferrolm_model_sleeping gauge");
+    for id in &m.loaded {
+        let asleep = u8::from(m.sleeping.contains(id));
+        let _ = writeln!(out, "ferrolm_model_sleeping{{model=\"{}\"}} {asleep}", label_value(id));
     }
     out
 }
@@ -263,6 +378,42 @@ fn sample(v: f64) -> String {
 mod tests {
     use super::*;
 
+    fn llama_metric(text: &str, name: &str) -> f64 {
+        let prefix = format!("llamacpp:{name} ");
+        let line = text.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+        line.and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+    }
+
+    /// llama-server's throughput gauges across scrapes and a sleep (its test_sleep.py).
+    #[test]
+    fn throughput_buckets_cover_the_time_between_scrapes() {
+        let ran = |tokens: u64, seconds: f64| Reading {
+            m: MetricsSnapshot {
+                generated_tokens_total: tokens,
+                generation_seconds_total: seconds,
+                ..MetricsSnapshot::default()
+            },
+            rss: Some(1 << 20),
+        };
+        let s = Scrapes::default();
+        assert_eq!(llama_metric(&s.awake(ran(8, 0.5), 1), "predicted_tokens_seconds"), 16.0);
+        // Nothing since: an empty window.
+        let second = s.awake(ran(8, 0.5), 1);
+        assert_eq!(llama_metric(&second, "predicted_tokens_seconds"), 0.0);
+        // Asleep with no task since the last scrape: that scrape again, even if the reading
+        // taken on entering sleep differs in time-dependent values.
+        let frozen = Reading { rss: Some(2 << 20), ..ran(8, 0.5) };
+        assert_eq!(s.asleep(frozen.clone(), 1), second);
+        // A task ran before the sleep: the first scrape reports it, the next ones nothing.
+        let s = Scrapes::default();
+        s.awake(ran(0, 0.0), 0);
+        let asleep = s.asleep(ran(4, 0.25), 1);
+        assert_eq!(llama_metric(&asleep, "predicted_tokens_seconds"), 16.0);
+        assert_eq!(llama_metric(&s.asleep(ran(4, 0.25), 1), "predicted_tokens_seconds"), 0.0);
+        // Waking (a task that generates nothing) reports nothing again.
+        assert_eq!(llama_metric(&s.awake(ran(4, 0.25), 2), "predicted_tokens_seconds"), 0.0);
+    }
+
     #[test]
     fn every_metric_has_help_type_and_one_sample() {
         let m = MetricsSnapshot {
@@ -272,7 +423,7 @@ mod tests {
             generation_tokens_per_second: 12.5,
             ..MetricsSnapshot::default()
         };
-        let text = render(&m, Some(123 << 20));
+        let text = render(&m, Some(123 << 20), Rates::default());
         let names = [
             "requests_total",
             "requests_finished_total",
@@ -311,7 +462,7 @@ mod tests {
         }
         assert!(text.contains("ferrolm_requests_total 7\n"));
         assert!(text.contains("ferrolm_process_resident_memory_bytes 128974848\n"));
-        assert!(render(&m, None).contains("ferrolm_process_resident_memory_bytes NaN\n"));
+        assert!(render(&m, None, Rates::default()).contains("ferrolm_process_resident_memory_bytes NaN\n"));
         assert!(text.contains("ferrolm_kv_usage_ratio 0.25\n"));
         assert!(text.contains("ferrolm_generation_tokens_per_second 12.5\n"));
         assert!(text.contains("# TYPE ferrolm_requests_total counter\n"));

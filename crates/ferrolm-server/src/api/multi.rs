@@ -15,7 +15,11 @@
 //!   (at most the request timeout, then 503 with `Retry-After`); a waiting client that goes
 //!   away leaves the queue without costing any model its place;
 //! - concurrent requests for a model that is loading wait for the same load;
-//! - a request in flight (its response body included, for streams) keeps its model loaded.
+//! - a request in flight (its response body included, for streams) keeps its model loaded;
+//! - with `--sleep-idle-seconds`, a loaded model idle that long sleeps ([`super::sleep`]): its
+//!   memory is released but it keeps its place (and its cost, so that waking it never exceeds
+//!   the budget) until it is unloaded; its status is `sleeping`, `/props?model=` says
+//!   `is_sleeping`, and its next task loads it again.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -39,6 +43,7 @@ use tower::ServiceExt;
 
 use super::backend::{EngineBackend, SharedBackend};
 use super::error::ApiError;
+use super::sleep::BackendReload;
 use super::{AppState, Drain, ServerConfig, ServerError, json_response, metrics, response, routes};
 
 /// One model the server can load.
@@ -434,10 +439,12 @@ impl Models {
             ..(*self.base).clone()
         };
         let cost = entry.bytes + backend.metrics().kv_capacity_bytes as u64;
-        let state = AppState { backend: backend.clone(), cfg: Arc::new(cfg), created: self.created };
+        let (load, path) = (self.load.clone(), entry.path.clone());
+        let reload: BackendReload = Arc::new(move || load(&path).map(|(b, _)| b));
+        let state = AppState::sleepy(backend, Some(reload), Arc::new(cfg), self.created);
         Loaded {
+            backend: state.backend.clone(),
             app: routes::routes(state),
-            backend,
             cost,
             in_flight: Arc::new(AtomicUsize::new(0)),
             last_used: AtomicU64::new(self.clock.fetch_add(1, Ordering::AcqRel)),
@@ -528,6 +535,7 @@ impl Models {
     fn status(&self, id: &str) -> &'static str {
         let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
         match table.get(id) {
+            Some(Slot::Ready(l)) if l.backend.is_sleeping() => "sleeping",
             Some(Slot::Ready(_)) => "loaded",
             Some(Slot::Loading(_)) => "loading",
             None => "unloaded",
@@ -715,6 +723,7 @@ async fn prometheus(State(m): State<Arc<Models>>) -> Response {
     let mut text = metrics::render_models(&metrics::ModelsSnapshot {
         available: m.catalog.len(),
         loaded: ready.iter().map(|(id, _)| id.clone()).collect(),
+        sleeping: ready.iter().filter(|(_, l)| l.backend.is_sleeping()).map(|(id, _)| id.clone()).collect(),
         loads: m.loads.load(Ordering::Acquire),
         unloads: m.unloads.load(Ordering::Acquire),
         load_failures: m.load_failures.load(Ordering::Acquire),

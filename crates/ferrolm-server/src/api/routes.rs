@@ -22,7 +22,7 @@ use super::params::{CommonFields, Vocab};
 use super::prompt::prompt_list;
 use super::{
     AppState, ServerConfig, ServerError, anthropic, chat, completions, json_response, metrics, native,
-    responses,
+    responses, sleep,
 };
 use ferrolm::model::Pooling;
 
@@ -38,9 +38,11 @@ pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
     outer_layers(routes(state), &cfg)
 }
 
-/// Every route of one model's server, without the layers.
+/// Every route of one model's server, without the layers. With a sleeper, the task routes
+/// pass through its gate (which wakes the model); the read-only ones (health, props, models,
+/// metrics, slots, load, the page) do not, and answer while the model sleeps.
 pub(crate) fn routes(state: AppState) -> Router {
-    Router::new()
+    let tasks = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/chat/completions", post(chat_completions))
         .route("/v1/chat/completions/input_tokens", post(chat_input_tokens))
@@ -55,26 +57,30 @@ pub(crate) fn routes(state: AppState) -> Router {
         .route("/v1/reranking", post(rerank))
         .route("/reranking", post(rerank))
         .route("/embeddings", post(embeddings_native))
-        .route("/v1/models", get(models))
-        .route("/models", get(models))
-        .route("/v1/models/{*id}", get(model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/v1/responses", post(responses_create))
         .route("/responses", post(responses_create))
         .route("/v1/messages", post(anthropic_messages))
         .route("/v1/messages/count_tokens", post(anthropic_count_tokens))
-        .route("/props", get(props))
         .route("/apply-template", post(apply_template))
         .route("/predict", post(predict))
+        .route("/slots/{id}", post(slot_action));
+    let tasks = match &state.sleep {
+        Some(s) => tasks.route_layer(middleware::from_fn_with_state(s.clone(), sleep::gate)),
+        None => tasks,
+    };
+    let read_only = Router::new()
+        .route("/v1/models", get(models))
+        .route("/models", get(models))
+        .route("/v1/models/{*id}", get(model))
+        .route("/props", get(props))
         .route("/health", get(health))
         .route("/metrics", get(prometheus))
         .route("/get_load", get(load))
         .route("/slots", get(slots))
-        .route("/slots/{id}", post(slot_action))
-        .route("/", get(page))
-        .fallback(not_found)
-        .with_state(state)
+        .route("/", get(page));
+    tasks.merge(read_only).fallback(not_found).with_state(state)
 }
 
 async fn page(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
@@ -287,15 +293,23 @@ pub(crate) async fn index(web_ui: bool, uri: axum::http::Uri) -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX_HTML).into_response()
 }
 
-/// `GET /metrics`, with llama-server's `Process-Start-Time-Unix` header.
+/// `GET /metrics`, with llama-server's `Process-Start-Time-Unix` header. While the model sleeps,
+/// the metrics taken on entering sleep.
 async fn prometheus(State(state): State<AppState>) -> Result<Response, ApiError> {
     if !state.cfg.metrics {
         return Err(ApiError::not_supported(
             "the metrics endpoint is off (the server was started with --no-metrics)",
         ));
     }
-    let rss = ferrolm::sysmem::resident().map(|(rss, _)| rss);
-    let text = metrics::render(&state.backend.metrics(), rss);
+    let tasks = state.sleep.as_ref().map_or(0, |s| s.tasks());
+    let frozen = state.sleep.as_ref().and_then(|s| s.frozen_metrics());
+    let text = match frozen {
+        Some((m, rss)) => state.scrapes.asleep(metrics::Reading { m, rss }, tasks),
+        None => {
+            let rss = ferrolm::sysmem::resident().map(|(rss, _)| rss);
+            state.scrapes.awake(metrics::Reading { m: state.backend.metrics(), rss }, tasks)
+        }
+    };
     let mut resp = ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response();
     resp.headers_mut().insert("process-start-time-unix", HeaderValue::from(state.created));
     Ok(resp)
@@ -393,6 +407,7 @@ async fn props(State(state): State<AppState>) -> Result<Response, ApiError> {
         "eos_token": eos,
         "build_info": super::response::fingerprint(),
         "modalities": {"vision": false, "audio": false},
+        "is_sleeping": b.is_sleeping(),
     });
     Ok(json_response(StatusCode::OK, &body))
 }

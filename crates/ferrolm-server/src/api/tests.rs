@@ -12,6 +12,7 @@ mod misc;
 mod multi;
 mod native;
 mod responses;
+mod sleep;
 mod slots;
 
 use std::sync::Arc;
@@ -38,7 +39,7 @@ pub(crate) async fn read_answer(s: &mut tokio::net::TcpStream, secs: u64) -> Str
 
 /// A router over `fake` with `cfg`.
 pub(crate) fn app_with(fake: Arc<Fake>, cfg: ServerConfig) -> Router {
-    let state = AppState { backend: fake, cfg: Arc::new(cfg), created: 1_700_000_000 };
+    let state = AppState::new(fake, Arc::new(cfg), 1_700_000_000);
     routes::router(state).expect("router")
 }
 

@@ -154,11 +154,11 @@ async fn cors() {
     let a = send(&any, Method::GET, "/v1/models", None, &[("origin", "http://z.example")]).await;
     assert_eq!(a.headers.get("access-control-allow-origin").map(|v| v.as_bytes()), Some(&b"*"[..]));
     assert!(
-        super::super::routes::router(super::super::AppState {
-            backend: Arc::new(Fake::reply("x")),
-            cfg: Arc::new(ServerConfig { cors_origins: vec!["bad\norigin".into()], ..config() }),
-            created: 0,
-        })
+        super::super::routes::router(super::super::AppState::new(
+            Arc::new(Fake::reply("x")),
+            Arc::new(ServerConfig { cors_origins: vec!["bad\norigin".into()], ..config() }),
+            0,
+        ))
         .is_err()
     );
 }
