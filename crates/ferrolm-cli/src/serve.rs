@@ -9,7 +9,9 @@ use anyhow::{Context, bail};
 use ferrolm::engine::{BatchStrategy, Engine, EngineConfig};
 use ferrolm::hub;
 use ferrolm::model::Pooling;
-use ferrolm_server::{ConnLimits, ServerConfig, derive_max_connections, raise_fd_limit, serve};
+use ferrolm_server::{
+    ConnLimits, ReloadFn, ServerConfig, derive_max_connections, raise_fd_limit, serve, serve_reloadable,
+};
 
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
@@ -108,6 +110,11 @@ pub struct Args {
     /// Do not serve `GET /metrics` (501).
     #[arg(long = "no-metrics", help_heading = "Server")]
     no_metrics: bool,
+    /// Seconds without a task after which the model is released (weights, KV and prefix
+    /// caches) until the next task loads it again (llama-server's option; -1: never). GET
+    /// /health, /props, /models, /metrics and /slots are not tasks: they answer while it sleeps.
+    #[arg(long = "sleep-idle-seconds", default_value_t = -1, allow_hyphen_values = true, help_heading = "Server")]
+    sleep_idle_seconds: i64,
     /// Largest request body in bytes.
     #[arg(long = "max-body-bytes", default_value_t = 8 << 20, help_heading = "Server")]
     max_body_bytes: usize,
@@ -336,6 +343,11 @@ impl Args {
             reasoning_to_field: self.reasoning_format != "none",
             slot_save_path: self.slot_save_folder()?,
             metrics: !self.no_metrics,
+            sleep_idle: match self.sleep_idle_seconds {
+                -1 => None,
+                n if n >= 1 => Some(Duration::from_secs(n.unsigned_abs())),
+                n => bail!("--sleep-idle-seconds must be -1 (never) or at least 1, not {n}"),
+            },
             web_ui: !self.no_ui,
             slots: !self.no_slots,
             embeddings_pooling: self.embeddings_pooling,
@@ -384,11 +396,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.models_dir.is_some() || args.models_preset.is_some() {
         return run_models(args);
     }
-    let engine_cfg = args.engine_config()?;
+    let base_cfg = args.engine_config()?;
     // Check the server options before the (slower) model load.
     args.server_config(String::new())?;
     let (model, load_ms, path) = args.model.load_with_path()?;
-    let mut engine_cfg = engine_cfg;
+    let mut engine_cfg = base_cfg.clone();
     if let Some(draft) = args.draft.load_draft()? {
         tracing::info!(n_vocab = draft.config().n_vocab, "draft model loaded");
         engine_cfg.draft_model = Some(Arc::new(draft));
@@ -407,8 +419,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         engine.config().n_slots,
         engine.config().n_ctx
     );
-    runtime()?.block_on(serve(engine, server_cfg, shutdown_signal()))?;
+    if server_cfg.sleep_idle.is_some() {
+        let reload = reloader(Arc::new(args), path, base_cfg);
+        runtime()?.block_on(serve_reloadable(engine, reload, server_cfg, shutdown_signal()))?;
+    } else {
+        runtime()?.block_on(serve(engine, server_cfg, shutdown_signal()))?;
+    }
     Ok(())
+}
+
+/// Loads the model (and the draft model) of `path` again and starts an engine on them, after a
+/// sleep (`--sleep-idle-seconds`).
+fn reloader(args: Arc<Args>, path: std::path::PathBuf, engine_cfg: EngineConfig) -> ReloadFn {
+    Arc::new(move || {
+        let model = args.model.load_path(&path).map_err(|e| format!("{e:#}"))?;
+        let mut cfg = engine_cfg.clone();
+        if let Some(draft) = args.draft.load_draft().map_err(|e| format!("{e:#}"))? {
+            cfg.draft_model = Some(Arc::new(draft));
+        }
+        Engine::start(Arc::new(model), cfg).map_err(|e| e.to_string())
+    })
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -652,6 +682,16 @@ mod tests {
     }
 
     #[test]
+    fn sleep_idle_seconds() {
+        let off = parse(&[]).expect("parses").server_config("x".into()).expect("cfg");
+        assert_eq!(off.sleep_idle, None);
+        let never = parse(&["--sleep-idle-seconds", "-1"]).expect("parses");
+        assert_eq!(never.server_config("x".into()).expect("cfg").sleep_idle, None);
+        let a = parse(&["--sleep-idle-seconds", "30"]).expect("parses");
+        assert_eq!(a.server_config("x".into()).expect("cfg").sleep_idle, Some(Duration::from_secs(30)));
+    }
+
+    #[test]
     fn bad_values() {
         assert!(parse(&["--batch-strategy", "fastest"]).is_err());
         assert!(parse(&["--embeddings-pooling", "max"]).is_err());
@@ -660,6 +700,10 @@ mod tests {
         assert!(parse(&["--timeout", "nan"]).expect("parses").server_config("x".into()).is_err());
         assert!(parse(&["--alias", " "]).expect("parses").server_config("x".into()).is_err());
         assert!(parse(&["--draft-max", "16"]).is_err());
+        for bad in ["0", "-2"] {
+            let a = parse(&["--sleep-idle-seconds", bad]).expect("parses");
+            assert!(a.server_config("x".into()).is_err(), "--sleep-idle-seconds {bad}");
+        }
         for bad in [["--draft-min", "9"], ["--draft-p-min", "1.5"]] {
             let a = parse(&["--model-draft", "d.gguf", bad[0], bad[1]]).expect("parses");
             assert!(a.server_config("x".into()).is_err(), "{bad:?}");
