@@ -60,7 +60,7 @@ PASSED_SWITCH = {"--no-models-autoload", "--slots", "--no-slots"}
 SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
               "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
               "--reasoning", "--reasoning-format", "--slot-save-path",
-              "--models-max", "--models-dir", "--models-preset",
+              "--models-max", "--models-dir", "--models-preset", "--sleep-idle-seconds",
               # ferrolm takes the template's text; a built-in name (chatml...) fails the start.
               "--chat-template"}
 RENAMED_VALUE = {
