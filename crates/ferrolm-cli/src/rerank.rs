@@ -52,7 +52,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let model = Model::load_with(&path, &LoadOptions::default())
         .with_context(|| format!("loading {}", path.display()))?;
     if !model.is_reranker() {
-        bail!("{} is not a reranker (it needs a classifier head, and a rerank template unless it is a cross-encoder)", path.display());
+        bail!(
+            "{} is not a reranker (it needs a classifier head, and a rerank template unless it is a cross-encoder)",
+            path.display()
+        );
     }
     let scores = model.rerank(&args.query, &docs)?;
     let mut order = ferrolm::model::ranking(&scores);
