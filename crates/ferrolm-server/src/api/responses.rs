@@ -151,6 +151,14 @@ fn input_messages(v: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `POST /v1/responses/input_tokens`: the number of tokens the request's prompt has (OpenAI's
+/// `response.input_tokens` object), the request rendered as it would be answered.
+pub(crate) fn input_tokens(state: &AppState, v: &Value) -> Result<Value, ApiError> {
+    let mut counted = super::chat::input_tokens(state, &to_chat(v)?)?;
+    counted["object"] = Value::from("response.input_tokens");
+    Ok(counted)
+}
+
 /// The chat request a Responses request means.
 fn to_chat(v: &Value) -> Result<Value, ApiError> {
     let obj = v.as_object().ok_or_else(|| ApiError::invalid("the body must be a JSON object"))?;

@@ -61,6 +61,8 @@ pub(crate) fn routes(state: AppState) -> Router {
         .route("/detokenize", post(detokenize))
         .route("/v1/responses", post(responses_create))
         .route("/responses", post(responses_create))
+        .route("/v1/responses/input_tokens", post(responses_input_tokens))
+        .route("/responses/input_tokens", post(responses_input_tokens))
         .route("/v1/messages", post(anthropic_messages))
         .route("/v1/messages/count_tokens", post(anthropic_count_tokens))
         .route("/apply-template", post(apply_template))
@@ -427,6 +429,11 @@ async fn anthropic_count_tokens(State(state): State<AppState>, body: Bytes) -> R
 
 async fn predict(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
     super::predict::handle(state, body).await
+}
+
+async fn responses_input_tokens(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let v = parse_object(&body)?;
+    Ok(json_response(StatusCode::OK, &responses::input_tokens(&state, &v)?))
 }
 
 async fn chat_input_tokens(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {

@@ -193,3 +193,16 @@ async fn gpt_oss_reasoning_and_function_calls() {
     );
     assert!(events.iter().all(|(e, _)| e != "response.output_text.delta"), "no markup as text");
 }
+
+#[tokio::test]
+async fn input_tokens_counts_the_prompt_the_request_would_run() {
+    let fake = Arc::new(Fake::reply("ok"));
+    let app = app(fake.clone());
+    let body = r#"{"input": "Hello world", "instructions": "Be brief."}"#;
+    let v = post(&app, "/v1/responses/input_tokens", body).await.json();
+    assert_eq!(v["object"], "response.input_tokens", "{v}");
+    let n = v["input_tokens"].as_u64().expect("input_tokens");
+    post(&app, "/v1/responses", body).await.json();
+    assert_eq!(Some(n), fake.requests().first().map(|r| r.prompt.len() as u64), "the same prompt is run");
+    post(&app, "/responses/input_tokens", r#"{"input": 7}"#).await.assert_error(400, "invalid_request_error");
+}

@@ -94,9 +94,10 @@ async fn sleeps_after_idling_and_a_task_wakes_it() {
 #[tokio::test]
 async fn token_counting_wakes_the_model() {
     let (app, loads) = server(Arc::new(Fake::reply("x")), Duration::from_millis(150), 0);
-    let calls: [(&str, &str); 4] = [
+    let calls: [(&str, &str); 5] = [
         ("/tokenize", r#"{"content": "Hello"}"#),
         ("/chat/completions/input_tokens", chat()),
+        ("/v1/responses/input_tokens", r#"{"input": "Hello world"}"#),
         ("/v1/messages/count_tokens", r#"{"model": "m", "messages": [{"role": "user", "content": "hi"}]}"#),
         ("/detokenize", r#"{"tokens": [104, 105]}"#),
     ];
