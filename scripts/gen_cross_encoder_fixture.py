@@ -60,14 +60,7 @@ def make_model(work: Path):
     torch.manual_seed(SEED)
     cfg._attn_implementation = "eager"
     model = BertForSequenceClassification(cfg).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.3 * torch.randn_like(p))
+    enc.widen(model)
     model.save_pretrained(hf, safe_serialization=True)
     # llama.cpp's converter drops BERT's pooler ("only using BERT for embeddings"), so a
     # BertForSequenceClassification GGUF would score without it. Stored under RoBERTa's head

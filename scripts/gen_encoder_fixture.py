@@ -86,6 +86,19 @@ def wordpiece_vocab() -> list[str]:
     return [p for p in pieces if not (p in seen or seen.add(p))]
 
 
+def widen(model: torch.nn.Module) -> None:
+    """Re-draws a BERT's weights wide enough that attention is not uniform: LayerNorm scales
+    1 + N(0, 0.2^2), biases N(0, 0.1^2), everything else N(0, 0.3^2) (torch's generator)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.3 * torch.randn_like(p))
+
+
 def make_bert(work: Path) -> Path:
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
@@ -101,14 +114,7 @@ def make_bert(work: Path) -> Path:
                      hidden_act="gelu_new", layer_norm_eps=1e-12)
     torch.manual_seed(SEED)
     model = BertModel(cfg, add_pooling_layer=False).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.copy_(0.1 * torch.randn_like(p))
-            else:
-                p.copy_(0.3 * torch.randn_like(p))
+    widen(model)
     model.save_pretrained(hf, safe_serialization=True)
     (hf / "modules.json").write_text(json.dumps([
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},

@@ -108,15 +108,19 @@ fn llama_cpp_vocab_vectors() {
 fn llama_cpp_vocab_vectors_of_large_vocabularies() {
     for name in ["ggml-vocab-qwen35.gguf", "ggml-vocab-gemma-4.gguf"] {
         let Some(path) = common::require_model(&format!("vocab/{name}")) else { return };
-        let (passed, total, failures) = run_vocab(&path);
-        println!("{name}: {passed}/{total} passed");
-        assert!(
-            failures.is_empty(),
-            "{name}: {} mismatches:\n{}",
-            failures.len(),
-            failures[..failures.len().min(5)].join("\n")
-        );
+        assert_all_pass(name, run_vocab(&path));
     }
+}
+
+/// Fails with the first mismatches unless every vector of `name` passed.
+fn assert_all_pass(name: &str, (passed, total, failures): (usize, usize, Vec<String>)) {
+    println!("{name}: {passed}/{total} passed");
+    assert!(
+        failures.is_empty(),
+        "{name}: {} mismatches:\n{}",
+        failures.len(),
+        failures[..failures.len().min(5)].join("\n")
+    );
 }
 
 /// The unigram (SentencePiece UGM) vocabulary of nomic-embed-text-v2-moe (XLM-RoBERTa's 250k
@@ -129,14 +133,7 @@ fn llama_cpp_vectors_of_a_unigram_vocabulary() {
     let Some(path) = common::require_model(&format!("vocab/{name}")) else { return };
     let dir = common::fixtures_dir().join("vocab-ugm");
     let (inp, out) = (dir.join(format!("{name}.inp")), dir.join(format!("{name}.out")));
-    let (passed, total, failures) = run_vectors(&path, &inp, &out);
-    println!("{name}: {passed}/{total} passed");
-    assert!(
-        failures.is_empty(),
-        "{name}: {} mismatches:\n{}",
-        failures.len(),
-        failures[..failures.len().min(5)].join("\n")
-    );
+    assert_all_pass(name, run_vectors(&path, &inp, &out));
 }
 
 fn check_reference(model_file: &str) {
