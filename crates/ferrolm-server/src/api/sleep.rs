@@ -20,8 +20,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use ferrolm::chat::ChatTemplate;
 use ferrolm::engine::{
-    EngineError, GenRequest, MetricsSnapshot, RequestHandle, SlotAction, SlotInfo, SlotOutcome, SlotState,
-    SubmitError,
+    EngineError, GenRequest, MetricsSnapshot, RequestHandle, SlotAction, SlotInfo, SlotOutcome, SubmitError,
 };
 use ferrolm::model::{Pooling, Relevance};
 use futures_util::StreamExt;
@@ -468,18 +467,7 @@ impl Backend for Sleeper {
         if let Some(b) = self.live() {
             return b.slots();
         }
-        (0..self.metrics().slots_total)
-            .map(|id| SlotInfo {
-                id,
-                state: SlotState::Idle,
-                request_id: 0,
-                n_prompt: 0,
-                n_cached: 0,
-                n_prompt_done: 0,
-                n_generated: 0,
-                n_kv: 0,
-            })
-            .collect()
+        (0..self.metrics().slots_total).map(|id| SlotInfo::idle(id, 0)).collect()
     }
 
     fn shutdown(&self) {

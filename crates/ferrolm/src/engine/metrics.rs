@@ -38,6 +38,22 @@ pub struct SlotInfo {
     pub n_kv: usize,
 }
 
+impl SlotInfo {
+    /// Slot `id` with no request, `n_kv` tokens left in its cache.
+    pub fn idle(id: usize, n_kv: usize) -> Self {
+        Self {
+            id,
+            state: SlotState::Idle,
+            request_id: 0,
+            n_prompt: 0,
+            n_cached: 0,
+            n_prompt_done: 0,
+            n_generated: 0,
+            n_kv,
+        }
+    }
+}
+
 /// A consistent reading of the engine's counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct MetricsSnapshot {

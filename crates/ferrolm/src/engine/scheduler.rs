@@ -16,7 +16,7 @@ use super::prefix::PrefixCache;
 use super::slot::Active;
 use super::{
     DraftSettings, EngineConfig, EngineError, EngineHooks, Event, EventSender, Job, MetricsSnapshot,
-    SlotInfo, SlotState, TickReport, Usage,
+    SlotInfo, TickReport, Usage,
 };
 use crate::batch::{Batch, Logits};
 use crate::decoder::{Decoder, FinishReason};
@@ -703,16 +703,7 @@ impl Worker {
             .enumerate()
             .map(|(i, a)| match a {
                 Some(a) => a.info(i, per_slot[i]),
-                None => SlotInfo {
-                    id: i,
-                    state: SlotState::Idle,
-                    request_id: 0,
-                    n_prompt: 0,
-                    n_cached: 0,
-                    n_prompt_done: 0,
-                    n_generated: 0,
-                    n_kv: per_slot[i],
-                },
+                None => SlotInfo::idle(i, per_slot[i]),
             })
             .collect();
         if let Ok(mut p) = self.state.published.lock() {
