@@ -26,7 +26,7 @@
 //! refused by [`super::Model::set_placement`]).
 
 use super::config::{Arch, ModelConfig, MoeConfig};
-use super::moe::route;
+use super::moe::{group, route};
 use super::weights::Loader;
 use crate::backend::{Backend, CpuBackend};
 use crate::ops::{Activation, RopeStyle, Weight, gelu_tanh, gelu_tanh_f16};
@@ -413,28 +413,28 @@ fn experts(
     be.matmul(&m.router, &b.h, n, &mut logits)?;
     let (mut chosen, mut weights) = (Vec::new(), Vec::new());
     route(&mut logits, mc, &mut chosen, &mut weights);
+    let mut grouped = (Vec::new(), Vec::new());
+    group(&chosen, &weights, mc.n_used, mc.n_expert, &mut grouped);
+    let (all_routes, starts) = grouped;
     b.x.clear();
     b.x.resize(n * d, 0.0);
     for (e, (up, down)) in m.up.iter().zip(&m.down).enumerate() {
         // (token, weight) of the routes to expert e.
-        let routes: Vec<(usize, f32)> = chosen
-            .iter()
-            .zip(&weights)
-            .enumerate()
-            .filter(|(_, (c, _))| **c as usize == e)
-            .map(|(i, (_, &w))| (i / mc.n_used, w))
-            .collect();
+        let routes = &all_routes[starts[e]..starts[e + 1]];
         if routes.is_empty() {
             continue;
         }
-        let rows: Vec<f32> =
-            routes.iter().flat_map(|&(t, _)| b.h[t * d..(t + 1) * d].iter().copied()).collect();
+        let rows: Vec<f32> = routes
+            .iter()
+            .flat_map(|&(t, _)| b.h[t as usize * d..(t as usize + 1) * d].iter().copied())
+            .collect();
         let mut hidden = vec![0.0; routes.len() * up.rows]; // [m, n_ff]
         be.matmul(up, &rows, routes.len(), &mut hidden)?;
         gelu_rows(&mut hidden, exact);
         let mut out = vec![0.0; routes.len() * d]; // [m, n_embd]
         be.matmul(down, &hidden, routes.len(), &mut out)?;
-        for (row, &(t, w)) in out.chunks_exact(d).zip(&routes) {
+        for (row, &(t, w)) in out.chunks_exact(d).zip(routes) {
+            let t = t as usize;
             b.x[t * d..(t + 1) * d].iter_mut().zip(row).for_each(|(a, &o)| *a += w * o);
         }
     }

@@ -103,7 +103,13 @@ pub(crate) fn route(logits: &mut [f32], cfg: &MoeConfig, chosen: &mut Vec<u32>, 
 
 /// Groups the routes by expert: `routes[starts[e]..starts[e + 1]]` are the `(token, weight)`
 /// pairs of expert `e`, tokens ascending.
-fn group(chosen: &[u32], weights: &[f32], k: usize, n_expert: usize, b: &mut (Vec<(u32, f32)>, Vec<usize>)) {
+pub(crate) fn group(
+    chosen: &[u32],
+    weights: &[f32],
+    k: usize,
+    n_expert: usize,
+    b: &mut (Vec<(u32, f32)>, Vec<usize>),
+) {
     let (routes, starts) = b;
     starts.clear();
     starts.resize(n_expert + 1, 0);
