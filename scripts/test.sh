@@ -37,11 +37,12 @@ fi
 if [[ "${FERROLM_SKIP_SERVER_TESTS:-0}" != 1 ]]; then
     # The release binary was built by check-opencl-messages.sh; rebuild in case sources changed.
     cargo build --release -p ferrolm-cli --features opencl
-    # The load test checks behaviour here (outputs, no failures), not speed: a 30 s window. The
-    # random phase of the HTTP fuzz step is 20 s (the cargo-fuzz target below covers the bodies).
+    # The load test checks behaviour here (outputs, no failures), not speed: a 30 s window on an
+    # 8-slot server alone (the 1-slot run is only the baseline of the speed ratio). The random
+    # phase of the HTTP fuzz step is 20 s (the cargo-fuzz target below covers the bodies).
     FERROLM_BIN="${CARGO_TARGET_DIR:-target}/release/ferrolm" FERROLM_LOAD_MIN_RATIO="${FERROLM_LOAD_MIN_RATIO:-0}" \
-        FERROLM_LOAD_SECONDS="${FERROLM_LOAD_SECONDS:-30}" FERROLM_FUZZ_SECONDS="${FERROLM_FUZZ_SECONDS:-20}" \
-        bash scripts/server_tests/run_all.sh
+        FERROLM_LOAD_SECONDS="${FERROLM_LOAD_SECONDS:-30}" FERROLM_LOAD_SLOTS="${FERROLM_LOAD_SLOTS:-8}" \
+        FERROLM_FUZZ_SECONDS="${FERROLM_FUZZ_SECONDS:-20}" bash scripts/server_tests/run_all.sh
 fi
 
 cargo build --release -p ferrolm-cli --features opencl

@@ -128,7 +128,8 @@ for step in "${steps[@]}"; do
             ;;
         load)
             run_step load python3 scripts/server_tests/load_test.py --server ferrolm --binary "$BIN" \
-                --duration "${FERROLM_LOAD_SECONDS:-60}" --check --min-ratio "${FERROLM_LOAD_MIN_RATIO:-3.0}"
+                --duration "${FERROLM_LOAD_SECONDS:-60}" --slots "${FERROLM_LOAD_SLOTS:-1,8}" \
+                --check --min-ratio "${FERROLM_LOAD_MIN_RATIO:-3.0}"
             ;;
         soak)
             run_step soak python3 "$here/test_soak.py" --binary "$BIN" --seconds "${FERROLM_SOAK_SECONDS:-120}"
