@@ -21,12 +21,13 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// Formats of the test models with the matrix shape (rows × cols) each is benchmarked on: the
 /// 32-value formats on SmolLM2-135M's FFN shape, the K-quants on Gemma-3-270M's `ffn_down`.
-const CASES: [(GgmlType, usize, usize); 6] = [
+const CASES: [(GgmlType, usize, usize); 7] = [
     (GgmlType::Q4_0, 1536, 576),
     (GgmlType::Q4_1, 1536, 576),
     (GgmlType::Q5_0, 1536, 576),
     (GgmlType::Q8_0, 1536, 576),
     (GgmlType::Q4_K, 640, 2048),
+    (GgmlType::Q5_K, 640, 2048),
     (GgmlType::Q6_K, 640, 2048),
 ];
 
@@ -49,6 +50,10 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> 
         let d_at = if ty == GgmlType::Q6_K { 208 } else { 0 };
         for b in row.chunks_exact_mut(ty.type_size()) {
             b[d_at..d_at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            if ty == GgmlType::Q5_K {
+                // `dmin`
+                b[2..4].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+            }
         }
     }
     out
@@ -190,13 +195,14 @@ fn lm_head(c: &mut Criterion) {
 }
 
 /// A server's batch of generating slots: `SLOTS` tokens against SmolLM2-135M's FFN-up shape
-/// (1536 × 576), 64 rows a call as the engine's stream hands them out, through the GGUF-layout
-/// kernel of the best level and through the packed (row-interleaved) copy where the CPU has one.
+/// (1536 × 576; Q5_K: Gemma-3-270M's `ffn_down`, 640 × 2048), 64 rows a call as the engine's
+/// stream hands them out, through the GGUF-layout kernel of the best level and through the
+/// packed (row-interleaved) copy where the CPU has one.
 fn small_batch(c: &mut Criterion) {
     const SLOTS: usize = 8;
     let mut rng = StdRng::seed_from_u64(5);
-    for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0] {
-        let (rows, cols) = (1536, 576);
+    for ty in [GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q5_K] {
+        let (rows, cols) = if ty == GgmlType::Q5_K { (640, 2048) } else { (1536, 576) };
         let w = weights(ty, rows, cols, &mut rng);
         let xq = activations(ty, cols, SLOTS, &mut rng);
         let rb = w.len() / rows;

@@ -1,6 +1,5 @@
-//! Row-interleaved ("packed") copies of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights for the
-//! AVX-512 level: the
-//! small-batch and prompt GEMM kernel that keeps one weight *row* per 32-bit lane.
+//! Row-interleaved ("packed") copies of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K weights for
+//! the AVX-512 level: the small-batch and prompt GEMM kernel that keeps one weight *row* per 32-bit lane.
 //!
 //! # Why
 //!
@@ -35,6 +34,11 @@
 //! - scale group: the 16 rows' `d` (f16), their `dmin` (f16), then three vectors whose lane `r`
 //!   holds bytes `4v..4v+4` of row `r`'s 12 packed 6-bit scales and minimums.
 //!
+//! Q5_K tiles are Q4_K tiles whose value group has 8 more vectors (2560 + 256 bytes a tile):
+//! lane `r` of vector `32 + k` holds bytes `4k..4k+4` of row `r`'s `qh`, as stored (bit `j` of
+//! `qh[l]`: the fifth bit of value `l` of sub-block `j`), so the same vector serves the value
+//! vectors `8c + k` of every chunk `c`.
+//!
 //! Q6_K is not packed: its GGUF-layout kernel already keeps one 16-value sub-block per lane and
 //! applies the sixteen scales with one multiply, where a row-per-lane tile must scale each
 //! sub-block's sums on its own (measured 10% slower than the GGUF-layout kernel).
@@ -65,6 +69,7 @@ pub(super) enum Kind {
     Q5_1,
     Q8_0,
     Q4K,
+    Q5K,
 }
 
 impl Kind {
@@ -76,6 +81,7 @@ impl Kind {
             GgmlType::Q5_1 => Some(Kind::Q5_1),
             GgmlType::Q8_0 => Some(Kind::Q8_0),
             GgmlType::Q4_K => Some(Kind::Q4K),
+            GgmlType::Q5_K => Some(Kind::Q5K),
             _ => None,
         }
     }
@@ -88,7 +94,7 @@ impl Kind {
 
     /// Whether the format stores a fifth bit per value (`qh`, after the nibbles).
     pub(super) const fn has_qh(self) -> bool {
-        matches!(self, Kind::Q5_0 | Kind::Q5_1)
+        matches!(self, Kind::Q5_0 | Kind::Q5_1 | Kind::Q5K)
     }
 
     /// The integer offset of the stored values (`w = stored + offset`), for formats without a
@@ -98,7 +104,7 @@ impl Kind {
             Kind::Q4_0 => -8,
             Kind::Q5_0 => -16,
             Kind::Q8_0 => -128,
-            Kind::Q4_1 | Kind::Q5_1 | Kind::Q4K => 0,
+            Kind::Q4_1 | Kind::Q5_1 | Kind::Q4K | Kind::Q5K => 0,
         }
     }
 
@@ -109,10 +115,10 @@ impl Kind {
 
     /// Whether the format is a K-quant (super-blocks of 256 values, Q8_K activations).
     pub(super) const fn is_k(self) -> bool {
-        matches!(self, Kind::Q4K)
+        matches!(self, Kind::Q4K | Kind::Q5K)
     }
 
-    /// Integers per token and block in [`PackedActs::sums`]: Q4_K's four pairs of sub-block
+    /// Integers per token and block in [`PackedActs::sums`]: the K-quants' four pairs of sub-block
     /// sums.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 kernel only
     pub(super) const fn act_sums(self) -> usize {
@@ -128,14 +134,15 @@ impl Kind {
             Kind::Q5_1 => 24,
             Kind::Q8_0 => 34,
             Kind::Q4K => 144,
+            Kind::Q5K => 176,
         }
     }
 
-    /// Bytes of one block of the activations' format (Q8_1 for Q4_1 and Q5_1, Q8_K for Q4_K, Q8_0
-    /// otherwise).
+    /// Bytes of one block of the activations' format (Q8_1 for Q4_1 and Q5_1, Q8_K for the
+    /// K-quants, Q8_0 otherwise).
     pub(super) const fn act_bytes(self) -> usize {
         match self {
-            Kind::Q4K => 292,
+            _ if self.is_k() => 292,
             _ if self.has_min() => 36,
             _ => 34,
         }
@@ -148,13 +155,14 @@ impl Kind {
             Kind::Q5_0 | Kind::Q5_1 => 320,
             Kind::Q8_0 => 512,
             Kind::Q4K => 2048,
+            Kind::Q5K => 2560,
         }
     }
 
     /// Bytes of a tile's scale group per block.
     pub(super) const fn s_bytes(self) -> usize {
         match self {
-            Kind::Q4K => 256,
+            _ if self.is_k() => 256,
             _ if self.has_min() => 64,
             _ => 32,
         }
@@ -182,13 +190,16 @@ impl Kind {
                         q[64 * k + 4 * r..64 * k + 4 * r + 4].copy_from_slice(&qs[4 * k..4 * k + 4]);
                     }
                 }
-                Kind::Q4K => {
+                Kind::Q4K | Kind::Q5K => {
                     s[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&src[2..4]);
                     for v in 0..3 {
                         s[64 + 64 * v + 4 * r..64 + 64 * v + 4 * r + 4]
                             .copy_from_slice(&src[4 + 4 * v..8 + 4 * v]);
                     }
-                    for (i, word) in src[16..144].chunks_exact(4).enumerate() {
+                    // Q5_K: `qh` (32 bytes) between the scales and `qs`, packed after the nibbles.
+                    let qs_at = if self.has_qh() { 48 } else { 16 };
+                    let words = src[qs_at..bb].chunks_exact(4).chain(src[16..qs_at].chunks_exact(4));
+                    for (i, word) in words.enumerate() {
                         q[64 * i + 4 * r..64 * i + 4 * r + 4].copy_from_slice(word);
                     }
                 }
@@ -233,7 +244,7 @@ pub struct PackedActs<'a> {
     pub(super) nb: usize,
     nt: usize,
     pub(super) blocks: Vec<ActBlock>,
-    /// Q4_K only, [`Kind::act_sums`] integers per token and super-block: the sums of the eight
+    /// K-quants only, [`Kind::act_sums`] integers per token and super-block: the sums of the eight
     /// 32-value sub-blocks as four pairs of i16 (sub-block `2p` in the low half of word `p`).
     pub(super) sums: Vec<i32>,
 }
@@ -250,8 +261,9 @@ impl<'a> PackedActs<'a> {
     }
 }
 
-/// The whole 16-row tiles of a Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weight matrix in the row-interleaved layout,
-/// with the AVX-512 kernel that multiplies them (see the module documentation).
+/// The whole 16-row tiles of a Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K or Q5_K weight matrix in the
+/// row-interleaved layout, with the AVX-512 kernel that multiplies them (see the module
+/// documentation).
 pub struct PackedRows {
     kind: Kind,
     ty: GgmlType,
@@ -440,6 +452,29 @@ mod tests {
     use crate::quant::{act_row_bytes, quantize_activations, quantize_row, vec_dot_q};
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
+    /// `rows` rows of `cols` values of `ty`: quantized from uniform data where a quantizer
+    /// exists, else random bytes with `d` and `dmin` in `0..0.01` (Q5_K: every value's fifth bit
+    /// random).
+    fn random_rows(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
+        let rb = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
+        let mut w = vec![0u8; rows * rb];
+        for row in w.chunks_exact_mut(rb) {
+            let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+            if quantize_row(ty, &x, row).is_ok() {
+                continue;
+            }
+            assert_eq!(ty, GgmlType::Q5_K, "a packed format without a quantizer");
+            rng.fill(&mut row[..]);
+            for blk in row.chunks_exact_mut(ty.type_size()) {
+                for at in [0, 2] {
+                    let v = half::f16::from_f32(rng.random_range(0.0f32..0.01));
+                    blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        w
+    }
+
     /// Every packed format against the reference dot product, for row counts with and without a
     /// partial tile, widths with one and several blocks, and token counts across the kernel's
     /// token tiles; a token's result is bit-identical however many tokens the call has.
@@ -447,23 +482,19 @@ mod tests {
     fn packed_gemm_matches_the_reference_dot_and_is_batch_independent() {
         let mut rng = StdRng::seed_from_u64(11);
         use GgmlType::*;
-        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K] {
+        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K] {
             if !PackedRows::available(ty) {
                 eprintln!("no packed kernel for {ty} on this CPU");
                 continue;
             }
-            let shapes: &[(usize, usize)] = if ty == Q4_K {
+            let shapes: &[(usize, usize)] = if matches!(ty, Q4_K | Q5_K) {
                 &[(16, 256), (48, 512), (37, 1536)]
             } else {
                 &[(16, 32), (48, 576), (37, 1536), (32, 64)]
             };
             for &(rows, cols) in shapes {
                 let rb = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
-                let mut w = vec![0u8; rows * rb];
-                for row in w.chunks_exact_mut(rb) {
-                    let x: Vec<f32> = (0..cols).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-                    quantize_row(ty, &x, row).expect("quantize");
-                }
+                let w = random_rows(ty, rows, cols, &mut rng);
                 let p = PackedRows::new(ty, &w, rows, cols).expect("packable");
                 assert_eq!(p.rows(), rows / 16 * 16);
                 assert_eq!(p.bytes(), p.rows() * rb, "the copy has the size of the rows it packs");

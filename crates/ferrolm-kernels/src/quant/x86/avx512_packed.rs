@@ -14,6 +14,9 @@
 //! (at most 8·63·32·15·127 < 2³¹); the minimums' term `Σ m·Σx` is four `vpdpwssd` of the rows'
 //! minimums against the token's sub-block sums, both as i16 pairs; then
 //! `acc += f32(Σ sc·sum) · d_w · d_x − f32(Σ m·Σx) · dmin_w · d_x`, the order of GGML's Q4_K dot.
+//! Q5_K takes the same path with one step more per value vector: the fifth bits of sub-block
+//! `j` are bit `j` of the `qh` bytes, moved to bit 4 by one `vpmultishiftqb` (a fixed control
+//! per sub-block) and merged by one `vpternlogd`, as for Q5_0.
 //!
 //! In both, the tokens' chains are interleaved so that dependent `vpdpbusd` never wait on each
 //! other's latency.
@@ -36,6 +39,7 @@ pub(in crate::quant) fn kernel(kind: Kind) -> PackedFn {
         Kind::Q5_1 => gemm::<{ Kind::Q5_1 as u8 }>,
         Kind::Q8_0 => gemm::<{ Kind::Q8_0 as u8 }>,
         Kind::Q4K => gemm::<{ Kind::Q4K as u8 }>,
+        Kind::Q5K => gemm::<{ Kind::Q5K as u8 }>,
     }
 }
 
@@ -50,13 +54,15 @@ const fn kind_of(k: u8) -> Kind {
         Kind::Q5_1
     } else if k == Kind::Q4K as u8 {
         Kind::Q4K
+    } else if k == Kind::Q5K as u8 {
+        Kind::Q5K
     } else {
         Kind::Q8_0
     }
 }
 
-/// Tokens of one pass over a tile: Q4_K keeps a second integer accumulator per token, so fewer
-/// tokens fit the 32 vector registers.
+/// Tokens of one pass over a tile: the K-quants keep a second integer accumulator per token, so
+/// fewer tokens fit the 32 vector registers.
 const fn max_tokens(kind: Kind) -> usize {
     if kind.is_k() { 6 } else { TOKENS }
 }
@@ -114,12 +120,12 @@ unsafe fn gemm<const K: u8>(
                     let sums = acts.sums.as_ptr().add(t0 * nb * kind.act_sums());
                     let c = KCall { tp, next, nb, x, x_rb, a, sums, dst, ldo };
                     match n {
-                        6 => tile_dot_q4k::<6>(&c),
-                        5 => tile_dot_q4k::<5>(&c),
-                        4 => tile_dot_q4k::<4>(&c),
-                        3 => tile_dot_q4k::<3>(&c),
-                        2 => tile_dot_q4k::<2>(&c),
-                        _ => tile_dot_q4k::<1>(&c),
+                        6 => tile_dot_k::<K, 6>(&c),
+                        5 => tile_dot_k::<K, 5>(&c),
+                        4 => tile_dot_k::<K, 4>(&c),
+                        3 => tile_dot_k::<K, 3>(&c),
+                        2 => tile_dot_k::<K, 2>(&c),
+                        _ => tile_dot_k::<K, 1>(&c),
                     }
                     continue;
                 }
@@ -191,7 +197,7 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
             let qp = q0.add(b * qb);
             let q: [__m512i; 8] = match kind {
                 Kind::Q8_0 => std::array::from_fn(|j| _mm512_loadu_si512(qp.add(64 * j).cast())),
-                Kind::Q4K => unreachable!("Q4_K tiles go through tile_dot_q4k"),
+                Kind::Q4K | Kind::Q5K => unreachable!("K-quant tiles go through tile_dot_k"),
                 Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 => {
                     let m = _mm512_set1_epi8(0x0f);
                     let v: [__m512i; 4] = std::array::from_fn(|k| _mm512_loadu_si512(qp.add(64 * k).cast()));
@@ -288,17 +294,76 @@ const PICK_TWO: [[i8; 64]; 2] = [lane_bytes([0, -1, 1, -1]), lane_bytes([2, -1, 
 /// Bytes of a Q8_K activation block.
 const Q8K_BYTES: usize = 292;
 
-/// One Q4_K tile against `T` tokens (see the module documentation).
+/// The `vpmultishiftqb` control that moves the fifth bits of Q5_K's sub-block `sb` into place:
+/// byte `p` of a 64-bit word of a `qh` vector is the `qh` byte of the value in byte `p` of the
+/// nibble vector, its bit `sb` that value's fifth bit; byte `p` of the result takes the 8 bits
+/// starting 4 below bit `8p + sb` (rotating within the word), so that bit lands on bit 4.
+const fn k_qh_control(sb: usize) -> i64 {
+    let mut c = 0u64;
+    let mut p = 0;
+    while p < 8 {
+        c |= (((8 * p + sb + 60) % 64) as u64) << (8 * p);
+        p += 1;
+    }
+    c as i64
+}
+
+/// [`k_qh_control`] of every sub-block.
+const K_QH_CONTROL: [i64; 8] = {
+    let mut c = [0i64; 8];
+    let mut sb = 0;
+    while sb < 8 {
+        c[sb] = k_qh_control(sb);
+        sb += 1;
+    }
+    c
+};
+
+/// The eight value vectors of sub-block `sb` of a K-quant super-block whose value group starts
+/// at `qp`: the nibbles of chunk `sb / 2` (low for even `sb`, high for odd), and for Q5_K
+/// (`QH`) bit `sb` of the `qh` vectors after them as bit 4.
+///
+/// # Safety
+/// As [`gemm`]: the value group is inside the tile.
+#[inline(always)]
+unsafe fn k_values<const QH: bool>(qp: *const u8, sb: usize) -> [__m512i; 8] {
+    // A loop, not `array::from_fn`: LLVM left that closure out of line, and the intrinsics in it
+    // became calls.
+    // SAFETY: the caller's contract: the CPU has the features and the loads are inside the
+    // value group.
+    unsafe {
+        let mut q = [_mm512_setzero_si512(); 8];
+        let m4 = _mm512_set1_epi8(0x0f);
+        for (k, qk) in q.iter_mut().enumerate() {
+            let raw = _mm512_loadu_si512(qp.add((sb / 2) * 512 + 64 * k).cast());
+            *qk = if sb.is_multiple_of(2) {
+                _mm512_and_si512(raw, m4)
+            } else {
+                _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
+            };
+            if QH {
+                let qh = _mm512_loadu_si512(qp.add(2048 + 64 * k).cast());
+                let hi = _mm512_multishift_epi64_epi8(_mm512_set1_epi64(K_QH_CONTROL[sb]), qh);
+                // q | (hi & 0x10)
+                *qk = _mm512_ternarylogic_epi32::<0xf8>(*qk, hi, _mm512_set1_epi8(0x10));
+            }
+        }
+        q
+    }
+}
+
+/// One Q4_K or Q5_K tile against `T` tokens (see the module documentation).
 ///
 /// # Safety
 /// As [`gemm`], for the tile and tokens described by `c`.
 #[inline(always)]
-unsafe fn tile_dot_q4k<const T: usize>(c: &KCall<'_>) {
-    const QB: usize = 2048;
+unsafe fn tile_dot_k<const K: u8, const T: usize>(c: &KCall<'_>) {
+    let kind = kind_of(K);
+    let qb = kind.q_bytes();
     const SB: usize = 256;
     const AB: usize = Q8K_BYTES;
     let q0 = c.tp.as_ptr();
-    let s0 = q0.wrapping_add(c.nb * QB);
+    let s0 = q0.wrapping_add(c.nb * qb);
     // SAFETY: the caller's contract: every load below is inside the tile or the token rows.
     unsafe {
         let m4 = _mm512_set1_epi8(0x0f);
@@ -307,7 +372,7 @@ unsafe fn tile_dot_q4k<const T: usize>(c: &KCall<'_>) {
         let two: [__m512i; 2] = std::array::from_fn(|i| _mm512_loadu_si512(PICK_TWO[i].as_ptr().cast()));
         let mut acc = [_mm512_setzero_ps(); T];
         for b in 0..c.nb {
-            prefetch_block(c.next, c.nb, b, QB + SB);
+            prefetch_block(c.next, c.nb, b, qb + SB);
             let sp = s0.add(b * SB);
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(sp.add(32).cast()));
@@ -328,15 +393,11 @@ unsafe fn tile_dot_q4k<const T: usize>(c: &KCall<'_>) {
             let mut isum = [_mm512_setzero_si512(); T];
             for sb in 0..8 {
                 let sc = _mm512_shuffle_epi8(if sb < 4 { sc_lo } else { sc_hi }, one[sb % 4]);
-                let qp = q0.add(b * QB + (sb / 2) * 512);
-                let q: [__m512i; 8] = std::array::from_fn(|k| {
-                    let raw = _mm512_loadu_si512(qp.add(64 * k).cast());
-                    if sb % 2 == 0 {
-                        _mm512_and_si512(raw, m4)
-                    } else {
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
-                    }
-                });
+                let q = if kind.has_qh() {
+                    k_values::<true>(q0.add(b * qb), sb)
+                } else {
+                    k_values::<false>(q0.add(b * qb), sb)
+                };
                 let xo = b * AB + 32 * sb;
                 let mut s = [_mm512_setzero_si512(); T];
                 for (k, &qk) in q.iter().enumerate() {
