@@ -1,5 +1,5 @@
 //! The CPU's repacked weights: row-interleaved copies of a weight's whole 16-row tiles that the
-//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0).
+//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K).
 //!
 //! A copy is made once per weight and kept in the weight's backend slot
 //! ([`Weight::backend_data`]): for every matrix at once when a model's placement includes the
@@ -83,5 +83,45 @@ mod tests {
         // Once packed, the marker comes too late and changes nothing.
         w.keep_as_stored();
         assert_eq!(packed(&w).is_some(), expected);
+    }
+
+    /// A Q5_K matrix whose rows do not fill its last tile: the packed tiles and the GGUF-layout
+    /// kernel for the rest give every row the reference dot product, and a token its result
+    /// alone in any batch.
+    #[test]
+    fn a_q5_k_matrix_with_a_partial_tile_matches_the_reference() {
+        use ferrolm_kernels::quant::{act_row_bytes, quantize_activations, vec_dot_q};
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let (ty, rows, cols, nt) = (GgmlType::Q5_K, 40, 512, 7);
+        let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+        let mut rng = StdRng::seed_from_u64(5);
+        // Random bytes (there is no Q5_K quantizer) with moderate `d` and `dmin`.
+        let mut bytes: Vec<u8> = (0..rows * rb).map(|_| rng.random()).collect();
+        for blk in bytes.chunks_exact_mut(ty.type_size()) {
+            for at in [0, 2] {
+                let v = half::f16::from_f32(rng.random_range(0.0f32..0.01));
+                blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        let w = Weight::owned(ty, rows, cols, bytes.clone());
+        let x: Vec<f32> = (0..nt * cols).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let (pool, mut xq) = (crate::threads::pool(), Vec::new());
+        let mut out = vec![f32::NAN; nt * rows];
+        super::super::matmul(&pool, &w, &x, nt, &mut out, &mut xq);
+        let packs = PackedRows::available(ty) && repack_enabled();
+        assert_eq!(packed(&w).map(PackedRows::rows), packs.then_some(32));
+        let mut xt = vec![0u8; act_row_bytes(ty, cols).unwrap()];
+        let mut alone = vec![f32::NAN; rows];
+        for t in 0..nt {
+            let x_t = &x[t * cols..(t + 1) * cols];
+            quantize_activations(ty, x_t, &mut xt).unwrap();
+            let got = &out[t * rows..(t + 1) * rows];
+            for (r, &v) in got.iter().enumerate() {
+                let want = vec_dot_q(ty, &bytes[r * rb..(r + 1) * rb], &xt).unwrap();
+                assert!((v - want).abs() <= 1e-4 * want.abs().max(1.0), "token {t} row {r}: {v} vs {want}");
+            }
+            super::super::matmul(&pool, &w, x_t, 1, &mut alone, &mut xq);
+            assert!(got.iter().zip(&alone).all(|(a, b)| a.to_bits() == b.to_bits()), "token {t}");
+        }
     }
 }
