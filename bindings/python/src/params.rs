@@ -116,7 +116,16 @@ impl PyGenParams {
         sampler.validate().map_err(crate::errors::to_py)?;
         let stop = stop.unwrap_or_default().into_iter().filter(|s| !s.is_empty()).collect();
         let constraint = constraint(json_schema, json_object, lark, gbnf, regex)?;
-        Ok(Self { params: GenerateParams { max_tokens, sampler, stop, ignore_eos, constraint } })
+        Ok(Self {
+            params: GenerateParams {
+                max_tokens,
+                sampler,
+                stop,
+                ignore_eos,
+                constraint,
+                reasoning_budget: None,
+            },
+        })
     }
 
     /// The most tokens to generate (`None`: until the end of generation or a full context).

@@ -79,6 +79,15 @@ impl ThinkingTags {
         self.harmony.is_some()
     }
 
+    /// What closes the reasoning for the model when a reasoning budget runs out: the closing
+    /// tag, and for harmony the header of the answer after it.
+    pub fn forced_close(&self) -> String {
+        match self.harmony {
+            Some(h) => format!("{}{}{}", self.close, h.start, h.answer),
+            None => self.close.to_string(),
+        }
+    }
+
     /// Whether `prompt` ends inside an opened thinking block (the model starts reasoning).
     pub fn forced_open(&self, prompt: &str) -> bool {
         prompt.trim_end().ends_with(self.open)

@@ -77,6 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stop: args.stop.clone(),
         ignore_eos: false,
         constraint: args.constraint.to_spec(&model)?,
+        reasoning_budget: None,
     };
 
     // Ctrl-C: cancel the reply being generated; at the prompt, quit.

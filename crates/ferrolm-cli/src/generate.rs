@@ -79,6 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         constraint: args.constraint.to_spec(&model)?,
+        reasoning_budget: None,
     };
     let draft = args.speculative.load_draft()?;
     let mut session = Session::new(&model, args.model.session_options())?;

@@ -90,6 +90,14 @@ pub struct Args {
     /// `message.reasoning_content` / `delta.reasoning_content`, none leaves it in the content.
     #[arg(long = "reasoning-format", default_value = "auto", value_parser = ["none", "deepseek", "auto"], help_heading = "Server")]
     reasoning_format: String,
+    /// Most tokens of reasoning for a thinking model (llama-server's flag): -1 no limit, 0 close
+    /// the reasoning at once, N: after N tokens of reasoning the closing tag is written for the
+    /// model. A request's `reasoning_budget_tokens` wins.
+    #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true, help_heading = "Server")]
+    reasoning_budget: i64,
+    /// Text written before the closing tag when a reasoning budget runs out.
+    #[arg(long = "reasoning-budget-message", default_value = "", help_heading = "Server")]
+    reasoning_budget_message: String,
     /// Folder where `POST /slots/{id}?action=save` writes slot files and `restore` reads them
     /// (llama-server's flag); without it those actions are refused.
     #[arg(long = "slot-save-path", help_heading = "Server")]
@@ -341,6 +349,15 @@ impl Args {
                 _ => None,
             },
             reasoning_to_field: self.reasoning_format != "none",
+            reasoning_budget: match self.reasoning_budget {
+                -1 => None,
+                n => {
+                    Some(usize::try_from(n).map_err(|_| {
+                        anyhow::anyhow!("--reasoning-budget must be -1 or at least 0, not {n}")
+                    })?)
+                }
+            },
+            reasoning_budget_message: self.reasoning_budget_message.clone(),
             slot_save_path: self.slot_save_folder()?,
             metrics: !self.no_metrics,
             sleep_idle: match self.sleep_idle_seconds {
@@ -555,7 +572,10 @@ mod tests {
         let r = cfg(&["--reasoning", "off", "--reasoning-format", "none"]).expect("ok");
         assert_eq!((r.reasoning, r.reasoning_to_field), (Some(false), false));
         let r = cfg(&[]).expect("ok");
-        assert_eq!((r.reasoning, r.reasoning_to_field), (None, true));
+        assert_eq!((r.reasoning, r.reasoning_to_field, r.reasoning_budget), (None, true, None));
+        let r = cfg(&["--reasoning-budget", "0", "--reasoning-budget-message", "Enough."]).expect("ok");
+        assert_eq!((r.reasoning_budget, r.reasoning_budget_message.as_str()), (Some(0), "Enough."));
+        assert!(cfg(&["--reasoning-budget", "-2"]).is_err());
         assert!(parse(&["--reasoning", "maybe"]).is_err());
         let err = cfg(&["--chat-template", "llama9"]).expect_err("unknown name").to_string();
         assert!(err.contains("chatml"), "{err}");

@@ -120,6 +120,12 @@ pub struct ServerConfig {
     /// `--reasoning-format`: whether a thinking model's reasoning goes to `reasoning_content`
     /// (`deepseek`, the default) or stays in the content (`none`).
     pub reasoning_to_field: bool,
+    /// Most tokens of reasoning per chat request on a thinking model (`--reasoning-budget`);
+    /// `None`: no limit. A request's `reasoning_budget_tokens` wins.
+    pub reasoning_budget: Option<usize>,
+    /// Written before the closing tag when a reasoning budget runs out
+    /// (`--reasoning-budget-message`).
+    pub reasoning_budget_message: String,
     /// Folder of slot save files (`--slot-save-path`); `None`: `POST /slots/{id}` is refused.
     pub slot_save_path: Option<std::path::PathBuf>,
     /// Whether `GET /metrics` answers (`--no-metrics`: 501).
@@ -155,6 +161,8 @@ impl Default for ServerConfig {
             model_path: None,
             reasoning: None,
             reasoning_to_field: true,
+            reasoning_budget: None,
+            reasoning_budget_message: String::new(),
             slot_save_path: None,
             metrics: true,
             web_ui: true,

@@ -5,8 +5,12 @@
 //!
 //! ```text
 //! logits ─▶ constraint mask ─▶ sampler chain ─▶ accept ─▶ end of generation? ─▶ detokenize
-//!        ─▶ stop strings (hold back) ─▶ limits (max_tokens, finished grammar) ─▶ Step
+//!        ─▶ reasoning budget ─▶ stop strings (hold back) ─▶ limits (max_tokens, finished grammar)
+//!        ─▶ Step
 //! ```
+//!
+//! When a [`ReasoningBudget`] runs out, the steps that write its closing tag take the tag's
+//! tokens instead of sampling (see [`budget`]).
 //!
 //! [`crate::session::Session`] (one user, in the caller's thread) and [`crate::engine::Engine`]
 //! (many users, one engine thread) both drive a `Decoder`; neither has a copy of this logic. The
@@ -15,10 +19,12 @@
 //!
 //! A request's constraint (JSON schema, grammar) is compiled once, in [`Decoder::new`].
 
+pub mod budget;
 mod logprob;
 pub mod speculative;
 mod stop;
 
+pub use budget::ReasoningBudget;
 pub use logprob::{TokenLogprob, token_logprob};
 pub use stop::{StopCheck, StopMatcher};
 
@@ -27,6 +33,7 @@ use crate::constrain::{Constraint, ConstraintSpec};
 use crate::model::Model;
 use crate::sampling::{Sampler, SamplerParams};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use budget::BudgetState;
 
 /// Options of one generation.
 #[derive(Clone, Debug, Default)]
@@ -45,6 +52,8 @@ pub struct GenerateParams {
     /// step the tokens that cannot continue a match are masked out before sampling, and
     /// generation ends when the match is complete.
     pub constraint: Option<ConstraintSpec>,
+    /// Limit a thinking model's reasoning to a number of tokens ([`budget`]).
+    pub reasoning_budget: Option<ReasoningBudget>,
 }
 
 impl GenerateParams {
@@ -150,6 +159,8 @@ pub struct Decoder {
     n_generated: usize,
     /// The stop string that ended the generation, if one did (nothing after it is shown).
     stop_word: Option<String>,
+    /// The reasoning budget's state, when the generation has one.
+    budget: Option<BudgetState>,
 }
 
 impl std::fmt::Debug for Decoder {
@@ -181,6 +192,19 @@ impl Decoder {
         params: &GenerateParams,
         constraint: Option<Constraint>,
     ) -> Result<Self> {
+        let budget = match &params.reasoning_budget {
+            Some(b) => {
+                let text = format!("{}{}", b.message, b.close);
+                let forced = tokenizer.encode(&text, false, true)?;
+                if forced.is_empty() || b.open.is_empty() || b.natural_close.is_empty() {
+                    return Err(crate::Error::InvalidInput(
+                        "a reasoning budget needs an opening and a closing tag".into(),
+                    ));
+                }
+                Some(BudgetState::new(b.clone(), forced))
+            }
+            None => None,
+        };
         Ok(Self {
             sampler: Sampler::new(params.sampler.clone(), tokenizer)?,
             constraint,
@@ -193,6 +217,7 @@ impl Decoder {
             post_sampling: false,
             n_generated: 0,
             stop_word: None,
+            budget,
         })
     }
 
@@ -261,7 +286,13 @@ impl Decoder {
         if self.n_generated >= self.max_tokens {
             return Ok(Step::End(FinishReason::Length));
         }
-        let tok = if process.is_none() && self.constraint.is_none() {
+        let forced = self.budget.as_ref().and_then(BudgetState::forced_token);
+        let tok = if let Some(t) = forced {
+            if let Some(c) = &mut self.constraint {
+                c.accept(t)?;
+            }
+            t
+        } else if process.is_none() && self.constraint.is_none() {
             self.sampler.sample(logits)
         } else {
             self.masked.clear();
@@ -279,12 +310,15 @@ impl Decoder {
             tok
         };
         self.sampler.accept(tok);
-        if !self.ignore_eos && tokenizer.is_eog(tok) {
+        if forced.is_none() && !self.ignore_eos && tokenizer.is_eog(tok) {
             return Ok(Step::End(FinishReason::EndOfGeneration));
         }
         self.n_generated += 1;
         let logprob = self.logprobs.map(|k| {
-            if self.post_sampling {
+            if forced.is_some() && self.post_sampling {
+                // Written, not drawn: the distribution was all on this token.
+                TokenLogprob { id: tok, logprob: 0.0, top: vec![(tok, 0.0)].into_iter().take(k).collect() }
+            } else if self.post_sampling {
                 let (p, top) = self.sampler.drawn_distribution(tok, k);
                 TokenLogprob {
                     id: tok,
@@ -296,6 +330,9 @@ impl Decoder {
             }
         });
         let piece = self.detok.push(tokenizer, tok);
+        if let Some(b) = &mut self.budget {
+            b.observe(&piece, self.detok.has_pending());
+        }
         let check = self.stop.push(&piece);
         let sampled = Sampled { id: tok, text: check.text, logprob };
         let finish = if check.hit.is_some() {

@@ -401,3 +401,52 @@ fn a_restored_state_continues_bit_identically() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A reasoning budget on a real model: the prompt opens the reasoning, the model writes its
+/// `tokens` greedy tokens, then the message and the closing tag are written for it (their exact
+/// tokens, not sampled), and the generation goes on after them as the model continues that text.
+#[test]
+fn a_reasoning_budget_writes_the_closing_tag_after_its_tokens() {
+    use ferrolm::decoder::ReasoningBudget;
+    let Some(model) = load() else { return };
+    let prompt = "<|im_start|>user\nWhat is 17 times 3?<|im_end|>\n<|im_start|>assistant\n<think>\n";
+    let tokens = Session::new(&model, opts(512)).unwrap().tokenize_prompt(prompt).unwrap();
+    let greedy = |params: &GenerateParams| {
+        Session::new(&model, opts(512)).unwrap().generate_tokens(&tokens, params).unwrap().tokens
+    };
+    let unlimited = greedy(&GenerateParams { ignore_eos: true, ..GenerateParams::greedy(20) });
+    let budget = ReasoningBudget {
+        open: "<think>".into(),
+        close: "</think>".into(),
+        natural_close: "</think>".into(),
+        opened: true,
+        tokens: 5,
+        message: " Enough thinking.".into(),
+    };
+    let params = GenerateParams {
+        ignore_eos: true,
+        reasoning_budget: Some(budget.clone()),
+        ..GenerateParams::greedy(20)
+    };
+    let limited = greedy(&params);
+    let forced = model.tokenizer().encode(" Enough thinking.</think>", false, true).unwrap();
+    assert_eq!(limited[..5], unlimited[..5], "the budget's tokens are the model's own");
+    assert_eq!(limited[5..5 + forced.len()], forced[..], "then the message and the tag");
+    assert_eq!(limited.len(), 20, "the forced tokens count toward max_tokens and the answer follows");
+    // After the tag the model goes on from the text as written: its greedy continuation.
+    let mut context = tokens.clone();
+    context.extend_from_slice(&limited[..5 + forced.len()]);
+    let n_rest = 20 - (5 + forced.len());
+    let rest = Session::new(&model, opts(512))
+        .unwrap()
+        .generate_tokens(&context, &GenerateParams { ignore_eos: true, ..GenerateParams::greedy(n_rest) })
+        .unwrap()
+        .tokens;
+    assert_eq!(limited[5 + forced.len()..], rest[..], "the answer after the tag");
+
+    // A zero budget closes the reasoning before any token of it.
+    let zero = ReasoningBudget { tokens: 0, message: String::new(), ..budget };
+    let closed = greedy(&GenerateParams { reasoning_budget: Some(zero), ..GenerateParams::greedy(4) });
+    let tag = model.tokenizer().encode("</think>", false, true).unwrap();
+    assert_eq!(closed[..tag.len()], tag[..]);
+}

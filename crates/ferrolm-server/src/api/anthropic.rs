@@ -15,9 +15,10 @@
 //! reason and the output tokens, and `message_stop`.
 //!
 //! The reasoning is split as for chat (the server's `--reasoning-format`, or the request's
-//! `reasoning_format`; `none` leaves it in the text). `thinking: {"type": "enabled"}` is
-//! accepted (its `budget_tokens` is not enforced), `{"type": "disabled"}` turns thinking off as
-//! `enable_thinking: false` does; an assistant's `thinking` blocks are its `reasoning_content`.
+//! `reasoning_format`; `none` leaves it in the text). `thinking: {"type": "enabled"}` turns
+//! thinking on, its `budget_tokens` limiting the reasoning as chat's `reasoning_budget_tokens`
+//! does; `{"type": "disabled"}` turns it off as `enable_thinking: false` does; an assistant's
+//! `thinking` blocks are its `reasoning_content`.
 //!
 //! Refused with 400 naming the field: image and document blocks.
 
@@ -200,7 +201,8 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
 }
 
 /// `thinking: {"type": "enabled" | "disabled"}` as the chat request's `enable_thinking` (a
-/// `chat_template_kwargs` entry the request did not set itself).
+/// `chat_template_kwargs` entry the request did not set itself), and an enabled thinking's
+/// `budget_tokens` as `reasoning_budget_tokens`.
 fn thinking_switch(thinking: Option<&Value>, chat: &mut Map<String, Value>) -> Result<(), ApiError> {
     let on = match thinking.filter(|t| !t.is_null()).map(|t| t.get("type").and_then(Value::as_str)) {
         None => return Ok(()),
@@ -213,6 +215,19 @@ fn thinking_switch(thinking: Option<&Value>, chat: &mut Map<String, Value>) -> R
             ));
         }
     };
+    match thinking.and_then(|t| t.get("budget_tokens")) {
+        Some(b) if on && b.as_u64().is_some() => {
+            chat.insert("reasoning_budget_tokens".into(), b.clone());
+        }
+        None | Some(Value::Null) => {}
+        Some(_) if !on => {}
+        Some(b) => {
+            return Err(ApiError::invalid_param(
+                "thinking.budget_tokens",
+                format!("`thinking.budget_tokens` must be a whole number of tokens, not {b}"),
+            ));
+        }
+    }
     match chat.entry("chat_template_kwargs").or_insert_with(|| json!({})) {
         Value::Object(kwargs) => {
             kwargs.entry("enable_thinking").or_insert(Value::Bool(on));

@@ -3,6 +3,7 @@
 use ferrolm::chat::reasoning::{Thinking, ThinkingTags};
 use ferrolm::chat::{CalendarDate, Message, RenderOptions};
 use ferrolm::constrain::ConstraintSpec;
+use ferrolm::decoder::ReasoningBudget;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -38,6 +39,9 @@ struct ChatFields {
     add_generation_prompt: Option<bool>,
     continue_final_message: Option<Value>,
     parallel_tool_calls: Option<bool>,
+    reasoning_budget_tokens: Option<i64>,
+    thinking_budget_tokens: Option<i64>,
+    reasoning_budget_message: Option<String>,
 }
 
 /// A chat request ready to run.
@@ -345,6 +349,8 @@ struct Continued {
 struct Rendered {
     text: String,
     tools: Option<Vec<Value>>,
+    /// The template's thinking tags, if it has them.
+    tags: Option<ThinkingTags>,
     thinking: Option<Thinking>,
     /// With tools on a template without tool syntax: the schema the answer must follow
     /// ([`generic_tools`]).
@@ -424,7 +430,41 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
         forced_open: t.forced_open(&text),
         to_field,
     });
-    Ok(Rendered { text, tools, thinking, generic })
+    Ok(Rendered { text, tools, tags, thinking, generic })
+}
+
+/// The reasoning budget of a chat request on a template with thinking tags (llama-server's
+/// rules): `reasoning_budget_tokens` (else `thinking_budget_tokens`), where -1 or absent takes
+/// the server's `--reasoning-budget`; `reasoning_budget_message`, else the server's.
+fn reasoning_budget(
+    state: &AppState,
+    chat: &ChatFields,
+    tags: Option<ThinkingTags>,
+    prompt: &str,
+) -> Result<Option<ReasoningBudget>, ApiError> {
+    let (field, asked) = match (chat.reasoning_budget_tokens, chat.thinking_budget_tokens) {
+        (Some(n), _) => ("reasoning_budget_tokens", n),
+        (None, Some(n)) => ("thinking_budget_tokens", n),
+        (None, None) => ("reasoning_budget_tokens", -1),
+    };
+    let tokens = match asked {
+        -1 => state.cfg.reasoning_budget,
+        n => Some(usize::try_from(n).map_err(|_| {
+            ApiError::invalid_param(field, format!("`{field}` must be -1 (no limit) or at least 0, not {n}"))
+        })?),
+    };
+    let (Some(tokens), Some(tags)) = (tokens, tags) else { return Ok(None) };
+    Ok(Some(ReasoningBudget {
+        open: tags.open.to_string(),
+        close: tags.forced_close(),
+        natural_close: tags.close.to_string(),
+        opened: tags.forced_open(prompt),
+        tokens,
+        message: chat
+            .reasoning_budget_message
+            .clone()
+            .unwrap_or_else(|| state.cfg.reasoning_budget_message.clone()),
+    }))
 }
 
 /// Copies `pairs` of (field of `from`, chat field) into a chat request, leaving out absent and
@@ -475,7 +515,8 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
     let chat: ChatFields = fields(v)?;
     let mut spec =
         common.spec(&state.cfg.sampler, Vocab::of(backend), state.cfg.request_timeout(), state.cfg.draft)?;
-    let Rendered { text, tools, thinking, generic } = render(state, &chat)?;
+    let Rendered { text, tools, tags, thinking, generic } = render(state, &chat)?;
+    spec.params.reasoning_budget = reasoning_budget(state, &chat, tags, &text)?;
     if let Some(schema) = generic {
         if spec.params.constraint.is_some() {
             return Err(ApiError::invalid_param(

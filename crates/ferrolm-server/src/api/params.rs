@@ -597,6 +597,7 @@ impl CommonFields {
             stop: self.stops()?,
             ignore_eos: self.ignore_eos.unwrap_or(false),
             constraint,
+            reasoning_budget: None,
         };
         Ok(GenSpec {
             params,

@@ -104,6 +104,12 @@ impl Answer {
         events.iter().map(|e| serde_json::from_str(e).expect("JSON chunk")).collect()
     }
 
+    /// A 200 answer's JSON body.
+    pub(crate) fn assert_ok(&self) -> Value {
+        assert_eq!(self.status.as_u16(), 200, "{}", self.body);
+        self.json()
+    }
+
     /// An OpenAI error of this status and type.
     pub(crate) fn assert_error(&self, status: u16, kind: &str) -> Value {
         assert_eq!(self.status.as_u16(), status, "{}", self.body);

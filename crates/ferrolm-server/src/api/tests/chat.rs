@@ -720,3 +720,59 @@ async fn a_final_assistant_message_is_continued() {
         .json();
     assert_eq!(v["choices"][0]["message"]["content"], "x");
 }
+
+/// A template that opens the reasoning in the prompt (Qwen 3's thinking models do).
+const OPENS_THINKING: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}";
+
+#[tokio::test]
+async fn a_reasoning_budget_reaches_the_decoder_on_a_thinking_template_only() {
+    use ferrolm::decoder::ReasoningBudget;
+    let budget_of = |fake: &Fake| fake.requests().last().expect("a request").params.reasoning_budget.clone();
+    let chat = |extra: &str| {
+        format!(r#"{{"max_tokens": 4, "messages": [{{"role": "user", "content": "Hi"}}]{extra}}}"#)
+    };
+    let fake = Arc::new(Fake::reply("ok").with_template(OPENS_THINKING));
+    let app = app(fake.clone());
+    post(&app, "/v1/chat/completions", &chat(r#", "reasoning_budget_tokens": 5"#)).await.assert_ok();
+    let expected = ReasoningBudget {
+        open: "<think>".into(),
+        close: "</think>".into(),
+        natural_close: "</think>".into(),
+        opened: true,
+        tokens: 5,
+        message: String::new(),
+    };
+    assert_eq!(budget_of(&fake), Some(expected.clone()));
+    let extra = r#", "thinking_budget_tokens": 0, "reasoning_budget_message": "Enough."#;
+    post(&app, "/v1/chat/completions", &chat(&format!("{extra}\""))).await.assert_ok();
+    let zero = ReasoningBudget { tokens: 0, message: "Enough.".into(), ..expected.clone() };
+    assert_eq!(budget_of(&fake), Some(zero));
+    post(&app, "/v1/chat/completions", &chat(r#", "reasoning_budget_tokens": -1"#)).await.assert_ok();
+    assert_eq!(budget_of(&fake), None, "-1 takes the server's default: no limit");
+    let v = post(&app, "/v1/chat/completions", &chat(r#", "reasoning_budget_tokens": -2"#))
+        .await
+        .assert_error(400, "invalid_request_error");
+    assert_eq!(v["error"]["param"], "reasoning_budget_tokens");
+    // Anthropic's thinking budget is the same limit.
+    let body = r#"{"max_tokens": 9, "thinking": {"type": "enabled", "budget_tokens": 7},
+        "messages": [{"role": "user", "content": "a"}]}"#;
+    post(&app, "/v1/messages", body).await.assert_ok();
+    assert_eq!(budget_of(&fake).map(|b| b.tokens), Some(7));
+
+    // The server's --reasoning-budget and message apply to requests that do not say.
+    let cfg = ServerConfig {
+        reasoning_budget: Some(2),
+        reasoning_budget_message: "Stop.".into(),
+        ..super::config()
+    };
+    let fake = Arc::new(Fake::reply("ok").with_template(OPENS_THINKING));
+    let with_default = super::app_with(fake.clone(), cfg);
+    post(&with_default, "/v1/chat/completions", &chat("")).await.assert_ok();
+    assert_eq!(budget_of(&fake), Some(ReasoningBudget { tokens: 2, message: "Stop.".into(), ..expected }));
+
+    // A template without thinking tags has nothing to limit.
+    let fake = Arc::new(Fake::reply("ok"));
+    let plain = super::app(fake.clone());
+    post(&plain, "/v1/chat/completions", &chat(r#", "reasoning_budget_tokens": 5"#)).await.assert_ok();
+    assert_eq!(budget_of(&fake), None);
+}
