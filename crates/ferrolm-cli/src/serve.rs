@@ -98,6 +98,11 @@ pub struct Args {
     /// Text written before the closing tag when a reasoning budget runs out.
     #[arg(long = "reasoning-budget-message", default_value = "", help_heading = "Server")]
     reasoning_budget_message: String,
+    /// Refuse to start unless the model reranks (a cross-encoder or a reranker with a
+    /// classification head): llama-server's flag, which turns its `/rerank` endpoint on.
+    /// ferrolm serves `/rerank` whenever the model is a reranker, with or without it.
+    #[arg(long = "reranking", visible_alias = "rerank", conflicts_with_all = ["models_dir", "models_preset"], help_heading = "Server")]
+    reranking: bool,
     /// Folder where `POST /slots/{id}?action=save` writes slot files and `restore` reads them
     /// (llama-server's flag); without it those actions are refused.
     #[arg(long = "slot-save-path", help_heading = "Server")]
@@ -417,6 +422,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Check the server options before the (slower) model load.
     args.server_config(String::new())?;
     let (model, load_ms, path) = args.model.load_with_path()?;
+    if args.reranking && !model.is_reranker() {
+        bail!(
+            "--reranking: {} is not a reranking model (it needs a classification head: a \
+             cross-encoder such as bge-reranker, or a Qwen3 reranker)",
+            path.display()
+        );
+    }
     let mut engine_cfg = base_cfg.clone();
     if let Some(draft) = args.draft.load_draft()? {
         tracing::info!(n_vocab = draft.config().n_vocab, "draft model loaded");

@@ -364,3 +364,30 @@ fn cpu_mask_and_range_choose_the_worker_cpus() {
     let out = run(&["--cpu-mask", "0x1", "--cpu-range", "0"]);
     assert!(!out.status.success(), "the two flags conflict");
 }
+
+/// `serve --reranking` (llama-server's flag) starts only on a model that reranks.
+#[test]
+fn serve_reranking_refuses_a_model_that_cannot_rerank() {
+    let Some(model) = smollm2() else { return };
+    let (ok, stderr) = run(&["serve", "--reranking", "--port", "0", "-t", "1"], Some(&model));
+    assert!(!ok);
+    assert!(stderr.contains("--reranking") && stderr.contains("is not a reranking model"), "{stderr}");
+    // A cross-encoder passes the check: the server starts (and is stopped here).
+    let reranker = fixtures().join("rerank/bert-cross/model.gguf");
+    let mut cmd = bin();
+    cmd.args(["serve", "--reranking", "--port", "0", "-t", "1", "-m"]).arg(&reranker);
+    let mut child = cmd.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let mut seen = String::new();
+    while std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if line.contains("serving it as") {
+            break;
+        }
+        line.clear();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen.contains("serving it as"), "{seen}");
+}
