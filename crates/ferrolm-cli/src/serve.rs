@@ -113,6 +113,11 @@ pub struct Args {
     /// Do not serve the chat page at `/` (404).
     #[arg(long = "no-ui", help_heading = "Server")]
     no_ui: bool,
+    /// Whole chat and completion answers carry llama-server's `__verbose` object (the rendered
+    /// prompt, the generation settings, timings), unless a request sets `verbose` false
+    /// (llama-server's `--verbose`; logging is set with FERROLM_LOG).
+    #[arg(long = "verbose", help_heading = "Server")]
+    verbose: bool,
     /// Answer `GET /slots` with 501 (llama-server's `--no-slots`); `--slots` keeps it (the
     /// default).
     #[arg(long = "no-slots", help_heading = "Server", overrides_with = "slots")]
@@ -371,6 +376,7 @@ impl Args {
                 n => bail!("--sleep-idle-seconds must be -1 (never) or at least 1, not {n}"),
             },
             web_ui: !self.no_ui,
+            verbose: self.verbose,
             slots: !self.no_slots,
             embeddings_pooling: self.embeddings_pooling,
             draft: self.draft.settings()?,

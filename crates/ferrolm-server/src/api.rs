@@ -132,6 +132,9 @@ pub struct ServerConfig {
     pub metrics: bool,
     /// Whether `GET /` serves the chat page (`--no-ui`: 404).
     pub web_ui: bool,
+    /// `--verbose`: whole chat and completion answers carry llama-server's `__verbose` object
+    /// unless the request's `verbose` is false.
+    pub verbose: bool,
     /// Whether `GET /slots` answers (`--no-slots`: 501).
     pub slots: bool,
     /// Release the model after this long without a task, and load it again on the next one
@@ -166,6 +169,7 @@ impl Default for ServerConfig {
             slot_save_path: None,
             metrics: true,
             web_ui: true,
+            verbose: false,
             slots: true,
             sleep_idle: None,
         }

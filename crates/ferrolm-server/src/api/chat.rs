@@ -11,6 +11,7 @@ use super::backend::{Backend, encode_prompt};
 use super::error::ApiError;
 use super::generic_tools::{self, CallRules};
 use super::json::{fields, parse_object, type_name};
+use super::native;
 use super::params::{CommonFields, GenSpec, Vocab, max_tokens, top_logprobs};
 use super::response::{
     Collected, UsageSum, chat_logprob, collect, completion_body, new_id, submit_all, unix_now,
@@ -59,6 +60,10 @@ pub(crate) struct ChatJob {
     /// A thinking model's output to split: its reasoning goes to `reasoning_content` (or, for
     /// gpt-oss with `reasoning_format: none`, stays in the content while the answer's markers go).
     pub thinking: Option<Thinking>,
+    /// The rendered prompt.
+    pub prompt_text: String,
+    /// Add `__verbose` to a whole answer ([`GenSpec::verbose`]).
+    pub verbose: bool,
 }
 
 impl ChatJob {
@@ -550,7 +555,8 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
         t.iter().filter_map(|t| t["function"]["name"].as_str().map(str::to_string)).collect::<Vec<_>>()
     });
     let model = state.cfg.answer_model(common.model);
-    Ok(ChatJob { prompt, spec, logprobs, tools: tool_names, model, thinking })
+    let verbose = spec.verbose(state.cfg.verbose)?;
+    Ok(ChatJob { prompt, spec, logprobs, tools: tool_names, model, thinking, prompt_text: text, verbose })
 }
 
 /// The engine requests of a job (one per choice).
@@ -608,6 +614,10 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
         usage.add(&c.usage, i == 0);
         choices.push(choice_json(state.backend.as_ref(), i, c, &job));
     }
-    let body = completion_body("chat.completion", &id, created, &job.model, choices, &usage);
+    let mut body = completion_body("chat.completion", &id, created, &job.model, choices, &usage);
+    if job.verbose {
+        body["__verbose"] =
+            native::result_object(&job.spec, job.logprobs, &job.model, &job.prompt_text, &results[0]);
+    }
     Ok(json_response(StatusCode::OK, &body))
 }

@@ -43,6 +43,8 @@ pub(crate) struct CompletionJob {
     pub logprobs: Option<usize>,
     pub echo: bool,
     pub model: String,
+    /// Add `__verbose` to a whole answer ([`GenSpec::verbose`]).
+    pub verbose: bool,
 }
 
 /// `prompt`: one prompt or many, in any of llama-server's forms ([`super::prompt`]); each
@@ -80,7 +82,8 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiE
     }
     spec.params.max_tokens = Some(max);
     let logprobs = top_logprobs("logprobs", f.logprobs)?;
-    Ok(CompletionJob { prompts, spec, logprobs, echo, model: state.cfg.answer_model(common.model) })
+    let verbose = spec.verbose(state.cfg.verbose)?;
+    Ok(CompletionJob { prompts, spec, logprobs, echo, model: state.cfg.answer_model(common.model), verbose })
 }
 
 /// The engine requests: `n` per prompt, consecutive.
@@ -141,6 +144,11 @@ pub(crate) async fn handle(state: AppState, body: Bytes) -> Result<Response, Api
             "finish_reason": c.finish.map_or("stop", |f| f.openai_reason()),
         }));
     }
-    let body = completion_body("text_completion", &id, created, &job.model, choices, &usage);
+    let mut body = completion_body("text_completion", &id, created, &job.model, choices, &usage);
+    if job.verbose {
+        let prompt = &job.prompts[0].text;
+        body["__verbose"] =
+            super::native::result_object(&job.spec, job.logprobs, &job.model, prompt, &results[0]);
+    }
     Ok(json_response(StatusCode::OK, &body))
 }

@@ -185,22 +185,43 @@ fn final_object(
     c: &Collected,
     streamed: bool,
 ) -> Value {
-    let prompt = &job.prompts[index];
+    let mut v = result_object(&job.spec, job.n_probs, &job.model, &job.prompts[index].text, c);
+    v["index"] = json!(index);
+    if streamed {
+        v["content"] = json!("");
+    } else if job.return_tokens {
+        v["tokens"] = json!(c.tokens);
+    }
+    if job.n_probs.is_some() && !streamed {
+        v["completion_probabilities"] =
+            c.logprobs.iter().map(|lp| probs_entry(backend, lp, job.spec.post_sampling_probs)).collect();
+    }
+    select_fields(v, &job.response_fields)
+}
+
+/// llama-server's native result of one generation from `prompt` (the text the model read):
+/// `/completion`'s final object without its `index`, `tokens` and probabilities, and the
+/// `__verbose` object of the OpenAI routes' answers.
+pub(crate) fn result_object(
+    spec: &GenSpec,
+    n_probs: Option<usize>,
+    model: &str,
+    prompt: &str,
+    c: &Collected,
+) -> Value {
     let mut usage = UsageSum::default();
     usage.add(&c.usage, true);
-    let content = if streamed { "" } else { c.text.as_str() };
-    let tokens = if job.return_tokens && !streamed { c.tokens.clone() } else { Vec::new() };
-    let mut v = json!({
-        "index": index,
-        "content": content,
-        "tokens": tokens,
+    json!({
+        "index": 0,
+        "content": c.text,
+        "tokens": [],
         "id_slot": c.usage.slot.map_or(-1, |s| s as i64),
         "stop": true,
-        "model": job.model,
+        "model": model,
         "tokens_predicted": c.usage.completion_tokens,
         "tokens_evaluated": c.usage.prompt_tokens,
-        "generation_settings": generation_settings(&job.spec, job.n_probs),
-        "prompt": prompt.text,
+        "generation_settings": generation_settings(spec, n_probs),
+        "prompt": prompt,
         "has_new_line": c.text.contains('\n'),
         // A prompt that does not fit is refused, never cut.
         "truncated": false,
@@ -208,12 +229,7 @@ fn final_object(
         "stopping_word": c.stop_word.clone().unwrap_or_default(),
         "tokens_cached": c.usage.prompt_tokens + c.usage.completion_tokens,
         "timings": usage.timings_json(),
-    });
-    if job.n_probs.is_some() && !streamed {
-        v["completion_probabilities"] =
-            c.logprobs.iter().map(|lp| probs_entry(backend, lp, job.spec.post_sampling_probs)).collect();
-    }
-    select_fields(v, &job.response_fields)
+    })
 }
 
 /// `response_fields`: only the given paths (`a/b` reads `v["a"]["b"]`), keyed by their paths;

@@ -84,6 +84,7 @@ pub(crate) struct CommonFields {
     pub timings_per_token: Option<bool>,
     pub return_progress: Option<bool>,
     pub post_sampling_probs: Option<bool>,
+    pub verbose: Option<bool>,
     pub t_max_predict_ms: Option<i64>,
     pub t_max_prompt_ms: Option<i64>,
     pub n_keep: Option<i64>,
@@ -132,6 +133,25 @@ pub(crate) struct GenSpec {
     pub live: LiveReports,
     /// `post_sampling_probs`: probabilities of the distribution the sampler drew from.
     pub post_sampling_probs: bool,
+    /// `verbose`: add llama-server's `__verbose` object to the answer; `None`: the server's
+    /// `--verbose` decides.
+    pub verbose: Option<bool>,
+}
+
+impl GenSpec {
+    /// Whether an OpenAI-shaped answer carries `__verbose` (the request's `verbose`, else the
+    /// server's `--verbose`). Only whole answers carry it: a streamed request asking for it
+    /// is refused.
+    pub(crate) fn verbose(&self, server_default: bool) -> Result<bool, ApiError> {
+        match (self.verbose, self.stream) {
+            (Some(true), true) => Err(ApiError::invalid_param(
+                "verbose",
+                "`verbose` (the `__verbose` object) is given with whole answers, not streamed ones",
+            )),
+            (Some(v), _) => Ok(v),
+            (None, stream) => Ok(server_default && !stream),
+        }
+    }
 }
 
 /// llama-server's live reports of a streamed request.
@@ -615,6 +635,7 @@ impl CommonFields {
                 timings: self.timings_per_token.unwrap_or(false),
             },
             post_sampling_probs: self.post_sampling_probs.unwrap_or(false),
+            verbose: self.verbose,
         })
     }
 }

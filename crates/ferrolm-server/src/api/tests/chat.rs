@@ -776,3 +776,44 @@ async fn a_reasoning_budget_reaches_the_decoder_on_a_thinking_template_only() {
     post(&plain, "/v1/chat/completions", &chat(r#", "reasoning_budget_tokens": 5"#)).await.assert_ok();
     assert_eq!(budget_of(&fake), None);
 }
+
+#[tokio::test]
+async fn verbose_answers_carry_the_native_result() {
+    let fake = Arc::new(Fake::reply("Hi there"));
+    let app = app(fake.clone());
+    let chat = |extra: &str| {
+        format!(
+            r#"{{"max_tokens": 5, "messages": [{{"role": "system", "content": "Book"}}, {{"role": "user", "content": "Hello"}}]{extra}}}"#
+        )
+    };
+    let v = post(&app, "/v1/chat/completions", &chat(r#", "verbose": true"#)).await.assert_ok();
+    let verbose = &v["__verbose"];
+    let prompt = detok(&fake, &fake.requests()[0].prompt);
+    assert_eq!(verbose["prompt"], json!(prompt), "the rendered prompt");
+    assert_eq!(verbose["content"], v["choices"][0]["message"]["content"]);
+    assert_eq!(verbose["tokens_evaluated"], v["usage"]["prompt_tokens"]);
+    assert_eq!(verbose["tokens_predicted"], v["usage"]["completion_tokens"]);
+    assert_eq!(verbose["generation_settings"]["n_predict"], 5, "{verbose}");
+    for off in ["", r#", "verbose": false"#] {
+        let v = post(&app, "/v1/chat/completions", &chat(off)).await.assert_ok();
+        assert!(v.get("__verbose").is_none(), "{v}");
+    }
+    let e = post(&app, "/v1/chat/completions", &chat(r#", "verbose": true, "stream": true"#))
+        .await
+        .assert_error(400, "invalid_request_error");
+    assert_eq!(e["error"]["param"], "verbose");
+    let v = post(&app, "/v1/completions", r#"{"prompt": "Once", "max_tokens": 3, "verbose": true}"#)
+        .await
+        .assert_ok();
+    assert_eq!(v["__verbose"]["prompt"], "Once");
+
+    // --verbose: on unless the request says otherwise; streamed answers go without it.
+    let cfg = ServerConfig { verbose: true, ..super::config() };
+    let verbose_app = super::app_with(fake.clone(), cfg);
+    let v = post(&verbose_app, "/v1/chat/completions", &chat("")).await.assert_ok();
+    assert!(v["__verbose"]["prompt"].as_str().is_some_and(|p| p.contains("Book")), "{v}");
+    let v = post(&verbose_app, "/v1/chat/completions", &chat(r#", "verbose": false"#)).await.assert_ok();
+    assert!(v.get("__verbose").is_none());
+    let a = post(&verbose_app, "/v1/chat/completions", &chat(r#", "stream": true"#)).await;
+    assert!(a.chunks().iter().all(|c| c.get("__verbose").is_none()));
+}
