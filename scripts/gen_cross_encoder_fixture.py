@@ -39,6 +39,9 @@ import gen_encoder_fixture as enc  # noqa: E402
 
 OUT = gc.ROOT / "crates" / "ferrolm" / "tests" / "fixtures" / "rerank" / "bert-cross"
 SEED = 4242
+# Positions: llama.cpp's server test suite ranks paragraphs of ~100 tokens on this model
+# (scripts/server_tests/llama_server_shim.py), more than the other encoder fixtures' 64.
+POSITIONS = 512
 QUERIES = [
     ("quick brown fox", ["the quick brown fox jumps", "a river in winter", "market town road", "fox"]),
     ("search query document", ["embed the document for retrieval", "children ran", "hello world"]),
@@ -55,7 +58,7 @@ def make_model(work: Path):
     BertTokenizerFast(vocab={p: i for i, p in enumerate(vocab)}, do_lower_case=True).save_pretrained(hf)
     cfg = BertConfig(vocab_size=len(vocab), hidden_size=enc.D, num_hidden_layers=enc.LAYERS,
                      num_attention_heads=enc.HEADS, intermediate_size=enc.FF,
-                     max_position_embeddings=enc.POSITIONS, type_vocab_size=2, num_labels=1,
+                     max_position_embeddings=POSITIONS, type_vocab_size=2, num_labels=1,
                      hidden_act="gelu_new", layer_norm_eps=1e-12)
     torch.manual_seed(SEED)
     cfg._attn_implementation = "eager"

@@ -25,7 +25,7 @@ Flags, in four groups (the tables below):
 * Router mode (no model given): the suite's cache models (ROUTER_MODELS) are written into a
   models preset naming the local stand-ins, served with --models-preset.
 * Everything else (LoRA, multimodal,
-  MCP/tools, --no-ui, --reranking, --tags, --spec-type, ...) is passed on as
+  MCP/tools, --tags, --spec-type, ...) is passed on as
   is: ferrolm rejects the unknown flag and the test fails to start the server (an honest
   failure, never a silent pass).
 
@@ -40,26 +40,33 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (find_model, default_binary, SMOLLM2, GEMMA3)
 
+# A cross-encoder: the project's tiny BERT reranker fixture (random weights, so it ranks
+# nothing meaningfully; tests of the endpoint's shape and validation run on it).
+CROSS_ENCODER = str(Path(__file__).resolve().parents[2]
+                    / "crates/ferrolm/tests/fixtures/rerank/bert-cross/model.gguf")
+
 # (hf repo without ":quant", hf file or None) -> local model file. The suite's stories models
-# (260K, infill, MoE) and the Jina rerank model become SmolLM2; the BERT embedding model (bge
-# small) becomes all-MiniLM-L6-v2, another BERT with the same tokenizer kind; tinygemma3 becomes
-# Gemma 3 270M. Tests that check a model's exact text fail for any other model.
+# (260K, infill, MoE) become SmolLM2; the Jina rerank model (a BERT cross-encoder) becomes
+# CROSS_ENCODER; the BERT embedding model (bge small) becomes all-MiniLM-L6-v2, another BERT with
+# the same tokenizer kind; tinygemma3 becomes Gemma 3 270M. Tests that check a model's exact
+# text or ranking fail for any other model.
 MODEL_MAP = {
     ("ggml-org/test-model-stories260K", None): common.SMOLLM2,
     ("ggml-org/test-model-stories260K-infill", None): common.SMOLLM2,
     ("ggml-org/models", "tinyllamas/stories260K.gguf"): common.SMOLLM2,
     ("ggml-org/stories15M_MOE", "stories15M_MOE-F16.gguf"): common.SMOLLM2,
     ("ggml-org/models", "bert-bge-small/ggml-model-f16.gguf"): common.MINILM,
-    ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf"): common.SMOLLM2,
+    ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf"): CROSS_ENCODER,
     ("ggml-org/tinygemma3-GGUF", None): common.GEMMA3,
 }
 
 # llama-server flags that take a value, and those that do not (to walk the command line).
 SAME_SWITCH = {"--metrics"}
-PASSED_SWITCH = {"--no-models-autoload", "--slots", "--no-slots"}
+PASSED_SWITCH = {"--no-models-autoload", "--slots", "--no-slots", "--verbose", "--reranking"}
 SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
               "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
-              "--reasoning", "--reasoning-format", "--slot-save-path",
+              "--reasoning", "--reasoning-format", "--reasoning-budget", "--reasoning-budget-message",
+              "--slot-save-path",
               "--models-max", "--models-dir", "--models-preset", "--sleep-idle-seconds",
               # ferrolm takes the template's text; a built-in name (chatml...) fails the start.
               "--chat-template"}
@@ -81,7 +88,6 @@ DROPPED_SWITCH = {
     "--embedding",       # ferrolm always serves /v1/embeddings (llama-server then refuses completions)
     "--kv-unified",      # only changes the --ctx-size split (handled above)
     "--swa-full",        # memory only: ferrolm keeps the full cache for sliding-window layers
-    "--verbose",         # logging
     "--jinja", "--no-jinja",  # ferrolm always renders the GGUF's Jinja template
     "--no-mmproj",       # ferrolm loads no multimodal projector anyway
     "--backend_sampling",  # where sampling runs (GPU), not what it gives
