@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""A tiny random BERT cross-encoder reranker (bge-reranker / ms-marco MiniLM shape) with its
-reference scores from transformers and from llama.cpp.
+"""Tiny random cross-encoder rerankers with their reference scores from transformers and from
+llama.cpp: a BERT one (ms-marco MiniLM shape) and an XLM-RoBERTa one (bge-reranker shape).
 
 The model is transformers' `BertForSequenceClassification` with one label (the encoder fixture's
 WordPiece vocabulary and sizes, `scripts/gen_encoder_fixture.py`), weights drawn wide, converted
@@ -14,10 +14,16 @@ adds it: `[CLS] query [SEP] document` for BERT), with llama.cpp's tokenization; 
 type 0, as llama.cpp runs it. Recorded per pair: the tokens, transformers' logit for those ids
 (float32, eager attention) and llama.cpp's score (llama-cpp-python, rank pooling).
 
-Output: crates/ferrolm/tests/fixtures/rerank/bert-cross/{model.gguf,expected.json}
+The XLM-RoBERTa one is transformers' `XLMRobertaForSequenceClassification` (RoBERTa's head:
+dense, tanh, out_proj on the first token; positions counted from the padding id + 1, which
+llama.cpp's converter cuts off the table) with a unigram SentencePiece vocabulary trained here on
+data/alice29.txt (`sentencepiece.bpe.model`, as XLM-R ships it), so the GGUF has llama.cpp's
+unigram ("t5") tokenizer and pairs read `<s> query </s></s> document </s>`.
 
-Usage: python scripts/gen_cross_encoder_fixture.py [--llamacpp DIR]   (a python with torch,
-transformers and llama_cpp)
+Output: crates/ferrolm/tests/fixtures/rerank/{bert-cross,xlmr-cross}/{model.gguf,expected.json}
+
+Usage: python scripts/gen_cross_encoder_fixture.py [--llamacpp DIR] [--only bert|xlmr]
+(a python with torch, transformers, sentencepiece, protobuf and llama_cpp)
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gen_conformance as gc  # noqa: E402
 import gen_encoder_fixture as enc  # noqa: E402
 
-OUT = gc.ROOT / "crates" / "ferrolm" / "tests" / "fixtures" / "rerank" / "bert-cross"
+FIXTURES = gc.ROOT / "crates" / "ferrolm" / "tests" / "fixtures" / "rerank"
 SEED = 4242
 # Positions: llama.cpp's server test suite ranks paragraphs of ~100 tokens on this model
 # (scripts/server_tests/llama_server_shim.py), more than the other encoder fixtures' 64.
@@ -48,7 +55,36 @@ QUERIES = [
 ]
 
 
-def make_model(work: Path):
+def make_xlmr(work: Path):
+    """A random XLM-RoBERTa cross-encoder with a trained unigram vocabulary."""
+    import sentencepiece as spm
+    from transformers import XLMRobertaConfig, XLMRobertaForSequenceClassification, XLMRobertaTokenizer
+
+    hf = work / "xlmr-cross"
+    hf.mkdir()
+    spm.SentencePieceTrainer.train(
+        input=str(gc.ROOT / "data" / "alice29.txt"), model_prefix=str(work / "spm"), vocab_size=500,
+        model_type="unigram", character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0, pad_id=-1,
+        num_threads=1, minloglevel=2)
+    XLMRobertaTokenizer(vocab_file=str(work / "spm.model")).save_pretrained(hf)
+    # llama.cpp's converter reads XLM-R's SentencePiece file (transformers 5 writes tokenizer.json).
+    shutil.copy(work / "spm.model", hf / "sentencepiece.bpe.model")
+    # fairseq's ids, as XLM-R numbers them: <s> <pad> </s> <unk>, then the pieces after <unk>.
+    n_vocab = spm.SentencePieceProcessor(model_file=str(work / "spm.model")).vocab_size() + 1
+    cfg = XLMRobertaConfig(vocab_size=n_vocab, hidden_size=enc.D, num_hidden_layers=enc.LAYERS,
+                           num_attention_heads=enc.HEADS, intermediate_size=enc.FF,
+                           max_position_embeddings=POSITIONS + 2, type_vocab_size=1, num_labels=1,
+                           pad_token_id=1, bos_token_id=0, eos_token_id=2, hidden_act="gelu_new",
+                           layer_norm_eps=1e-5)
+    torch.manual_seed(SEED)
+    cfg._attn_implementation = "eager"
+    model = XLMRobertaForSequenceClassification(cfg).eval()
+    enc.widen(model)
+    model.save_pretrained(hf, safe_serialization=True)
+    return model, hf
+
+
+def make_bert(work: Path):
     from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
 
     hf = work / "bert-cross"
@@ -97,15 +133,23 @@ def pair_tokens(llm, add: dict[str, bool], ids: dict[str, int | None], query: st
 
 
 def main() -> None:
-    import llama_cpp
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--llamacpp", type=Path, default=enc.DEFAULT_LLAMACPP)
-    llamacpp = ap.parse_args().llamacpp.resolve()
-    OUT.mkdir(parents=True, exist_ok=True)
-    gguf_path = OUT / "model.gguf"
+    ap.add_argument("--only", choices=["bert", "xlmr"])
+    args = ap.parse_args()
+    for kind in ["bert", "xlmr"]:
+        if args.only in (None, kind):
+            generate(kind, args.llamacpp.resolve())
+
+
+def generate(kind: str, llamacpp: Path) -> None:
+    import llama_cpp
+
+    out = FIXTURES / f"{kind}-cross"
+    out.mkdir(parents=True, exist_ok=True)
+    gguf_path = out / "model.gguf"
     with tempfile.TemporaryDirectory() as tmp:
-        model, hf = make_model(Path(tmp))
+        model, hf = (make_bert if kind == "bert" else make_xlmr)(Path(tmp))
         env = dict(os.environ, LLAMACPP_DIR=str(llamacpp), FERROLM_BPE_PRE="bert-bge",
                    PYTHONPATH=os.pathsep.join([str(llamacpp / "gguf-py"), str(llamacpp)]))
         subprocess.run([sys.executable, "-c", gc.CONVERT_WRAPPER, str(hf), "--outfile", str(gguf_path),
@@ -138,12 +182,12 @@ def main() -> None:
             ranking = sorted(range(len(records)), key=lambda i: -records[i]["score"])
             queries.append({"query": query, "documents": records, "ranking": ranking})
     expected = {
-        "reference": "transformers BertForSequenceClassification (float32, eager, token types 0) and "
+        "reference": f"transformers {type(model).__name__} (float32, eager, token types 0) and "
                      "llama.cpp (rank pooling); scripts/gen_cross_encoder_fixture.py",
         "add_special": add,
         "queries": queries,
     }
-    (OUT / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+    (out / "expected.json").write_text(json.dumps(expected, indent=1) + "\n")
     for q in queries:
         for d in q["documents"]:
             print(f"{q['query']!r} / {d['document']!r}: transformers {d['score']:.5f}, "

@@ -2,9 +2,10 @@
 //! by `scripts/gen_rerank_fixture.py` and converted by llama.cpp's converter, which writes the
 //! classifier head and the rerank template). The prompts must tokenize as the Hugging Face
 //! tokenizer does, and the scores must be transformers' (softmax over the "yes"/"no" logits of
-//! the last token) within 1e-4 in exact f32 numerics. And a tiny random BERT cross-encoder
-//! (`tests/fixtures/rerank/bert-cross`, `scripts/gen_cross_encoder_fixture.py`): pairs laid out
-//! as llama.cpp's server lays them out, scores equal to transformers' and llama.cpp's.
+//! the last token) within 1e-4 in exact f32 numerics. And tiny random BERT and XLM-RoBERTa
+//! cross-encoders (`tests/fixtures/rerank/{bert,xlmr}-cross`, `scripts/gen_cross_encoder_fixture.py`):
+//! pairs laid out as llama.cpp's server lays them out, scores equal to transformers' and
+//! llama.cpp's.
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
@@ -98,7 +99,20 @@ fn a_model_without_a_classifier_head_cannot_rerank() {
 
 #[test]
 fn a_bert_cross_encoder_scores_pairs_like_transformers_and_llama_cpp() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rerank/bert-cross");
+    check_cross_encoder("bert-cross");
+}
+
+/// bge-reranker's shape: RoBERTa's head, positions after the padding id, a unigram vocabulary
+/// (pairs as `<s> query </s></s> document </s>`).
+#[test]
+fn an_xlm_roberta_cross_encoder_scores_pairs_like_transformers_and_llama_cpp() {
+    check_cross_encoder("xlmr-cross");
+}
+
+/// The fixture `tests/fixtures/rerank/NAME`: pair tokens as llama.cpp's, scores within 1e-4 of
+/// transformers' (exact f32) and 2e-3 of llama.cpp's (the default kernels), the same ranking.
+fn check_cross_encoder(name: &str) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/rerank").join(name);
     let exp: Expected =
         serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
     let path = dir.join("model.gguf");
