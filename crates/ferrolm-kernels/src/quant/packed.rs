@@ -70,6 +70,8 @@ pub(super) enum Kind {
     Q8_0,
     Q4K,
     Q5K,
+    /// IQ4_NL: Q4_0's layout, each nibble an index into [`KVALUES_IQ4NL`](super::formats::iq4_nl::KVALUES_IQ4NL).
+    Iq4Nl,
 }
 
 impl Kind {
@@ -82,6 +84,7 @@ impl Kind {
             GgmlType::Q8_0 => Some(Kind::Q8_0),
             GgmlType::Q4_K => Some(Kind::Q4K),
             GgmlType::Q5_K => Some(Kind::Q5K),
+            GgmlType::IQ4_NL => Some(Kind::Iq4Nl),
             _ => None,
         }
     }
@@ -103,7 +106,8 @@ impl Kind {
         match self {
             Kind::Q4_0 => -8,
             Kind::Q5_0 => -16,
-            Kind::Q8_0 => -128,
+            // Q8_0's stored bytes are `w + 128`; IQ4_NL's kernel looks each nibble up as level + 128.
+            Kind::Q8_0 | Kind::Iq4Nl => -128,
             Kind::Q4_1 | Kind::Q5_1 | Kind::Q4K | Kind::Q5K => 0,
         }
     }
@@ -128,7 +132,7 @@ impl Kind {
     /// Bytes of one weight block in GGUF layout.
     pub(super) const fn block_bytes(self) -> usize {
         match self {
-            Kind::Q4_0 => 18,
+            Kind::Q4_0 | Kind::Iq4Nl => 18,
             Kind::Q4_1 => 20,
             Kind::Q5_0 => 22,
             Kind::Q5_1 => 24,
@@ -151,7 +155,7 @@ impl Kind {
     /// Bytes of a tile's value group per block.
     pub(super) const fn q_bytes(self) -> usize {
         match self {
-            Kind::Q4_0 | Kind::Q4_1 => 256,
+            Kind::Q4_0 | Kind::Q4_1 | Kind::Iq4Nl => 256,
             Kind::Q5_0 | Kind::Q5_1 => 320,
             Kind::Q8_0 => 512,
             Kind::Q4K => 2048,
@@ -175,7 +179,7 @@ impl Kind {
             let src = &row[b * bb..(b + 1) * bb];
             s[2 * r..2 * r + 2].copy_from_slice(&src[0..2]);
             match self {
-                Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 => {
+                Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 | Kind::Iq4Nl => {
                     let mut at = 2;
                     if self.has_min() {
                         s[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&src[2..4]);
@@ -453,8 +457,8 @@ mod tests {
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
     /// `rows` rows of `cols` values of `ty`: quantized from uniform data where a quantizer
-    /// exists, else random bytes with `d` and `dmin` in `0..0.01` (Q5_K: every value's fifth bit
-    /// random).
+    /// exists, else random bytes with `d` (and Q5_K's `dmin`) in `0..0.01` (Q5_K: every value's
+    /// fifth bit random; IQ4_NL: every level).
     fn random_rows(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
         let rb = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
         let mut w = vec![0u8; rows * rb];
@@ -463,10 +467,14 @@ mod tests {
             if quantize_row(ty, &x, row).is_ok() {
                 continue;
             }
-            assert_eq!(ty, GgmlType::Q5_K, "a packed format without a quantizer");
+            assert!(
+                matches!(ty, GgmlType::Q5_K | GgmlType::IQ4_NL),
+                "{ty}: a packed format without a quantizer"
+            );
             rng.fill(&mut row[..]);
+            let scales: &[usize] = if ty == GgmlType::Q5_K { &[0, 2] } else { &[0] };
             for blk in row.chunks_exact_mut(ty.type_size()) {
-                for at in [0, 2] {
+                for &at in scales {
                     let v = half::f16::from_f32(rng.random_range(0.0f32..0.01));
                     blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
                 }
@@ -482,7 +490,7 @@ mod tests {
     fn packed_gemm_matches_the_reference_dot_and_is_batch_independent() {
         let mut rng = StdRng::seed_from_u64(11);
         use GgmlType::*;
-        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K] {
+        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, IQ4_NL] {
             if !PackedRows::available(ty) {
                 eprintln!("no packed kernel for {ty} on this CPU");
                 continue;

@@ -40,6 +40,7 @@ pub(in crate::quant) fn kernel(kind: Kind) -> PackedFn {
         Kind::Q8_0 => gemm::<{ Kind::Q8_0 as u8 }>,
         Kind::Q4K => gemm::<{ Kind::Q4K as u8 }>,
         Kind::Q5K => gemm::<{ Kind::Q5K as u8 }>,
+        Kind::Iq4Nl => gemm::<{ Kind::Iq4Nl as u8 }>,
     }
 }
 
@@ -56,6 +57,8 @@ const fn kind_of(k: u8) -> Kind {
         Kind::Q4K
     } else if k == Kind::Q5K as u8 {
         Kind::Q5K
+    } else if k == Kind::Iq4Nl as u8 {
+        Kind::Iq4Nl
     } else {
         Kind::Q8_0
     }
@@ -198,7 +201,7 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
             let q: [__m512i; 8] = match kind {
                 Kind::Q8_0 => std::array::from_fn(|j| _mm512_loadu_si512(qp.add(64 * j).cast())),
                 Kind::Q4K | Kind::Q5K => unreachable!("K-quant tiles go through tile_dot_k"),
-                Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 => {
+                Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 | Kind::Iq4Nl => {
                     let m = _mm512_set1_epi8(0x0f);
                     let v: [__m512i; 4] = std::array::from_fn(|k| _mm512_loadu_si512(qp.add(64 * k).cast()));
                     let mut q: [__m512i; 8] = std::array::from_fn(|j| {
@@ -208,6 +211,13 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
                             _mm512_and_si512(_mm512_srli_epi16::<4>(v[j - 4]), m)
                         }
                     });
+                    if kind == Kind::Iq4Nl {
+                        // Each nibble indexes the sixteen levels, looked up as level + 128 (u8).
+                        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_LUT.as_ptr().cast()));
+                        for qj in q.iter_mut() {
+                            *qj = _mm512_shuffle_epi8(lut, *qj);
+                        }
+                    }
                     if kind.has_qh() {
                         let qh = _mm512_loadu_si512(qp.add(256).cast());
                         let bit4 = _mm512_set1_epi8(0x10);
@@ -290,6 +300,18 @@ const PICK_ONE: [[i8; 64]; 4] = [
     lane_bytes([3, -1, -1, -1]),
 ];
 const PICK_TWO: [[i8; 64]; 2] = [lane_bytes([0, -1, 1, -1]), lane_bytes([2, -1, 3, -1])];
+
+/// IQ4_NL's sixteen levels + 128, as the unsigned operand of `vpdpbusd` (the kernel's offset
+/// of −128 takes the 128 back).
+const IQ4NL_LUT: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (crate::quant::formats::iq4_nl::KVALUES_IQ4NL[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
 
 /// Bytes of a Q8_K activation block.
 const Q8K_BYTES: usize = 292;

@@ -1,5 +1,6 @@
 //! The CPU's repacked weights: row-interleaved copies of a weight's whole 16-row tiles that the
-//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K).
+//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and
+//! IQ4_NL).
 //!
 //! A copy is made once per weight and kept in the weight's backend slot
 //! ([`Weight::backend_data`]): for every matrix at once when a model's placement includes the
@@ -85,20 +86,27 @@ mod tests {
         assert_eq!(packed(&w).is_some(), expected);
     }
 
-    /// A Q5_K matrix whose rows do not fill its last tile: the packed tiles and the GGUF-layout
-    /// kernel for the rest give every row the reference dot product, and a token its result
-    /// alone in any batch.
+    /// Q5_K and IQ4_NL matrices whose rows do not fill their last tile: the packed tiles and the
+    /// GGUF-layout kernel for the rest give every row the reference dot product, and a token its
+    /// result alone in any batch.
     #[test]
-    fn a_q5_k_matrix_with_a_partial_tile_matches_the_reference() {
+    fn matrices_with_a_partial_tile_match_the_reference() {
+        partial_tile_matches_the_reference(GgmlType::Q5_K, &[0, 2]);
+        partial_tile_matches_the_reference(GgmlType::IQ4_NL, &[0]);
+    }
+
+    /// See [`matrices_with_a_partial_tile_match_the_reference`]; `scales_at`: the byte offsets of
+    /// the f16 scales in a block.
+    fn partial_tile_matches_the_reference(ty: GgmlType, scales_at: &[usize]) {
         use ferrolm_kernels::quant::{act_row_bytes, quantize_activations, vec_dot_q};
         use rand::{Rng, SeedableRng, rngs::StdRng};
-        let (ty, rows, cols, nt) = (GgmlType::Q5_K, 40, 512, 7);
+        let (rows, cols, nt) = (40, 512, 7);
         let rb = ty.row_bytes(cols as u64).unwrap() as usize;
         let mut rng = StdRng::seed_from_u64(5);
-        // Random bytes (there is no Q5_K quantizer) with moderate `d` and `dmin`.
+        // Random bytes (neither type has a quantizer here) with moderate scales.
         let mut bytes: Vec<u8> = (0..rows * rb).map(|_| rng.random()).collect();
         for blk in bytes.chunks_exact_mut(ty.type_size()) {
-            for at in [0, 2] {
+            for &at in scales_at {
                 let v = half::f16::from_f32(rng.random_range(0.0f32..0.01));
                 blk[at..at + 2].copy_from_slice(&v.to_le_bytes());
             }
