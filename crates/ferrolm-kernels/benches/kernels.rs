@@ -21,7 +21,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// Formats of the test models with the matrix shape (rows × cols) each is benchmarked on: the
 /// 32-value formats on SmolLM2-135M's FFN shape, the K-quants on Gemma-3-270M's `ffn_down`.
-const CASES: [(GgmlType, usize, usize); 8] = [
+const CASES: [(GgmlType, usize, usize); 9] = [
     (GgmlType::Q4_0, 1536, 576),
     (GgmlType::IQ4_NL, 1536, 576),
     (GgmlType::Q4_1, 1536, 576),
@@ -30,6 +30,7 @@ const CASES: [(GgmlType, usize, usize); 8] = [
     (GgmlType::Q4_K, 640, 2048),
     (GgmlType::Q5_K, 640, 2048),
     (GgmlType::Q6_K, 640, 2048),
+    (GgmlType::IQ4_XS, 640, 2048),
 ];
 
 /// Rows per `gemm` call, as the engine's matmul hands them out.

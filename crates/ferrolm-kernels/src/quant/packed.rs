@@ -39,6 +39,11 @@
 //! `qh[l]`: the fifth bit of value `l` of sub-block `j`), so the same vector serves the value
 //! vectors `8c + k` of every chunk `c`.
 //!
+//! IQ4_NL tiles are Q4_0 tiles. IQ4_XS tiles (2048 + 128 bytes a tile) hold per super-block 32
+//! nibble vectors, four per 32-value sub-block as Q4_0's block (lane `r` of vector `4j + k`:
+//! bytes `4k..4k+4` of row `r`'s 16 bytes of sub-block `j`), then a scale group: the rows' `d`
+//! (f16), their `scales_h` (u16) and their `scales_l` (4 bytes a lane).
+//!
 //! Q6_K is not packed: its GGUF-layout kernel already keeps one 16-value sub-block per lane and
 //! applies the sixteen scales with one multiply, where a row-per-lane tile must scale each
 //! sub-block's sums on its own (measured 10% slower than the GGUF-layout kernel).
@@ -72,6 +77,8 @@ pub(super) enum Kind {
     Q5K,
     /// IQ4_NL: Q4_0's layout, each nibble an index into [`KVALUES_IQ4NL`](super::formats::iq4_nl::KVALUES_IQ4NL).
     Iq4Nl,
+    /// IQ4_XS: super-blocks of 256 IQ4_NL levels with a 6-bit scale per 32 values.
+    Iq4Xs,
 }
 
 impl Kind {
@@ -85,6 +92,7 @@ impl Kind {
             GgmlType::Q4_K => Some(Kind::Q4K),
             GgmlType::Q5_K => Some(Kind::Q5K),
             GgmlType::IQ4_NL => Some(Kind::Iq4Nl),
+            GgmlType::IQ4_XS => Some(Kind::Iq4Xs),
             _ => None,
         }
     }
@@ -108,7 +116,7 @@ impl Kind {
             Kind::Q5_0 => -16,
             // Q8_0's stored bytes are `w + 128`; IQ4_NL's kernel looks each nibble up as level + 128.
             Kind::Q8_0 | Kind::Iq4Nl => -128,
-            Kind::Q4_1 | Kind::Q5_1 | Kind::Q4K | Kind::Q5K => 0,
+            Kind::Q4_1 | Kind::Q5_1 | Kind::Q4K | Kind::Q5K | Kind::Iq4Xs => 0,
         }
     }
 
@@ -119,7 +127,7 @@ impl Kind {
 
     /// Whether the format is a K-quant (super-blocks of 256 values, Q8_K activations).
     pub(super) const fn is_k(self) -> bool {
-        matches!(self, Kind::Q4K | Kind::Q5K)
+        matches!(self, Kind::Q4K | Kind::Q5K | Kind::Iq4Xs)
     }
 
     /// Integers per token and block in [`PackedActs::sums`]: the K-quants' four pairs of sub-block
@@ -139,6 +147,7 @@ impl Kind {
             Kind::Q8_0 => 34,
             Kind::Q4K => 144,
             Kind::Q5K => 176,
+            Kind::Iq4Xs => 136,
         }
     }
 
@@ -158,7 +167,7 @@ impl Kind {
             Kind::Q4_0 | Kind::Q4_1 | Kind::Iq4Nl => 256,
             Kind::Q5_0 | Kind::Q5_1 => 320,
             Kind::Q8_0 => 512,
-            Kind::Q4K => 2048,
+            Kind::Q4K | Kind::Iq4Xs => 2048,
             Kind::Q5K => 2560,
         }
     }
@@ -166,6 +175,7 @@ impl Kind {
     /// Bytes of a tile's scale group per block.
     pub(super) const fn s_bytes(self) -> usize {
         match self {
+            Kind::Iq4Xs => 128,
             _ if self.is_k() => 256,
             _ if self.has_min() => 64,
             _ => 32,
@@ -204,6 +214,14 @@ impl Kind {
                     let qs_at = if self.has_qh() { 48 } else { 16 };
                     let words = src[qs_at..bb].chunks_exact(4).chain(src[16..qs_at].chunks_exact(4));
                     for (i, word) in words.enumerate() {
+                        q[64 * i + 4 * r..64 * i + 4 * r + 4].copy_from_slice(word);
+                    }
+                }
+                Kind::Iq4Xs => {
+                    s[32 + 2 * r..32 + 2 * r + 2].copy_from_slice(&src[2..4]);
+                    s[64 + 4 * r..64 + 4 * r + 4].copy_from_slice(&src[4..8]);
+                    // Sub-block `j`'s 16 bytes of nibbles as four vectors, as Q4_0's block.
+                    for (i, word) in src[8..bb].chunks_exact(4).enumerate() {
                         q[64 * i + 4 * r..64 * i + 4 * r + 4].copy_from_slice(word);
                     }
                 }
@@ -458,7 +476,7 @@ mod tests {
 
     /// `rows` rows of `cols` values of `ty`: quantized from uniform data where a quantizer
     /// exists, else random bytes with `d` (and Q5_K's `dmin`) in `0..0.01` (Q5_K: every value's
-    /// fifth bit random; IQ4_NL: every level).
+    /// fifth bit random; IQ4_NL, IQ4_XS: every level and sub-block scale).
     fn random_rows(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> {
         let rb = ty.row_bytes(cols as u64).expect("whole blocks") as usize;
         let mut w = vec![0u8; rows * rb];
@@ -468,7 +486,7 @@ mod tests {
                 continue;
             }
             assert!(
-                matches!(ty, GgmlType::Q5_K | GgmlType::IQ4_NL),
+                matches!(ty, GgmlType::Q5_K | GgmlType::IQ4_NL | GgmlType::IQ4_XS),
                 "{ty}: a packed format without a quantizer"
             );
             rng.fill(&mut row[..]);
@@ -490,12 +508,12 @@ mod tests {
     fn packed_gemm_matches_the_reference_dot_and_is_batch_independent() {
         let mut rng = StdRng::seed_from_u64(11);
         use GgmlType::*;
-        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, IQ4_NL] {
+        for ty in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, IQ4_NL, IQ4_XS] {
             if !PackedRows::available(ty) {
                 eprintln!("no packed kernel for {ty} on this CPU");
                 continue;
             }
-            let shapes: &[(usize, usize)] = if matches!(ty, Q4_K | Q5_K) {
+            let shapes: &[(usize, usize)] = if matches!(ty, Q4_K | Q5_K | IQ4_XS) {
                 &[(16, 256), (48, 512), (37, 1536)]
             } else {
                 &[(16, 32), (48, 576), (37, 1536), (32, 64)]

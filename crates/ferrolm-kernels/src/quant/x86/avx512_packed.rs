@@ -41,6 +41,7 @@ pub(in crate::quant) fn kernel(kind: Kind) -> PackedFn {
         Kind::Q4K => gemm::<{ Kind::Q4K as u8 }>,
         Kind::Q5K => gemm::<{ Kind::Q5K as u8 }>,
         Kind::Iq4Nl => gemm::<{ Kind::Iq4Nl as u8 }>,
+        Kind::Iq4Xs => gemm::<{ Kind::Iq4Xs as u8 }>,
     }
 }
 
@@ -59,6 +60,8 @@ const fn kind_of(k: u8) -> Kind {
         Kind::Q5K
     } else if k == Kind::Iq4Nl as u8 {
         Kind::Iq4Nl
+    } else if k == Kind::Iq4Xs as u8 {
+        Kind::Iq4Xs
     } else {
         Kind::Q8_0
     }
@@ -122,6 +125,17 @@ unsafe fn gemm<const K: u8>(
                 if kind.is_k() {
                     let sums = acts.sums.as_ptr().add(t0 * nb * kind.act_sums());
                     let c = KCall { tp, next, nb, x, x_rb, a, sums, dst, ldo };
+                    if kind == Kind::Iq4Xs {
+                        match n {
+                            6 => tile_dot_iq4xs::<6>(&c),
+                            5 => tile_dot_iq4xs::<5>(&c),
+                            4 => tile_dot_iq4xs::<4>(&c),
+                            3 => tile_dot_iq4xs::<3>(&c),
+                            2 => tile_dot_iq4xs::<2>(&c),
+                            _ => tile_dot_iq4xs::<1>(&c),
+                        }
+                        continue;
+                    }
                     match n {
                         6 => tile_dot_k::<K, 6>(&c),
                         5 => tile_dot_k::<K, 5>(&c),
@@ -200,7 +214,7 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
             let qp = q0.add(b * qb);
             let q: [__m512i; 8] = match kind {
                 Kind::Q8_0 => std::array::from_fn(|j| _mm512_loadu_si512(qp.add(64 * j).cast())),
-                Kind::Q4K | Kind::Q5K => unreachable!("K-quant tiles go through tile_dot_k"),
+                Kind::Q4K | Kind::Q5K | Kind::Iq4Xs => unreachable!("K-quant tiles go through tile_dot_k"),
                 Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 | Kind::Iq4Nl => {
                     let m = _mm512_set1_epi8(0x0f);
                     let v: [__m512i; 4] = std::array::from_fn(|k| _mm512_loadu_si512(qp.add(64 * k).cast()));
@@ -371,6 +385,85 @@ unsafe fn k_values<const QH: bool>(qp: *const u8, sb: usize) -> [__m512i; 8] {
             }
         }
         q
+    }
+}
+
+/// One IQ4_XS tile against `T` tokens. Per sub-block `j` of a super-block: the rows' scale
+/// `ls − 32` (6 bits: a nibble of `scales_l`, two bits of `scales_h`), the nibbles looked up as
+/// level + 128 and dotted with the token's 32 values (`vpdpbusd`), times the scale (`vpmulld`);
+/// the 128s come back as `Σ 128·(ls − 32)·Σx` over the sub-blocks (`vpdpwssd` of the scales' i16
+/// pairs against the token's sub-block sums, as Q4_K's minimums). Then
+/// `acc += f32(Σ sc·(P − 128·Σx)) · d_w · d_x`, GGML's IQ4_XS dot.
+///
+/// # Safety
+/// As [`gemm`], for the tile and tokens described by `c`.
+#[inline(always)]
+unsafe fn tile_dot_iq4xs<const T: usize>(c: &KCall<'_>) {
+    const QB: usize = 2048;
+    const SB: usize = 128;
+    const AB: usize = Q8K_BYTES;
+    let q0 = c.tp.as_ptr();
+    let s0 = q0.wrapping_add(c.nb * QB);
+    // SAFETY: the caller's contract: every load below is inside the tile or the token rows.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0f);
+        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_LUT.as_ptr().cast()));
+        let (low4, low2, bias) = (_mm512_set1_epi32(0xf), _mm512_set1_epi32(3), _mm512_set1_epi32(32));
+        let low16 = _mm512_set1_epi32(0xffff);
+        let mut acc = [_mm512_setzero_ps(); T];
+        for b in 0..c.nb {
+            prefetch_block(c.next, c.nb, b, QB + SB);
+            let sp = s0.add(b * SB);
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(sp.cast()));
+            let sh = _mm512_cvtepu16_epi32(_mm256_loadu_si256(sp.add(32).cast()));
+            let sl = _mm512_loadu_si512(sp.add(64).cast());
+            let mut isum = [_mm512_setzero_si512(); T];
+            // 128·sc of sub-blocks 2p and 2p + 1 as the i16 pair p.
+            let mut pairs = [_mm512_setzero_si512(); 4];
+            for sb in 0..8 {
+                let lo = _mm512_and_si512(_mm512_srlv_epi32(sl, _mm512_set1_epi32(4 * sb as i32)), low4);
+                let hi = _mm512_and_si512(_mm512_srlv_epi32(sh, _mm512_set1_epi32(2 * sb as i32)), low2);
+                let sc = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), bias);
+                let m = _mm512_slli_epi32::<7>(sc);
+                pairs[sb / 2] = if sb.is_multiple_of(2) {
+                    _mm512_and_si512(m, low16)
+                } else {
+                    _mm512_or_si512(pairs[sb / 2], _mm512_slli_epi32::<16>(m))
+                };
+                let qp = q0.add(b * QB + sb * 256);
+                let xo = b * AB + 32 * sb;
+                let mut s = [_mm512_setzero_si512(); T];
+                for k in 0..8 {
+                    let raw = _mm512_loadu_si512(qp.add(64 * (k % 4)).cast());
+                    let nib = if k < 4 {
+                        _mm512_and_si512(raw, m4)
+                    } else {
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
+                    };
+                    let qk = _mm512_shuffle_epi8(lut, nib);
+                    for (j, sj) in s.iter_mut().enumerate() {
+                        let xv = c.x.add(j * c.x_rb + xo + 4 * k).cast::<i32>().read_unaligned();
+                        *sj = _mm512_dpbusd_epi32(*sj, qk, _mm512_set1_epi32(xv));
+                    }
+                }
+                for (is, sj) in isum.iter_mut().zip(s) {
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(sj, sc));
+                }
+            }
+            for (j, accj) in acc.iter_mut().enumerate() {
+                let pr = c.sums.add((j * c.nb + b) * 4);
+                let mut offs = _mm512_setzero_si512();
+                for (p, &pp) in pairs.iter().enumerate() {
+                    offs = _mm512_dpwssd_epi32(offs, pp, _mm512_set1_epi32(*pr.add(p)));
+                }
+                let dx = _mm512_set1_ps((*c.a.add(j * c.nb + b)).d);
+                let total = _mm512_sub_epi32(isum[j], offs);
+                *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), *accj);
+            }
+        }
+        for (j, accj) in acc.iter().enumerate() {
+            _mm512_storeu_ps(c.dst.add(j * c.ldo), *accj);
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The CPU's repacked weights: row-interleaved copies of a weight's whole 16-row tiles that the
-//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and
-//! IQ4_NL).
+//! AVX-512 kernels multiply faster ([`PackedRows`]; Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
+//! IQ4_NL and IQ4_XS).
 //!
 //! A copy is made once per weight and kept in the weight's backend slot
 //! ([`Weight::backend_data`]): for every matrix at once when a model's placement includes the
@@ -86,13 +86,14 @@ mod tests {
         assert_eq!(packed(&w).is_some(), expected);
     }
 
-    /// Q5_K and IQ4_NL matrices whose rows do not fill their last tile: the packed tiles and the
+    /// Q5_K, IQ4_NL and IQ4_XS matrices whose rows do not fill their last tile: the packed tiles and the
     /// GGUF-layout kernel for the rest give every row the reference dot product, and a token its
     /// result alone in any batch.
     #[test]
     fn matrices_with_a_partial_tile_match_the_reference() {
         partial_tile_matches_the_reference(GgmlType::Q5_K, &[0, 2]);
         partial_tile_matches_the_reference(GgmlType::IQ4_NL, &[0]);
+        partial_tile_matches_the_reference(GgmlType::IQ4_XS, &[0]);
     }
 
     /// See [`matrices_with_a_partial_tile_match_the_reference`]; `scales_at`: the byte offsets of
