@@ -36,6 +36,7 @@ mod routes;
 mod sleep;
 mod slots;
 mod stream;
+mod stream_session;
 mod tools;
 
 /// Entry point of the `http_request` fuzz target (`fuzz/`); not a stable API.

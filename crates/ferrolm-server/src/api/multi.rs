@@ -44,6 +44,7 @@ use tower::ServiceExt;
 use super::backend::{EngineBackend, SharedBackend};
 use super::error::ApiError;
 use super::sleep::BackendReload;
+use super::stream_session;
 use super::{AppState, Drain, ServerConfig, ServerError, json_response, metrics, response, routes};
 
 /// One model the server can load.
@@ -659,6 +660,7 @@ fn front(state: Arc<Models>) -> Router {
         .route("/props", get(props))
         .route("/models/load", post(load))
         .route("/models/unload", post(unload))
+        .merge(routes::stream_routes())
         .fallback(forward)
         .with_state(state)
 }
@@ -734,9 +736,11 @@ async fn prometheus(State(m): State<Arc<Models>>) -> Response {
     ([(axum::http::header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
-/// Passes a request to the model it names, loading the model first when needed.
+/// Passes a request to the model it names, loading the model first when needed. A streamed
+/// request with `X-Conversation-Id` gets its session now (reads answer 503 while the model
+/// loads) and runs in a task of its own, so that it outlives its client.
 async fn forward(State(m): State<Arc<Models>>, req: Request) -> Result<Response, ApiError> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
         .map_err(|e| ApiError::invalid(format!("cannot read the request body: {e}")))?;
@@ -752,12 +756,58 @@ async fn forward(State(m): State<Arc<Models>>, req: Request) -> Result<Response,
             ),
         ));
     }
-    let (loaded, guard) = m.acquire(&entry).await?;
+    let session = match stream_session::header_id(&parts.headers)? {
+        Some(id) if wants_stream(&bytes) => stream_session::create(&id, true),
+        _ => return run_on_model(m, entry, parts, bytes, None).await,
+    };
+    parts.extensions.insert(stream_session::Ticket::Made(session.clone()));
+    let task = tokio::spawn(run_on_model(m, entry, parts, bytes, Some(session)));
+    task.await.unwrap_or_else(|e| Err(ApiError::internal(format!("the request failed: {e}"))))
+}
+
+/// Runs a request on its model (loading it first); with a session, a cancellation while the
+/// model loads answers 400, and the model stays loaded until the session's stream ends.
+async fn run_on_model(
+    m: Arc<Models>,
+    entry: CatalogEntry,
+    parts: axum::http::request::Parts,
+    bytes: axum::body::Bytes,
+    session: Option<Arc<stream_session::Session>>,
+) -> Result<Response, ApiError> {
+    let acquired = match &session {
+        Some(s) => tokio::select! {
+            biased;
+            _ = s.cancelled() => Err(ApiError::invalid("the request was cancelled while its model loaded")),
+            r = m.acquire(&entry) => r,
+        },
+        None => m.acquire(&entry).await,
+    };
+    let (loaded, guard) = match acquired {
+        Ok(a) => a,
+        Err(e) => {
+            if let Some(s) = &session {
+                stream_session::evict(s);
+            }
+            return Err(e);
+        }
+    };
     let req = Request::from_parts(parts, Body::from(bytes));
     let resp = match loaded.app.clone().oneshot(req).await {
         Ok(r) => r,
         Err(never) => match never {},
     };
+    if let Some(s) = session {
+        if s.is_loading() {
+            // No stream started (an error, say): nothing to keep.
+            stream_session::evict(&s);
+        } else {
+            tokio::spawn(async move {
+                s.wait_done().await;
+                drop(guard);
+            });
+            return Ok(resp);
+        }
+    }
     // The guard lives as long as the body, so a stream keeps its model loaded.
     let (parts, body) = resp.into_parts();
     let body = body.into_data_stream().map(move |chunk| {
@@ -765,6 +815,15 @@ async fn forward(State(m): State<Arc<Models>>, req: Request) -> Result<Response,
         chunk
     });
     Ok(Response::from_parts(parts, Body::from_stream(body)))
+}
+
+/// Whether a body asks for `"stream": true`.
+fn wants_stream(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct StreamField {
+        stream: Option<Value>,
+    }
+    serde_json::from_slice::<StreamField>(body).is_ok_and(|f| f.stream == Some(Value::Bool(true)))
 }
 
 /// The model a request names: the body's top-level `model` string, else `?model=`.

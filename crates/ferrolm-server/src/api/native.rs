@@ -29,6 +29,7 @@ use super::error::ApiError;
 use super::json::{fields, parse_object};
 use super::params::{CommonFields, GenSpec, Vocab, top_logprobs};
 use super::response::{Collected, Live, UsageSum, collect, submit_all};
+use super::stream_session;
 use super::{AppState, check_context, json_response};
 use ferrolm::decoder::{FinishReason, TokenLogprob};
 use ferrolm::engine::{Event, GenRequest, RequestHandle};
@@ -337,9 +338,15 @@ fn stream_response(state: AppState, job: NativeJob, rxs: Vec<RequestHandle>) -> 
             Event::Error(m) => (Some(ApiError::internal(m).body()), true),
             Event::Refused(e) => (Some(ApiError::from(e).body()), true),
         };
-        let item = data.map(|d| Ok::<sse::Event, Infallible>(sse::Event::default().data(d.to_string())));
+        let item = data.map(|d| d.to_string());
         Some((item, (events, progress, job, state, end)))
     })
     .filter_map(|x| async move { x });
+    // A resumable stream (`X-Conversation-Id`): the generation outlives the client.
+    if let Some(session) = stream_session::start_current() {
+        stream_session::produce(session.clone(), body.boxed());
+        return stream_session::reader_response(session, 0);
+    }
+    let body = body.map(|d| Ok::<sse::Event, Infallible>(sse::Event::default().data(d)));
     Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }

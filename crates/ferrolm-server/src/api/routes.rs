@@ -20,6 +20,7 @@ use super::error::ApiError;
 use super::json::{fields, parse_object, token_id, type_name};
 use super::params::{CommonFields, Vocab};
 use super::prompt::prompt_list;
+use super::stream_session;
 use super::{
     AppState, ServerConfig, ServerError, anthropic, chat, completions, json_response, metrics, native,
     responses, sleep,
@@ -72,6 +73,7 @@ pub(crate) fn routes(state: AppState) -> Router {
         Some(s) => tasks.route_layer(middleware::from_fn_with_state(s.clone(), sleep::gate)),
         None => tasks,
     };
+    let tasks = tasks.route_layer(middleware::from_fn(stream_session::conversation));
     let read_only = Router::new()
         .route("/v1/models", get(models))
         .route("/models", get(models))
@@ -82,7 +84,15 @@ pub(crate) fn routes(state: AppState) -> Router {
         .route("/get_load", get(load))
         .route("/slots", get(slots))
         .route("/", get(page));
-    tasks.merge(read_only).fallback(not_found).with_state(state)
+    tasks.merge(read_only).merge(stream_routes()).fallback(not_found).with_state(state)
+}
+
+/// The resumable-stream routes ([`stream_session`]); the id travels in the query string since
+/// it may name a model with slashes.
+pub(crate) fn stream_routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new()
+        .route("/v1/stream", get(stream_session::get_stream).delete(stream_session::delete_stream))
+        .route("/v1/streams/lookup", post(stream_session::lookup))
 }
 
 async fn page(State(state): State<AppState>, uri: axum::http::Uri) -> Response {

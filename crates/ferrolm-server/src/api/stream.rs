@@ -9,7 +9,8 @@
 //! Several choices interleave as their tokens come.
 //!
 //! The response body owns the engine receivers: when the client goes away the body is dropped,
-//! and with it the receivers, which cancels the requests.
+//! and with it the receivers, which cancels the requests. A resumable stream
+//! ([`super::stream_session`]) is the exception: its own task owns them.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -24,6 +25,7 @@ use super::backend::SharedBackend;
 use super::error::ApiError;
 use super::params::LiveReports;
 use super::response::{LegacyLogprobs, Live, UsageSum, chat_logprob, fingerprint};
+use super::stream_session;
 use super::tools::ReplyText;
 use ferrolm::chat::reasoning::{Part, Thinking};
 use ferrolm::decoder::TokenLogprob;
@@ -350,9 +352,15 @@ pub(crate) fn sse_response(
             pump.emit(v);
         }
     }
-    let body = stream::unfold(pump, |mut pump| async move {
+    let payloads = stream::unfold(pump, |mut pump| async move {
         let data = pump.next().await?;
-        Some((Ok::<sse::Event, Infallible>(sse::Event::default().data(data)), pump))
+        Some((data, pump))
     });
+    // A resumable stream (`X-Conversation-Id`): the generation outlives the client.
+    if let Some(session) = stream_session::start_current() {
+        stream_session::produce(session.clone(), payloads.boxed());
+        return stream_session::reader_response(session, 0);
+    }
+    let body = payloads.map(|data| Ok::<sse::Event, Infallible>(sse::Event::default().data(data)));
     Sse::new(body).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }

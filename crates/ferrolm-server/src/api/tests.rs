@@ -14,6 +14,7 @@ mod native;
 mod responses;
 mod sleep;
 mod slots;
+mod stream_session;
 
 use std::sync::Arc;
 
