@@ -239,7 +239,42 @@ def write_router_preset():
     return path
 
 
+# --server llama (llama_suite.sh): exec the real llama-server ($LLAMA_SERVER_REAL) with the
+# suite's flags unchanged, except the suite's Hugging Face models, which become the same local
+# GGUF files the ferrolm translation maps them to (so both servers see the same models).
+REAL_MODEL_FLAGS = {"-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-m", "--model"}
+
+
+def real_llama_args(argv):
+    """(llama-server arguments, notes): argv with mapped HF models replaced by --model FILE."""
+    values, rest, i = {}, [], 0
+    while i < len(argv):
+        flag, eq, inline = argv[i].partition("=") if argv[i].startswith("--") else (argv[i], "", "")
+        if flag in REAL_MODEL_FLAGS and (eq or i + 1 < len(argv)):
+            value = inline if eq else argv[i + 1]
+            key = {"-hf": "r", "-hfr": "r", "--hf-repo": "r", "-hff": "f", "--hf-file": "f"}.get(flag, "m")
+            values[key] = (flag, value)
+            i += 1 if eq else 2
+        else:
+            rest.append(argv[i])
+            i += 1
+    repo, file = values.get("r", (None, None))[1], values.get("f", (None, None))[1]
+    mapped = local_model(repo, file)
+    if mapped:
+        return ["--model", mapped, *rest], [f"model {repo}{' ' + file if file else ''} -> {mapped}"]
+    for flag, value in values.values():
+        rest += [flag, value]
+    return rest, []
+
+
 def main():
+    real = os.environ.get("LLAMA_SERVER_REAL")
+    if real:
+        args, notes = real_llama_args(sys.argv[1:])
+        for n in notes:
+            say(n)
+        say("exec " + " ".join([real, *args]))
+        os.execv(real, [real, *args])
     binary = common.default_binary()
     args, notes, env = translate(sys.argv[1:])
     for n in notes:

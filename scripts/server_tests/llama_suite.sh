@@ -2,7 +2,7 @@
 # Run llama.cpp's own server test suite (tools/server/tests, pytest) against `ferrolm serve`.
 #
 #   bash scripts/server_tests/llama_suite.sh [--binary PATH] [--files "test_basic.py test_x.py"]
-#        [-k EXPR] [--floor N] [--timeout S] [--max-minutes M] [--port P] [--junit PATH]
+#        [--server ferrolm|llama] [--llama-server PATH] [-k EXPR] [--floor N] [--timeout S] [--max-minutes M] [--port P] [--junit PATH]
 #
 # * The llama.cpp sources come from the llama-cpp-python sdist that scripts/bench_compare.py
 #   downloads and caches (its `llama_source`, cache ~/.cache/ferrolm/llama.cpp or --cache-dir).
@@ -15,6 +15,9 @@
 #   llama_suite_support.py (no model downloads at session start; records HTTP errors), a
 #   per-test timeout (--timeout, default 60 s) and an overall bound (--max-minutes, default 45),
 #   and writes junit XML, from which the per-file table and the ranked failure causes are printed.
+# * --server llama runs the same suite against the real llama-server (--llama-server PATH, else
+#   $LLAMA_SERVER; `python3 scripts/build_llama_server.py` builds it and prints its path): the shim then execs it with the suite's flags unchanged but
+#   the mapped models, for a per-file comparison (llama_suite_compare.py A.xml B.xml).
 # Exit status: 1 when fewer than --floor tests passed (default: no floor), 2 on a setup error
 # (no binary, no model, no sources); the suite's own failures alone do not fail the script.
 set -euo pipefail
@@ -24,6 +27,8 @@ repo="$(cd "${here}/../.." && pwd)"
 cache="${FERROLM_CACHE_DIR:-${XDG_CACHE_HOME:-${HOME}/.cache}/ferrolm}"
 
 binary="${FERROLM_BIN:-${repo}/target/release/ferrolm}"
+server=ferrolm
+llama_server="${LLAMA_SERVER:-}"
 files=""
 kexpr=""
 floor=""
@@ -39,6 +44,8 @@ usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --binary) binary="$2"; shift 2 ;;
+        --server) server="$2"; shift 2 ;;
+        --llama-server) llama_server="$2"; shift 2 ;;
         --files) files="$2"; shift 2 ;;
         -k) kexpr="$2"; shift 2 ;;
         --floor) floor="$2"; shift 2 ;;
@@ -53,6 +60,16 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 
+real_env=()
+if [[ "$server" == llama ]]; then
+    if [[ -z "$llama_server" || ! -x "$llama_server" ]]; then
+        echo "ERROR: llama-server not found at ${llama_server} (scripts/build_llama_server.py, or --llama-server PATH)" >&2
+        exit 2
+    fi
+    real_env=(LLAMA_SERVER_REAL="$llama_server")
+elif [[ "$server" != ferrolm ]]; then
+    echo "ERROR: --server ferrolm|llama" >&2; exit 2
+fi
 binary="$(cd "$(dirname "$binary")" 2>/dev/null && pwd)/$(basename "$binary")" || true
 if [[ ! -x "$binary" ]]; then
     echo "ERROR: ferrolm binary not found at ${binary} (cargo build --release, or --binary PATH)" >&2
@@ -117,7 +134,7 @@ echo "log:     ${log}" >&2
 start=$(date +%s)
 set +e
 # timeout signals its whole process group, servers included, when the overall bound is hit.
-(cd "$suite" && env LLAMA_SERVER_BIN_PATH="${here}/llama_server_shim.py" FERROLM_BIN="$binary" \
+(cd "$suite" && env "${real_env[@]}" LLAMA_SERVER_BIN_PATH="${here}/llama_server_shim.py" FERROLM_BIN="$binary" \
      PYTHONPATH="${here}${PYTHONPATH:+:${PYTHONPATH}}" HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" \
      PORT="$port" \
      timeout -k 30 "$((max_minutes * 60))" "$py" -m pytest "${pytest_args[@]}" "${targets[@]}") \
