@@ -216,21 +216,9 @@ unsafe fn tile_dot<const K: u8, const T: usize>(
                 Kind::Q8_0 => std::array::from_fn(|j| _mm512_loadu_si512(qp.add(64 * j).cast())),
                 Kind::Q4K | Kind::Q5K | Kind::Iq4Xs => unreachable!("K-quant tiles go through tile_dot_k"),
                 Kind::Q4_0 | Kind::Q4_1 | Kind::Q5_0 | Kind::Q5_1 | Kind::Iq4Nl => {
-                    let m = _mm512_set1_epi8(0x0f);
-                    let v: [__m512i; 4] = std::array::from_fn(|k| _mm512_loadu_si512(qp.add(64 * k).cast()));
-                    let mut q: [__m512i; 8] = std::array::from_fn(|j| {
-                        if j < 4 {
-                            _mm512_and_si512(v[j], m)
-                        } else {
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(v[j - 4]), m)
-                        }
-                    });
+                    let mut q = nibble_vectors(qp);
                     if kind == Kind::Iq4Nl {
-                        // Each nibble indexes the sixteen levels, looked up as level + 128 (u8).
-                        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_LUT.as_ptr().cast()));
-                        for qj in q.iter_mut() {
-                            *qj = _mm512_shuffle_epi8(lut, *qj);
-                        }
+                        iq4_levels(&mut q);
                     }
                     if kind.has_qh() {
                         let qh = _mm512_loadu_si512(qp.add(256).cast());
@@ -388,6 +376,91 @@ unsafe fn k_values<const QH: bool>(qp: *const u8, sb: usize) -> [__m512i; 8] {
     }
 }
 
+/// The eight value vectors of a 32-value block stored as Q4_0's (four vectors of nibbles at
+/// `qp`): the low nibbles (values `4k..4k+4` of each lane's row), then the high ones (`16 + 4k..`).
+///
+/// # Safety
+/// As [`gemm`]: 256 bytes are readable at `qp`.
+#[inline(always)]
+unsafe fn nibble_vectors(qp: *const u8) -> [__m512i; 8] {
+    // A loop, not `array::from_fn` (see `k_values`).
+    // SAFETY: the caller's contract.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0x0f);
+        let mut q = [_mm512_setzero_si512(); 8];
+        for (k, qk) in q.iter_mut().enumerate() {
+            let raw = _mm512_loadu_si512(qp.add(64 * (k % 4)).cast());
+            *qk = if k < 4 {
+                _mm512_and_si512(raw, m4)
+            } else {
+                _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
+            };
+        }
+        q
+    }
+}
+
+/// IQ4_NL's levels of nibble vectors, as level + 128 (`vpshufb` of a 16-byte table).
+///
+/// # Safety
+/// As [`gemm`]: the CPU has the features.
+#[inline(always)]
+unsafe fn iq4_levels(q: &mut [__m512i; 8]) {
+    // SAFETY: the caller's contract; the table is 16 readable bytes.
+    unsafe {
+        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_LUT.as_ptr().cast()));
+        for qk in q.iter_mut() {
+            *qk = _mm512_shuffle_epi8(lut, *qk);
+        }
+    }
+}
+
+/// One 32-value sub-block of a K-quant tile for `T` tokens: the eight value vectors `q` dotted
+/// with each token's values at `c.x + j·c.x_rb + xo` (`vpdpbusd`), times the rows' scale `sc`,
+/// added to `isum`.
+///
+/// # Safety
+/// As [`gemm`]: the token rows hold the sub-block's 32 values at `xo`.
+#[inline(always)]
+unsafe fn scaled_sub_block<const T: usize>(
+    c: &KCall<'_>,
+    q: &[__m512i; 8],
+    xo: usize,
+    sc: __m512i,
+    isum: &mut [__m512i; T],
+) {
+    // SAFETY: the caller's contract: the loads are inside the token rows.
+    unsafe {
+        let mut s = [_mm512_setzero_si512(); T];
+        for (k, &qk) in q.iter().enumerate() {
+            for (j, sj) in s.iter_mut().enumerate() {
+                let xv = c.x.add(j * c.x_rb + xo + 4 * k).cast::<i32>().read_unaligned();
+                *sj = _mm512_dpbusd_epi32(*sj, qk, _mm512_set1_epi32(xv));
+            }
+        }
+        for (is, sj) in isum.iter_mut().zip(s) {
+            *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(sj, sc));
+        }
+    }
+}
+
+/// `Σ_p pairs[p] · sums[p]` per row (`vpdpwssd`): the rows' per-sub-block i16 pairs (Q4_K's
+/// minimums, IQ4_XS's `128·(ls − 32)`) against one token's sub-block sums as i16 pairs.
+///
+/// # Safety
+/// `sums` points at the token's four pairs for the super-block.
+#[inline(always)]
+unsafe fn pair_term(pairs: &[__m512i; 4], sums: *const i32) -> __m512i {
+    // SAFETY: the caller's contract: four readable pairs.
+    unsafe {
+        let mut t = _mm512_setzero_si512();
+        for (p, &pp) in pairs.iter().enumerate() {
+            t = _mm512_dpwssd_epi32(t, pp, _mm512_set1_epi32(*sums.add(p)));
+        }
+        t
+    }
+}
+
 /// One IQ4_XS tile against `T` tokens. Per sub-block `j` of a super-block: the rows' scale
 /// `ls − 32` (6 bits: a nibble of `scales_l`, two bits of `scales_h`), the nibbles looked up as
 /// level + 128 and dotted with the token's 32 values (`vpdpbusd`), times the scale (`vpmulld`);
@@ -406,8 +479,6 @@ unsafe fn tile_dot_iq4xs<const T: usize>(c: &KCall<'_>) {
     let s0 = q0.wrapping_add(c.nb * QB);
     // SAFETY: the caller's contract: every load below is inside the tile or the token rows.
     unsafe {
-        let m4 = _mm512_set1_epi8(0x0f);
-        let lut = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_LUT.as_ptr().cast()));
         let (low4, low2, bias) = (_mm512_set1_epi32(0xf), _mm512_set1_epi32(3), _mm512_set1_epi32(32));
         let low16 = _mm512_set1_epi32(0xffff);
         let mut acc = [_mm512_setzero_ps(); T];
@@ -430,32 +501,12 @@ unsafe fn tile_dot_iq4xs<const T: usize>(c: &KCall<'_>) {
                 } else {
                     _mm512_or_si512(pairs[sb / 2], _mm512_slli_epi32::<16>(m))
                 };
-                let qp = q0.add(b * QB + sb * 256);
-                let xo = b * AB + 32 * sb;
-                let mut s = [_mm512_setzero_si512(); T];
-                for k in 0..8 {
-                    let raw = _mm512_loadu_si512(qp.add(64 * (k % 4)).cast());
-                    let nib = if k < 4 {
-                        _mm512_and_si512(raw, m4)
-                    } else {
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(raw), m4)
-                    };
-                    let qk = _mm512_shuffle_epi8(lut, nib);
-                    for (j, sj) in s.iter_mut().enumerate() {
-                        let xv = c.x.add(j * c.x_rb + xo + 4 * k).cast::<i32>().read_unaligned();
-                        *sj = _mm512_dpbusd_epi32(*sj, qk, _mm512_set1_epi32(xv));
-                    }
-                }
-                for (is, sj) in isum.iter_mut().zip(s) {
-                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(sj, sc));
-                }
+                let mut q = nibble_vectors(q0.add(b * QB + sb * 256));
+                iq4_levels(&mut q);
+                scaled_sub_block(c, &q, b * AB + 32 * sb, sc, &mut isum);
             }
             for (j, accj) in acc.iter_mut().enumerate() {
-                let pr = c.sums.add((j * c.nb + b) * 4);
-                let mut offs = _mm512_setzero_si512();
-                for (p, &pp) in pairs.iter().enumerate() {
-                    offs = _mm512_dpwssd_epi32(offs, pp, _mm512_set1_epi32(*pr.add(p)));
-                }
+                let offs = pair_term(&pairs, c.sums.add((j * c.nb + b) * 4));
                 let dx = _mm512_set1_ps((*c.a.add(j * c.nb + b)).d);
                 let total = _mm512_sub_epi32(isum[j], offs);
                 *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, dx), *accj);
@@ -513,17 +564,7 @@ unsafe fn tile_dot_k<const K: u8, const T: usize>(c: &KCall<'_>) {
                 } else {
                     k_values::<false>(q0.add(b * qb), sb)
                 };
-                let xo = b * AB + 32 * sb;
-                let mut s = [_mm512_setzero_si512(); T];
-                for (k, &qk) in q.iter().enumerate() {
-                    for (j, sj) in s.iter_mut().enumerate() {
-                        let xv = c.x.add(j * c.x_rb + xo + 4 * k).cast::<i32>().read_unaligned();
-                        *sj = _mm512_dpbusd_epi32(*sj, qk, _mm512_set1_epi32(xv));
-                    }
-                }
-                for (is, sj) in isum.iter_mut().zip(s) {
-                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(sj, sc));
-                }
+                scaled_sub_block(c, &q, b * AB + 32 * sb, sc, &mut isum);
             }
             let mp = [
                 _mm512_shuffle_epi8(mn_lo, two[0]),
@@ -532,11 +573,7 @@ unsafe fn tile_dot_k<const K: u8, const T: usize>(c: &KCall<'_>) {
                 _mm512_shuffle_epi8(mn_hi, two[1]),
             ];
             for (j, accj) in acc.iter_mut().enumerate() {
-                let pr = c.sums.add((j * c.nb + b) * 4);
-                let mut mins = _mm512_setzero_si512();
-                for (p, &mpp) in mp.iter().enumerate() {
-                    mins = _mm512_dpwssd_epi32(mins, mpp, _mm512_set1_epi32(*pr.add(p)));
-                }
+                let mins = pair_term(&mp, c.sums.add((j * c.nb + b) * 4));
                 let dx = _mm512_set1_ps((*c.a.add(j * c.nb + b)).d);
                 *accj = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(d, dx), *accj);
                 *accj = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins), _mm512_mul_ps(dmin, dx), *accj);
