@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Query, Request};
@@ -32,6 +32,7 @@ use tokio::sync::watch;
 
 use super::error::ApiError;
 use super::json_response;
+use super::response::unix_now;
 
 /// How long a finished session stays readable.
 pub(crate) const TTL: Duration = Duration::from_secs(300);
@@ -80,10 +81,6 @@ pub(crate) struct Session {
 
 /// A read before the bytes the session still keeps.
 pub(crate) struct OffsetLost;
-
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
 
 impl Session {
     fn new(id: String, loading: bool) -> Session {
