@@ -49,8 +49,8 @@ cargo build --release -p ferrolm-cli --features opencl
 bash scripts/hub_tests/run.sh "${CARGO_TARGET_DIR:-target}/release/ferrolm"
 
 # The cargo-fuzz targets (fuzz/: the GGUF reader, the HTTP API's request handling), built on the
-# release build above, FERROLM_CARGO_FUZZ_SECONDS (30) each.
-bash scripts/fuzz.sh "${FERROLM_CARGO_FUZZ_SECONDS:-30}"
+# release build above, FERROLM_CARGO_FUZZ_SECONDS (20) each.
+bash scripts/fuzz.sh "${FERROLM_CARGO_FUZZ_SECONDS:-20}"
 
 if [[ "${FERROLM_SKIP_ELIXIR_TESTS:-0}" != 1 ]]; then
     bash scripts/test-elixir.sh
