@@ -13,7 +13,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::parity::{GEMMA, GEMMA_TOL, SMOL, SMOL_TOL, check, check_eviction, gpu_or_skip};
+use common::parity::{GEMMA, GEMMA_TOL, SMOL, SMOL_TOL, check, check_eviction, check_prompts, gpu_or_skip};
 use ferrolm::backend::{Backend, CpuBackend, Placement};
 
 fn opencl() -> Option<Arc<dyn Backend>> {
@@ -58,11 +58,15 @@ fn gemma3_opencl_matches_cpu() {
     }
 }
 
+/// The hybrid modes on two prompts each (the single-backend tests above take all five): the
+/// longest prompt (121 tokens, prefilled on OpenCL) and a short one for the prefill split; for
+/// the switch at 40 tokens, one prompt that crosses it after 21 generated tokens and one after
+/// the first.
 #[test]
 fn hybrid_modes_match_cpu() {
     if opencl().is_some() {
-        check(SMOL.0, SMOL.1, &SMOL_TOL, hybrid_prefill, "hybrid prefill");
-        check(GEMMA.0, GEMMA.1, &GEMMA_TOL, hybrid_switch, "hybrid switch");
+        check_prompts(SMOL.0, SMOL.1, &SMOL_TOL, hybrid_prefill, "hybrid prefill", &["story", "code"]);
+        check_prompts(GEMMA.0, GEMMA.1, &GEMMA_TOL, hybrid_switch, "hybrid switch", &["code", "unicode"]);
     }
 }
 

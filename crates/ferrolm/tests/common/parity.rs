@@ -90,12 +90,27 @@ fn top10(l: &[f32]) -> Vec<usize> {
 
 /// Checks `placement`'s greedy tokens against the CPU's for every reference prompt of `dir`.
 pub fn check(file: &str, dir: &str, tol: &Tol, placement: impl Fn() -> Placement, label: &str) {
+    check_prompts(file, dir, tol, placement, label, &[]);
+}
+
+/// [`check`] on the reference prompts of `dir` named in `only` (all of them when empty).
+pub fn check_prompts(
+    file: &str,
+    dir: &str,
+    tol: &Tol,
+    placement: impl Fn() -> Placement,
+    label: &str,
+    only: &[&str],
+) {
     let Some(path) = super::require_model(file) else { return };
     let mut cpu = Model::load(&path).unwrap();
     cpu.set_placement(Placement::Single(Arc::new(CpuBackend))).unwrap();
     let mut other = Model::load(&path).unwrap();
     other.set_placement(placement()).unwrap();
-    for (name, prompt, steps) in prompts(dir) {
+    let chosen = prompts(dir).into_iter().filter(|(name, ..)| only.is_empty() || only.contains(&name.as_str()));
+    let mut n_checked = 0;
+    for (name, prompt, steps) in chosen {
+        n_checked += 1;
         let want = greedy(&cpu, &prompt, steps, None);
         let forced: Vec<u32> = want.iter().map(|s| s.0).collect();
         let got = greedy(&other, &prompt, steps, Some(&forced));
@@ -130,6 +145,7 @@ pub fn check(file: &str, dir: &str, tol: &Tol, placement: impl Fn() -> Placement
         );
         assert!(compared >= steps / 2, "{label} {dir}/{name}: only {compared} steps compared");
     }
+    assert!(n_checked >= only.len().max(1), "{label} {dir}: no reference prompt among {only:?}");
 }
 
 pub const SMOL: (&str, &str) = ("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q4_1");
