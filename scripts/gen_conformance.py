@@ -48,6 +48,10 @@ Compatibility workarounds (all inside this script, nothing is patched on disk):
   NotImplementedError ("BPE pre-tokenizer was not recognized"), returns the name of the llama.cpp
   pre-tokenizer with the same regex ("llama-bpe" for the Llama 3 split regex, "qwen2" for the
   Qwen2 one).
+- transformers 5.24's Gemma4TextConfig.to_dict() drops `global_head_dim` (and writes an empty
+  `per_layer_config`), and the converter reads its hparams through AutoConfig(...).to_dict(): the
+  wrapper puts back the config.json keys that dict lacks or has empty (specs can add such keys
+  to config.json with `hf_config_extra`).
 """
 
 from __future__ import annotations
@@ -295,6 +299,9 @@ class Spec:
     emb_std: float = 0.5  # std of embed_tokens / lm_head
     avoid_tokens: list[int] = field(default_factory=list)  # kept out of prompts and greedy output
     final_norm_gain: float = 1.0  # mean effective multiplier of the final norm
+    # keys added to the saved config.json that transformers does not write back (Gemma 4's
+    # global_head_dim, which the converter needs)
+    hf_config_extra: dict[str, Any] = field(default_factory=dict)
 
 
 BASE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, rms_norm_eps=1e-5,
@@ -460,6 +467,39 @@ MODELS: list[Spec] = [
          gguf_overrides=lambda c: {"query_pre_attn_scalar": c["head_dim"]},
          gguf_reason="the GGUF has no key for query_pre_attn_scalar; llama.cpp's gemma3 uses "
                      "1/sqrt(head_dim) (1/sqrt(n_embd/n_head) only for the 62-layer 27B)."),
+    Spec("gemma4", "Gemma4TextConfig", "Gemma4ForCausalLM", "spm-gemma",
+         dict(BASE, num_hidden_layers=5, intermediate_size=64, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, global_head_dim=16, tie_word_embeddings=True,
+              hidden_activation="gelu_pytorch_tanh", sliding_window=8, rms_norm_eps=1e-6,
+              layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                           "sliding_attention", "full_attention"],
+              num_kv_shared_layers=2, hidden_size_per_layer_input=8,
+              vocab_size_per_layer_input=512, final_logit_softcapping=30.0,
+              rope_parameters={
+                  "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                     "rope_theta": 1000000.0},
+                  "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+              pad_token_id=0),
+         seed=2121,
+         emb_std=0.03, final_norm_gain=6.0, hf_config_extra={"global_head_dim": 16},
+         notes=["Gemma 4 text decoder (model_type gemma4_text, GGUF arch `gemma4`): 5 layers, "
+                "layers 0, 1, 3 sliding (window 8, RoPE base 1e4, all 16 dims rotated), 2 and 4 "
+                "global (proportional RoPE, base 1e6, partial_rotary_factor 0.25: the first 2 "
+                "of 8 frequency pairs rotate with base^(-2i/16), the other 6 have frequency 0; "
+                "GGUF: rope_freqs.weight [1, 1, 1e30 x 6] divides the frequencies).",
+                "KV sharing: num_kv_shared_layers 2, so layers 3 and 4 have no k/v projections "
+                "and attend over the keys and values of the last earlier layer of their kind "
+                "(3 -> 1, 4 -> 2; llama.cpp: n_layer_kv_from_start - 2 / - 1).",
+                "Per-layer embeddings (hidden_size_per_layer_input 8): a [512, 5*8] table "
+                "scaled by sqrt(8), plus the projection of the scaled token embedding "
+                "(per_layer_model_projection / sqrt(64), RMSNorm per layer), sum times "
+                "1/sqrt(2); after each block gelu(x W_gate) * that input, W_proj, RMSNorm, "
+                "added to the residual. Each block's output is multiplied by a random "
+                "layer_scalar (GGUF blk.N.layer_output_scale.weight).",
+                "Attention scale 1 (no 1/sqrt(head_dim)); q_norm/k_norm per head and a "
+                "weightless RMSNorm of v; norms multiply by w (not 1+w); final-logit softcap "
+                "30; GQA 4/2, head_dim 16 = global_head_dim (the real models' global heads are "
+                "twice as wide); tied embeddings scaled by sqrt(64)."]),
     # ---- mixture-of-experts models and SmolLM3 ----
     Spec("qwen3moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "bpe-qwen2",
          dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -710,6 +750,12 @@ def randomize(model: torch.nn.Module, seed: int, emb_std: float,
                 p.copy_(1.5 / math.sqrt(p.shape[-1]) * r)
             else:
                 raise ValueError(f"unexpected parameter {name} {tuple(p.shape)}")
+        # Gemma 4's per-block output multiplier is a buffer (ones by default): drawn from its own
+        # generator so that every other parameter keeps its value
+        gs = torch.Generator().manual_seed(seed + 1)
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=gs, dtype=torch.float32))
 
 
 def sig(x: float) -> float:
@@ -871,6 +917,23 @@ if pre:
                   file=sys.stderr)
             return pre
     base.TextModel.get_vocab_base_pre = _patched
+# transformers 5.24's Gemma4TextConfig.to_dict() drops global_head_dim (and writes an empty
+# per_layer_config), so the converter, which reads AutoConfig(...).to_dict(), cannot find the
+# global layers' head size: keys of config.json that the dict lacks or has empty are put back
+import json
+_orig_hp = base.ModelBase.load_hparams
+def _hparams(dir_model, is_mistral_format):
+    hp = _orig_hp(dir_model, is_mistral_format)
+    cfg_path = os.path.join(dir_model, "config.json")
+    if not is_mistral_format and os.path.isfile(cfg_path):
+        with open(cfg_path, encoding="utf-8") as f:
+            raw = json.load(f)
+        for k, v in raw.items():
+            if hp.get(k) in (None, {}) and v not in (None, {}):
+                print(f"[gen_conformance] {k} from config.json", file=sys.stderr)
+                hp[k] = v
+    return hp
+base.ModelBase.load_hparams = staticmethod(_hparams)
 sys.argv = [os.path.join(llama, "convert_hf_to_gguf.py")] + sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -953,6 +1016,10 @@ def gen_model(spec: Spec, llamacpp: Path, work: Path, summary: list[str]) -> dic
     model = model.to(torch.bfloat16)
     model.generation_config.do_sample = False
     model.save_pretrained(hf, safe_serialization=True)
+    if spec.hf_config_extra:
+        c = json.loads((hf / "config.json").read_text())
+        c.update(spec.hf_config_extra)
+        (hf / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
     for f in tok.dir.iterdir():
         shutil.copy(f, hf / f.name)
 

@@ -49,13 +49,14 @@ fn decode_matvecs(c: &mut Criterion) {
     let mut xq = Vec::new();
     let mut g = c.benchmark_group("decode_op");
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    let (mut q, mut k, mut v) = (vec![0f32; lw.wq.rows], vec![0f32; lw.wk.rows], vec![0f32; lw.wv.rows]);
+    let (wk, wv) = (lw.wk.as_ref().expect("layer 0 has keys"), lw.wv.as_ref().expect("layer 0 has values"));
+    let (mut q, mut k, mut v) = (vec![0f32; lw.wq.rows], vec![0f32; wk.rows], vec![0f32; wv.rows]);
     g.bench_function("qkv_576", |b| {
         b.iter(|| {
             let jobs = &mut [
                 MatmulJob { w: &lw.wq, out: &mut q },
-                MatmulJob { w: &lw.wk, out: &mut k },
-                MatmulJob { w: &lw.wv, out: &mut v },
+                MatmulJob { w: wk, out: &mut k },
+                MatmulJob { w: wv, out: &mut v },
             ];
             matmul_many(&pool, &x[..d], 1, jobs, &mut xq);
         })

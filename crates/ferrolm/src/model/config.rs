@@ -112,6 +112,9 @@ pub enum Arch {
     Gemma2,
     /// Gemma 3 (text).
     Gemma3,
+    /// Gemma 4 (text): per-layer embeddings, layers attending over an earlier layer's keys and
+    /// values, proportional RoPE on the global layers, unscaled attention.
+    Gemma4,
     /// Qwen 1.5/2 MoE: Qwen 2 attention, softmax-routed experts plus a gated shared expert.
     Qwen2Moe,
     /// Qwen 3 MoE: Qwen 3 attention, softmax-routed experts with normalised top-k weights.
@@ -140,7 +143,7 @@ pub enum Arch {
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 18] = [
+    pub const ALL: [Arch; 19] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -148,6 +151,7 @@ impl Arch {
         Arch::Gemma,
         Arch::Gemma2,
         Arch::Gemma3,
+        Arch::Gemma4,
         Arch::Qwen2Moe,
         Arch::Qwen3Moe,
         Arch::Olmoe,
@@ -171,6 +175,7 @@ impl Arch {
             Arch::Gemma => "gemma",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma4 => "gemma4",
             Arch::Qwen2Moe => "qwen2moe",
             Arch::Qwen3Moe => "qwen3moe",
             Arch::Olmoe => "olmoe",
@@ -203,7 +208,7 @@ impl Arch {
 
     /// Whether this is one of the Gemma family (GeGLU, embeddings scaled by √n_embd).
     pub fn is_gemma(self) -> bool {
-        matches!(self, Arch::Gemma | Arch::Gemma2 | Arch::Gemma3)
+        matches!(self, Arch::Gemma | Arch::Gemma2 | Arch::Gemma3 | Arch::Gemma4)
     }
 }
 
@@ -273,6 +278,14 @@ pub struct ModelConfig {
     /// Nomic BERT MoE: blocks `il` with `il % n == 1` are mixtures of experts (llama.cpp's
     /// `moe_every_n_layers`); `None`: every block is dense.
     pub moe_every_n_layers: Option<usize>,
+    /// Width of each layer's slice of the per-layer embeddings (Gemma 4); 0: none.
+    pub n_embd_per_layer: usize,
+    /// The layer whose keys and values each layer attends over: itself, or (Gemma 4's
+    /// KV-shared layers, which have no key and value projections) the last earlier layer of the
+    /// same kind that has its own. `[n_layer]`
+    pub kv_source: Vec<usize>,
+    /// A weightless RMSNorm of each value head before it is cached (Gemma 4).
+    pub v_norm: bool,
 }
 
 /// Over what an RMSNorm of queries and keys normalises.
@@ -331,6 +344,28 @@ fn swa_pattern(f: &GgufFile, key: &str, n_layer: usize, default_period: u64) -> 
     }
     let period = f.opt_u64(key)?.unwrap_or(default_period);
     Ok((0..n_layer as u64).map(|il| period == 0 || il % period < period - 1).collect())
+}
+
+/// The layer each layer attends over ([`ModelConfig::kv_source`]) when the last `n_shared` of
+/// them have no keys and values of their own: the last earlier layer of the same kind (sliding
+/// or global) that has them, as transformers' Gemma 4 picks it (llama.cpp's fixed choice of the
+/// last two such layers is the same for every released model).
+fn kv_sources(swa_layers: &[bool], n_shared: usize) -> Result<Vec<usize>> {
+    let n_layer = swa_layers.len();
+    if n_shared >= n_layer && n_shared > 0 {
+        return Err(Error::Config(format!("{n_shared} KV-shared layers leave none of {n_layer} with keys")));
+    }
+    let first_shared = n_layer - n_shared;
+    (0..n_layer)
+        .map(|il| {
+            if il < first_shared {
+                return Ok(il);
+            }
+            (0..first_shared).rev().find(|&j| swa_layers[j] == swa_layers[il]).ok_or_else(|| {
+                Error::Config(format!("KV-shared layer {il} has no earlier layer of its kind to share with"))
+            })
+        })
+        .collect()
 }
 
 /// The mixture-of-experts block from `{arch}.expert_*` keys (`None` for a dense model), with
@@ -509,12 +544,17 @@ impl ModelConfig {
             attn_sinks: false,
             attn_out_bias: false,
             moe_every_n_layers: None,
+            n_embd_per_layer: 0,
+            // Filled below, once `n_layer` is known to be sane.
+            kv_source: Vec::new(),
+            v_norm: false,
         };
         // Every size is checked before anything is allocated from it (a per-layer table below).
         cfg.validate()?;
         // Unless the architecture says otherwise, a window applies to every layer (Mistral).
         cfg.swa_layers = vec![sliding_window.is_some(); n_layer];
         cfg.rope_layers = vec![true; n_layer];
+        let mut n_kv_shared = 0;
         if arch.is_gemma() {
             cfg.activation = Activation::GeluTanh;
             cfg.embed_scale = Some((n_embd as f32).sqrt());
@@ -565,12 +605,71 @@ impl ModelConfig {
                 cfg.rope_local = RopeParams::plain(local_base);
                 cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 6)?;
             }
+            Arch::Gemma4 => n_kv_shared = cfg.gemma4_from_gguf(f, arch_name)?,
         }
         if cfg.sliding_window.is_none() {
             cfg.swa_layers = vec![false; n_layer];
         }
+        cfg.kv_source = kv_sources(&cfg.swa_layers, n_kv_shared)?;
         cfg.validate()?;
         Ok(cfg)
+    }
+
+    /// Gemma 4's keys beyond Gemma 3's; returns the number of KV-shared layers (the last ones).
+    /// Sliding and global layers must have the same head size and rotate as many dimensions
+    /// (the global layers' partial rotation is in `rope_freqs.weight`).
+    fn gemma4_from_gguf(&mut self, f: &GgufFile, arch_name: &str) -> Result<usize> {
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let opt = |k: &str| -> Result<Option<usize>> {
+            f.opt_u64(&key(k))?
+                .map(|v| {
+                    usize::try_from(v).map_err(|_| Error::Config(format!("{} = {v} is too large", key(k))))
+                })
+                .transpose()
+        };
+        for k in ["attention.key_length_swa", "attention.value_length_swa"] {
+            if let Some(v) = opt(k)?
+                && v != self.head_dim
+            {
+                return Err(Error::Config(format!(
+                    "{} = {v} differs from the global layers' head size {}: Gemma 4 with different \
+                     head sizes for sliding and global layers is not supported yet",
+                    key(k),
+                    self.head_dim
+                )));
+            }
+        }
+        if let Some(v) = opt("rope.dimension_count_swa")?
+            && v != self.rope_dims
+        {
+            return Err(Error::Config(format!(
+                "{} = {v} differs from rope.dimension_count {}: not supported",
+                key("rope.dimension_count_swa"),
+                self.rope_dims
+            )));
+        }
+        self.qk_norm = Some(QkNorm::PerHead);
+        self.post_norms = true;
+        self.v_norm = true;
+        // Queries and keys are RMS-normalised per head: llama.cpp and transformers scale by 1.
+        self.attn_scale = 1.0;
+        let local_base = opt_positive(f, &key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+        self.rope_local = RopeParams::plain(local_base);
+        self.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), self.n_layer, 6)?;
+        self.n_embd_per_layer = opt("embedding_length_per_layer_input")?.unwrap_or(0);
+        if self.n_embd_per_layer > 1 << 16 {
+            return Err(Error::Config(format!(
+                "per-layer embedding width {} is too large",
+                self.n_embd_per_layer
+            )));
+        }
+        Ok(opt("attention.shared_kv_layers")?.unwrap_or(0))
+    }
+
+    /// Whether the RoPE frequency factors (`rope_freqs.weight`) also apply to the sliding-window
+    /// layers (Gemma 4's encode the global layers' partial rotation only).
+    pub fn local_rope_factors(&self) -> bool {
+        self.arch != Arch::Gemma4
     }
 
     /// Checks sizes against each other and against plausible limits (names the offending
@@ -645,6 +744,9 @@ impl ModelConfig {
         }
         if !(self.attn_scale.is_finite() && self.attn_scale > 0.0) {
             return bad(format!("attention scale {} is not a finite positive number", self.attn_scale));
+        }
+        if let Some((il, &src)) = self.kv_source.iter().enumerate().find(|&(il, &src)| src > il) {
+            return bad(format!("layer {il} cannot attend over the keys of the later layer {src}"));
         }
         for (which, r) in [("global", &self.rope_global), ("local", &self.rope_local)] {
             let ok = |v: f32| v.is_finite() && v > 0.0;

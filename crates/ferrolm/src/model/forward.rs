@@ -5,13 +5,13 @@
 //! in a [`Workspace`] kept by the model between passes, so a decode step allocates nothing.
 
 use super::moe::{MoeBuffers, gated_ffn, moe_ffn};
-use super::weights::Ffn;
+use super::weights::{Ffn, PerLayerBlock};
 use super::{Model, ModelConfig};
 use crate::backend::{Backend, HostRange, PassId};
 use crate::batch::BatchEntry;
 use crate::batch::{Batch, Logits};
 use crate::kv::{KvCache, KvType, SeqId};
-use crate::ops::{AttentionShape, MatmulJob};
+use crate::ops::{Activation, AttentionShape, MatmulJob};
 use crate::{Error, Result};
 use half::f16;
 
@@ -60,16 +60,23 @@ pub(crate) struct Workspace {
     kv16: Vec<f16>,
     /// The mixture-of-experts blocks' buffers.
     moe: MoeBuffers,
+    /// Per-layer embeddings, layer-major (Gemma 4). `[n_layer, n, n_embd_per_layer]`
+    pl: Vec<f32>,
+    /// The same token-major while they are computed. `[n, n_layer * n_embd_per_layer]`
+    pl_tok: Vec<f32>,
+    /// A block's per-layer branch: its gate. `[n, n_embd_per_layer]`
+    pl_gate: Vec<f32>,
 }
 
 impl Workspace {
     /// Grows every buffer a pass of `n` tokens slices, so that the pass takes them without
     /// reallocating, and returns those slices' memory: what the backend may keep on its device
     /// during the pass. `h` is reserved for every row (the LM head takes its first rows).
-    fn reserve(&mut self, cfg: &ModelConfig, n: usize) -> [HostRange; 12] {
+    fn reserve(&mut self, cfg: &ModelConfig, n: usize) -> [HostRange; 15] {
         let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), dense_ff(cfg));
         let half = (cfg.rope_dims / 2).max(1);
         let local = if has_local_rope(cfg) { n * half } else { 0 };
+        let pl = n * cfg.n_layer * cfg.n_embd_per_layer;
         [
             HostRange::of(buf(&mut self.x, n * d)),
             HostRange::of(buf(&mut self.xn, n * d)),
@@ -83,6 +90,9 @@ impl Workspace {
             HostRange::of(buf(&mut self.cs_global, n * half)),
             HostRange::of(buf(&mut self.cs_local, local)),
             HostRange::of(buf(&mut self.h, n * d)),
+            HostRange::of(buf(&mut self.pl, pl)),
+            HostRange::of(buf(&mut self.pl_tok, pl)),
+            HostRange::of(buf(&mut self.pl_gate, n * cfg.n_embd_per_layer)),
         ]
     }
 }
@@ -314,7 +324,8 @@ impl Model {
         be.rope_cos_sin(&ws.pos, cfg.rope_dims, &cfg.rope_global, factors, cs_global)?;
         if has_local_rope(cfg) {
             let cs_local = buf(&mut ws.cs_local, n * half); // [n, rope_dims / 2]
-            be.rope_cos_sin(&ws.pos, cfg.rope_dims, &cfg.rope_local, factors, cs_local)?;
+            let local_factors = if cfg.local_rope_factors() { factors } else { None };
+            be.rope_cos_sin(&ws.pos, cfg.rope_dims, &cfg.rope_local, local_factors, cs_local)?;
         }
         Ok(())
     }
@@ -340,6 +351,7 @@ impl Model {
         ids.clear();
         ids.extend(entries.iter().map(|e| e.token));
         be.gather(&w.token_embd, ids, cfg.embed_scale.unwrap_or(1.0), x)?;
+        self.per_layer_inputs(be, x, ids, (&mut ws.pl, &mut ws.pl_tok))?;
 
         let xn = buf(&mut ws.xn, n * d); // [n, d]
         let q = buf(&mut ws.q, n * qd); // [n, n_head * head_dim]
@@ -362,30 +374,45 @@ impl Model {
         for (il, lw) in w.layers.iter().enumerate() {
             // Attention.
             be.rms_norm(x, &lw.attn_norm, cfg.norm_eps, xn)?;
-            be.matmul_many(
-                xn,
-                n,
-                &mut [
-                    MatmulJob { w: &lw.wq, out: q },
-                    MatmulJob { w: &lw.wk, out: k },
-                    MatmulJob { w: &lw.wv, out: v },
-                ],
-            )?;
+            let own_kv = match (&lw.wk, &lw.wv) {
+                (Some(wk), Some(wv)) => {
+                    let mut jobs = [
+                        MatmulJob { w: &lw.wq, out: q },
+                        MatmulJob { w: wk, out: k },
+                        MatmulJob { w: wv, out: v },
+                    ];
+                    be.matmul_many(xn, n, &mut jobs)?;
+                    true
+                }
+                _ => {
+                    be.matmul(&lw.wq, xn, n, q)?;
+                    false
+                }
+            };
             if let Some([bq, bk, bv]) = &lw.qkv_bias {
                 be.add_bias(q, bq)?;
                 be.add_bias(k, bk)?;
                 be.add_bias(v, bv)?;
             }
-            if let (Some(qn), Some(kn)) = (&lw.q_norm, &lw.k_norm) {
+            if let Some(qn) = &lw.q_norm {
                 be.rms_norm_inplace(q, qn, cfg.norm_eps)?;
+            }
+            if let (Some(kn), true) = (&lw.k_norm, own_kv) {
                 be.rms_norm_inplace(k, kn, cfg.norm_eps)?;
+            }
+            if let (Some(vn), true) = (&lw.v_norm, own_kv) {
+                be.rms_norm_inplace(v, vn, cfg.norm_eps)?;
             }
             let cs: &[(f32, f32)] = if has_local && cfg.swa_layers[il] { cs_local } else { cs_global };
             if cfg.rope_layers[il] {
                 be.rope(q, n, hd, cs, cfg.rope_style)?;
-                be.rope(k, n, hd, cs, cfg.rope_style)?;
+                if own_kv {
+                    be.rope(k, n, hd, cs, cfg.rope_style)?;
+                }
             }
-            store_kv(be, entries, slots, kv, il, (k, v), kvd, kv16)?;
+            if own_kv {
+                store_kv(be, entries, slots, kv, il, (k, v), kvd, kv16)?;
+            }
             if logging || tracking {
                 be.to_host(q)?;
             }
@@ -394,10 +421,11 @@ impl Model {
                     kv.seq_mut(e.seq).observe_query(il, e.pos, &q[t * qd..(t + 1) * qd]);
                 }
             }
-            let shape = self.attention_shape(il);
-            be.attention(shape, entries, batch.prompt_chunks(), kv, il, q, att)?;
+            // A KV-shared layer attends over its source layer's keys and values.
+            let (shape, src) = (self.attention_shape(il), cfg.kv_source.get(il).copied().unwrap_or(il));
+            be.attention(shape, entries, batch.prompt_chunks(), kv, src, q, att)?;
             if tracking {
-                report_attention(be, shape, entries, kv, il, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
+                report_attention(be, shape, entries, kv, src, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
             }
             be.matmul(&lw.wo, att, n, y)?;
             if let Some(b) = &lw.wo_bias {
@@ -409,7 +437,48 @@ impl Model {
             be.rms_norm(x, &lw.ffn_norm, cfg.norm_eps, xn)?;
             self.feed_forward(be, &lw.ffn, xn, n, y, (gate, up), moe_bufs)?;
             self.residual_add(be, lw.post_ffn_norm.as_deref(), x, y)?;
+            if let Some(pb) = &lw.per_layer {
+                let pd = cfg.n_embd_per_layer;
+                let e = &ws.pl[il * n * pd..(il + 1) * n * pd]; // [n, n_embd_per_layer]
+                per_layer_branch(be, pb, (cfg.norm_eps, self.exact_f32), x, e, &mut ws.pl_gate, y)?;
+            }
+            if let Some(s) = lw.out_scale {
+                be.scale(x, s)?;
+            }
         }
+        Ok(())
+    }
+
+    /// Gemma 4's per-layer embeddings of the batch into `bufs.0` (`[n_layer, n, n_pl]`, layer
+    /// major; `bufs.1`: token-major scratch): `(norm(P · x / √n_embd) + E[id] · √n_pl) / √2`,
+    /// `x` the scaled token embeddings (`[n, n_embd]`), `P` the model projection, `E` the table,
+    /// the norm over each layer's slice. Nothing for a model without them.
+    fn per_layer_inputs(
+        &self,
+        be: &dyn Backend,
+        x: &[f32],
+        ids: &[u32],
+        bufs: (&mut Vec<f32>, &mut Vec<f32>),
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let Some(pe) = &self.weights.per_layer else { return Ok(()) };
+        let (n, l, p) = (ids.len(), cfg.n_layer, cfg.n_embd_per_layer);
+        let proj = buf(bufs.1, n * l * p); // [n, n_layer * n_pl]
+        be.matmul(&pe.model_proj, x, n, proj)?;
+        be.scale(proj, 1.0 / (cfg.n_embd as f32).sqrt())?;
+        be.rms_norm_inplace(proj, &pe.proj_norm, cfg.norm_eps)?;
+        let out = buf(bufs.0, n * l * p); // [n_layer, n, n_pl], token-major at first
+        be.gather(&pe.tok_embd, ids, (p as f32).sqrt(), out)?;
+        be.add(proj, out)?;
+        be.scale(proj, std::f32::consts::FRAC_1_SQRT_2)?;
+        // Layer-major, so that each block reads one contiguous `[n, n_pl]` slice.
+        be.to_host(proj)?;
+        for (t, row) in proj.chunks_exact(l * p).enumerate() {
+            for (il, part) in row.chunks_exact(p).enumerate() {
+                out[(il * n + t) * p..(il * n + t + 1) * p].copy_from_slice(part);
+            }
+        }
+        be.host_wrote(out)?;
         Ok(())
     }
 
@@ -455,6 +524,29 @@ impl Model {
             }
         }
     }
+}
+
+/// A block's per-layer-embedding branch (Gemma 4): `x += norm(proj(gelu(gate · x) ⊙ e))`, `x`
+/// the residual stream (`[n, n_embd]`), `e` the layer's per-layer embeddings
+/// (`[n, n_embd_per_layer]`), `gate_buf` and `y` scratch. `(eps, exact)`: the norm's epsilon
+/// and whether the activation is computed exactly.
+fn per_layer_branch(
+    be: &dyn Backend,
+    pb: &PerLayerBlock,
+    (eps, exact): (f32, bool),
+    x: &mut [f32],
+    e: &[f32],
+    gate_buf: &mut Vec<f32>,
+    y: &mut [f32],
+) -> Result<()> {
+    let g = buf(gate_buf, e.len()); // [n, n_embd_per_layer]
+    let n = x.len() / pb.proj.rows.max(1);
+    be.matmul(&pb.gate, x, n, g)?;
+    be.gated_activation(g, e, Activation::GeluTanh, exact)?;
+    be.matmul(&pb.proj, g, n, y)?;
+    be.rms_norm_inplace(y, &pb.post_norm, eps)?;
+    be.add(x, y)?;
+    Ok(())
 }
 
 /// Gives back the slots taken for `entries` (as many as `slots` holds), newest first.

@@ -53,6 +53,10 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
         "lm_head.weight" => Some("output.weight"),
+        // Gemma 4's per-layer embeddings.
+        "model.embed_tokens_per_layer.weight" => Some("per_layer_token_embd.weight"),
+        "model.per_layer_model_projection.weight" => Some("per_layer_model_proj.weight"),
+        "model.per_layer_projection_norm.weight" => Some("per_layer_proj_norm.weight"),
         _ => None,
     };
     if let Some(f) = fixed {
@@ -61,11 +65,14 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, name) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
+    if name == "layer_scalar" {
+        return Some(format!("blk.{layer}.layer_output_scale.weight"));
+    }
     let (stem, suffix) = name.rsplit_once('.')?;
     if let Some(g) = expert_name(stem) {
         return Some(format!("blk.{layer}.{g}.{suffix}"));
     }
-    let gemma_sandwich = matches!(arch, Arch::Gemma2 | Arch::Gemma3);
+    let gemma_sandwich = matches!(arch, Arch::Gemma2 | Arch::Gemma3 | Arch::Gemma4);
     let g = match stem {
         "input_layernorm" => "attn_norm",
         "post_attention_layernorm" if gemma_sandwich => "post_attention_norm",
@@ -83,6 +90,9 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "mlp.gate_up_proj" => "ffn_up",
+        "per_layer_input_gate" => "inp_gate",
+        "per_layer_projection" => "proj",
+        "post_per_layer_input_norm" => "post_norm",
         _ => return None,
     };
     Some(format!("blk.{layer}.{g}.{suffix}"))
@@ -278,11 +288,9 @@ impl HfModel {
                 continue;
             }
             let Some(t) = tensor_ref(&set, hf_name)? else { continue };
-            let t = if layout.arch.is_gemma() && name.ends_with("norm.weight") {
-                shifted_norm(&name, &t)?
-            } else {
-                t
-            };
+            // Gemma 4 stores its norms as the multipliers themselves.
+            let shifted = layout.arch.is_gemma() && layout.arch != Arch::Gemma4;
+            let t = if shifted && name.ends_with("norm.weight") { shifted_norm(&name, &t)? } else { t };
             map.insert(name, t);
         }
         if !layout.tied && !map.contains("output.weight") {

@@ -37,10 +37,11 @@ pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
     /// Query projection. `[q_dim, n_embd]`
     pub wq: Weight,
-    /// Key projection. `[kv_dim, n_embd]`
-    pub wk: Weight,
-    /// Value projection. `[kv_dim, n_embd]`
-    pub wv: Weight,
+    /// Key projection (none in a layer that attends over another layer's keys, Gemma 4).
+    /// `[kv_dim, n_embd]`
+    pub wk: Option<Weight>,
+    /// Value projection (none where `wk` is none). `[kv_dim, n_embd]`
+    pub wv: Option<Weight>,
     /// Query, key and value biases (Qwen 2). `[q_dim]`, `[kv_dim]`, `[kv_dim]`
     pub qkv_bias: Option<[Vec<f32>; 3]>,
     /// Attention output projection. `[n_embd, q_dim]`
@@ -61,9 +62,53 @@ pub struct LayerWeights {
     pub ffn: Ffn,
     /// Norm of the FFN output before the residual add (Gemma 2/3). `[n_embd]`
     pub post_ffn_norm: Option<Vec<f32>>,
+    /// Ones: the weightless RMSNorm of each value head (Gemma 4). `[head_dim]`
+    pub v_norm: Option<Vec<f32>>,
+    /// The block's per-layer-embedding branch (Gemma 4).
+    pub per_layer: Option<PerLayerBlock>,
+    /// Multiplies the block's output (Gemma 4's `layer_output_scale`).
+    pub out_scale: Option<f32>,
+}
+
+/// A block's per-layer-embedding branch (Gemma 4): `x += norm(proj(gelu(gate · x) ⊙ e_l))`,
+/// `e_l` the layer's slice of the per-layer embeddings.
+#[derive(Debug)]
+pub struct PerLayerBlock {
+    /// Gate projection. `[n_embd_per_layer, n_embd]`
+    pub gate: Weight,
+    /// Output projection. `[n_embd, n_embd_per_layer]`
+    pub proj: Weight,
+    /// RMSNorm of the output. `[n_embd]`
+    pub post_norm: Vec<f32>,
+}
+
+/// The model-wide per-layer embeddings (Gemma 4): for each token, a table row plus a projection
+/// of its embedding, one `n_embd_per_layer` slice per layer.
+#[derive(Debug)]
+pub struct PerLayerEmbeddings {
+    /// Token table. `[n_vocab, n_layer * n_embd_per_layer]`
+    pub tok_embd: Weight,
+    /// Projection of the scaled token embedding. `[n_layer * n_embd_per_layer, n_embd]`
+    pub model_proj: Weight,
+    /// RMSNorm of each layer's slice of the projection. `[n_embd_per_layer]`
+    pub proj_norm: Vec<f32>,
 }
 
 impl LayerWeights {
+    /// Every matrix of the block with its name's stem (`attn_q`, `ffn_gate.3`, `inp_gate`, …).
+    fn matrices(&self) -> Vec<(String, &Weight)> {
+        let attn = [("attn_q", Some(&self.wq)), ("attn_k", self.wk.as_ref()), ("attn_v", self.wv.as_ref())];
+        let mut out: Vec<(String, &Weight)> =
+            attn.into_iter().filter_map(|(n, w)| Some((n.to_string(), w?))).collect();
+        out.push(("attn_output".to_string(), &self.wo));
+        out.extend(self.ffn.matrices());
+        if let Some(p) = &self.per_layer {
+            out.push(("inp_gate".to_string(), &p.gate));
+            out.push(("proj".to_string(), &p.proj));
+        }
+        out
+    }
+
     /// The block's norm weights and biases.
     pub fn constants(&self) -> impl Iterator<Item = &[f32]> {
         let norms = [
@@ -75,6 +120,8 @@ impl LayerWeights {
             self.post_ffn_norm.as_ref(),
             self.wo_bias.as_ref(),
             self.attn_sinks.as_ref(),
+            self.v_norm.as_ref(),
+            self.per_layer.as_ref().map(|p| &p.post_norm),
         ];
         let moe_biases = match &self.ffn {
             Ffn::Moe(m) => m.biases(),
@@ -203,6 +250,8 @@ pub struct ModelWeights {
     pub token_embd: Weight,
     /// Transformer blocks.
     pub layers: Vec<LayerWeights>,
+    /// Per-layer embeddings (Gemma 4).
+    pub per_layer: Option<PerLayerEmbeddings>,
     /// Final RMSNorm. `[n_embd]`
     pub output_norm: Vec<f32>,
     /// LM head (the embedding table itself when tied). `[n_vocab, n_embd]`
@@ -226,16 +275,19 @@ impl ModelWeights {
     /// keep on its device ([`crate::backend::Backend::begin_pass`]).
     pub fn constants(&self) -> impl Iterator<Item = &[f32]> {
         std::iter::once(self.output_norm.as_slice())
+            .chain(self.per_layer.iter().map(|p| p.proj_norm.as_slice()))
             .chain(self.layers.iter().flat_map(LayerWeights::constants))
     }
 
     /// Every weight matrix with its GGUF name.
     pub fn matrices(&self) -> Vec<(String, &Weight)> {
         let mut out = vec![("token_embd.weight".to_string(), &self.token_embd)];
+        if let Some(p) = &self.per_layer {
+            out.push(("per_layer_token_embd.weight".to_string(), &p.tok_embd));
+            out.push(("per_layer_model_proj.weight".to_string(), &p.model_proj));
+        }
         for (i, l) in self.layers.iter().enumerate() {
-            let named = [("attn_q", &l.wq), ("attn_k", &l.wk), ("attn_v", &l.wv), ("attn_output", &l.wo)];
-            out.extend(named.into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
-            out.extend(l.ffn.matrices().into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
+            out.extend(l.matrices().into_iter().map(|(n, w)| (format!("blk.{i}.{n}.weight"), w)));
         }
         if let Some(e) = &self.encoder {
             out.extend(e.matrices());
@@ -250,9 +302,11 @@ impl ModelWeights {
     /// ([`crate::backend::Backend::prepare_weights`]).
     pub fn matmul_weights(&self) -> Vec<&Weight> {
         let mut ws: Vec<&Weight> = Vec::new();
+        if let Some(p) = &self.per_layer {
+            ws.push(&p.model_proj);
+        }
         for l in &self.layers {
-            ws.extend([&l.wq, &l.wk, &l.wv, &l.wo]);
-            ws.extend(l.ffn.matrices().into_iter().map(|(_, w)| w));
+            ws.extend(l.matrices().into_iter().map(|(_, w)| w));
         }
         if let Some(e) = &self.encoder {
             ws.extend(e.matrices().into_iter().map(|(_, w)| w));
@@ -441,6 +495,39 @@ impl Loader<'_> {
         Ok(FfnWeights { gate, up, down: self.matrix(&n("ffn_down"), d, ff)? })
     }
 
+    /// Layer `layer`'s per-layer-embedding branch, when the model has per-layer embeddings.
+    fn per_layer_block(&self, layer: usize, cfg: &ModelConfig) -> Result<Option<PerLayerBlock>> {
+        let (d, p) = (cfg.n_embd, cfg.n_embd_per_layer);
+        if p == 0 {
+            return Ok(None);
+        }
+        let n = |s: &str| format!("blk.{layer}.{s}.weight");
+        Ok(Some(PerLayerBlock {
+            gate: self.matrix(&n("inp_gate"), p, d)?,
+            proj: self.matrix(&n("proj"), d, p)?,
+            post_norm: self.vector(&n("post_norm"), d)?,
+        }))
+    }
+
+    /// The model's per-layer embeddings, when it has them.
+    fn per_layer_embeddings(&self, cfg: &ModelConfig) -> Result<Option<PerLayerEmbeddings>> {
+        let (d, p) = (cfg.n_embd, cfg.n_embd_per_layer);
+        if p == 0 {
+            return Ok(None);
+        }
+        let width = cfg.n_layer * p;
+        Ok(Some(PerLayerEmbeddings {
+            tok_embd: self.matrix("per_layer_token_embd.weight", cfg.n_vocab, width)?,
+            model_proj: self.matrix("per_layer_model_proj.weight", width, d)?,
+            proj_norm: self.vector("per_layer_proj_norm.weight", p)?,
+        }))
+    }
+
+    /// Layer `layer`'s output scale (`layer_output_scale.weight`, one value), if the file has one.
+    fn out_scale(&self, layer: usize) -> Result<Option<f32>> {
+        Ok(self.opt_vector(&format!("blk.{layer}.layer_output_scale.weight"), 1)?.map(|v| v[0]))
+    }
+
     /// Layer `layer`'s feed-forward network: dense, or the experts `cfg.moe` describes.
     fn ffn(&self, layer: usize, cfg: &ModelConfig) -> Result<Ffn> {
         let d = cfg.n_embd;
@@ -531,6 +618,7 @@ impl ModelWeights {
                 output: token_embd.clone(),
                 token_embd,
                 layers: Vec::new(),
+                per_layer: None,
                 output_norm: Vec::new(),
                 rope_factors: RopeFactors::default(),
                 cls_out,
@@ -546,10 +634,13 @@ impl ModelWeights {
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
+            // A layer attending over another layer's keys has no key or value weights.
+            let own_kv = cfg.kv_source.get(i) == Some(&i);
             let (q_norm, k_norm) = match cfg.qk_norm {
-                Some(QkNorm::PerHead) => {
-                    (Some(l.vector(&n("attn_q_norm"), hd)?), Some(l.vector(&n("attn_k_norm"), hd)?))
-                }
+                Some(QkNorm::PerHead) => (
+                    Some(l.vector(&n("attn_q_norm"), hd)?),
+                    if own_kv { Some(l.vector(&n("attn_k_norm"), hd)?) } else { None },
+                ),
                 Some(QkNorm::Whole) => {
                     (Some(l.vector(&n("attn_q_norm"), q)?), Some(l.vector(&n("attn_k_norm"), kv)?))
                 }
@@ -562,14 +653,17 @@ impl ModelWeights {
             } else {
                 (l.opt_vector(&n("post_attention_norm"), d)?, l.opt_vector(&n("post_ffw_norm"), d)?)
             };
-            let [wq, wk, wv] = if tensors.contains(&n("attn_qkv")) {
-                l.split_rows(&n("attn_qkv"), [q, kv, kv], d)?
-            } else {
-                [
+            let (wq, wk, wv) = if tensors.contains(&n("attn_qkv")) {
+                let [wq, wk, wv] = l.split_rows(&n("attn_qkv"), [q, kv, kv], d)?;
+                (wq, Some(wk), Some(wv))
+            } else if own_kv {
+                (
                     l.matrix(&n("attn_q"), q, d)?,
-                    l.matrix(&n("attn_k"), kv, d)?,
-                    l.matrix(&n("attn_v"), kv, d)?,
-                ]
+                    Some(l.matrix(&n("attn_k"), kv, d)?),
+                    Some(l.matrix(&n("attn_v"), kv, d)?),
+                )
+            } else {
+                (l.matrix(&n("attn_q"), q, d)?, None, None)
             };
             let ffn = l.ffn(i, cfg)?;
             let qkv_bias = if cfg.qkv_bias {
@@ -603,8 +697,12 @@ impl ModelWeights {
                 },
                 ffn,
                 post_ffn_norm,
+                v_norm: cfg.v_norm.then(|| vec![1.0; hd]),
+                per_layer: l.per_layer_block(i, cfg)?,
+                out_scale: l.out_scale(i)?,
             });
         }
+        let per_layer = l.per_layer_embeddings(cfg)?;
         let half = cfg.rope_dims / 2;
         let rope_factors = RopeFactors {
             always: l.opt_vector("rope_freqs.weight", half)?,
@@ -614,6 +712,16 @@ impl ModelWeights {
         let output_norm = l.vector("output_norm.weight", d)?;
         let cls_out = l.head("cls.output", d, None)?;
         l.check_all_used()?;
-        Ok(Self { token_embd, layers, output_norm, output, rope_factors, cls_out, cls: None, encoder: None })
+        Ok(Self {
+            token_embd,
+            layers,
+            per_layer,
+            output_norm,
+            output,
+            rope_factors,
+            cls_out,
+            cls: None,
+            encoder: None,
+        })
     }
 }

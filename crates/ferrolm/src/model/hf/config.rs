@@ -196,6 +196,55 @@ fn llama3_factors(rope: &Map<String, Value>, base: f64, head_dim: usize) -> Vec<
         .collect()
 }
 
+/// Gemma 4's proportional RoPE as per-pair frequency factors (the converter's
+/// `rope_freqs.weight`): the first `partial · head_dim / 2` pairs rotate as usual, the others'
+/// frequencies are divided by 1e30 (they do not rotate).
+fn proportional_factors(partial: f64, head_dim: usize) -> Vec<f32> {
+    let n_rot = ((partial * head_dim as f64) as usize / 2).min(head_dim / 2);
+    (0..head_dim / 2).map(|i| if i < n_rot { 1.0 } else { 1e30 }).collect()
+}
+
+/// Gemma 4's keys beyond Gemma 3's (`dims`: vocabulary size, key/value heads, head size), and
+/// errors for the variants ferrolm does not run yet.
+fn gemma4_keys(
+    c: &Cfg<'_>,
+    dims: (usize, usize, usize),
+    put: &mut impl FnMut(&str, MetaValue),
+) -> Result<()> {
+    let (n_vocab, n_head_kv, head_dim) = dims;
+    let unsupported =
+        |what: &str| Err(Error::Config(format!("config.json: Gemma 4 with {what} is not supported yet")));
+    for (key, what) in [
+        ("enable_moe_block", "mixture-of-experts blocks"),
+        ("attention_k_eq_v", "keys used as values (attention_k_eq_v)"),
+        ("use_double_wide_mlp", "double-wide MLPs"),
+    ] {
+        if c.opt_bool(key)? == Some(true) {
+            return unsupported(what);
+        }
+    }
+    if c.opt_usize("global_head_dim")?.is_some_and(|g| g != head_dim) {
+        return unsupported("different head sizes for sliding and global layers (global_head_dim)");
+    }
+    if c.opt_usize("num_global_key_value_heads")?.is_some_and(|n| n != n_head_kv) {
+        return unsupported("more key/value heads in the global layers (num_global_key_value_heads)");
+    }
+    if c.get("hidden_activation").and_then(Value::as_str).is_some_and(|a| a != "gelu_pytorch_tanh") {
+        return unsupported("an activation other than gelu_pytorch_tanh");
+    }
+    let per_layer = c.opt_usize("hidden_size_per_layer_input")?.unwrap_or(0);
+    if per_layer > 0 && c.opt_usize("vocab_size_per_layer_input")?.is_some_and(|v| v != n_vocab) {
+        return unsupported("a per-layer embedding table of another size than the vocabulary");
+    }
+    let u32v = |n: usize| MetaValue::U32(n.min(u32::MAX as usize) as u32);
+    put("embedding_length_per_layer_input", u32v(per_layer));
+    put("attention.shared_kv_layers", u32v(c.opt_usize("num_kv_shared_layers")?.unwrap_or(0)));
+    put("attention.key_length_swa", u32v(head_dim));
+    put("attention.value_length_swa", u32v(head_dim));
+    put("rope.dimension_count_swa", u32v(head_dim));
+    Ok(())
+}
+
 /// A BERT encoder's `config.json` (`BertModel`, as sentence-transformers folders hold it), with
 /// the keys llama.cpp's converter writes. llama.cpp computes every BERT's GELU with the tanh
 /// approximation, and so does ferrolm, also for `hidden_act: "gelu"` (erf): the two differ by
@@ -305,6 +354,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "gemma" => Arch::Gemma,
         "gemma2" => Arch::Gemma2,
         "gemma3_text" => Arch::Gemma3,
+        "gemma4_text" => Arch::Gemma4,
         "mixtral" => Arch::Llama,
         "qwen2_moe" => Arch::Qwen2Moe,
         "qwen3_moe" => Arch::Qwen3Moe,
@@ -365,7 +415,9 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     let rope = rope_section(&c);
     let base = rope.get("rope_theta").and_then(Value::as_f64).unwrap_or(10_000.0);
     put("rope.freq_base", MetaValue::F32(base as f32));
+    // Gemma 4's global layers rotate part of each head through frequency factors (below).
     let partial = match rope.get("partial_rotary_factor").and_then(Value::as_f64) {
+        _ if arch == Arch::Gemma4 => None,
         Some(p) => Some(p),
         None => c.opt_f64("partial_rotary_factor")?,
     };
@@ -391,6 +443,10 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
             put("rope.scaling.factor", MetaValue::F32(factor.unwrap_or(1.0) as f32));
         }
         "llama3" => rope_freqs = Some(llama3_factors(&rope, base, rope_dims)),
+        "proportional" if arch == Arch::Gemma4 => {
+            let p = rope.get("partial_rotary_factor").and_then(Value::as_f64).unwrap_or(1.0);
+            rope_freqs = Some(proportional_factors(p, head_dim));
+        }
         "yarn" => {
             let factor =
                 factor.ok_or_else(|| Error::Config("config.json: yarn scaling without 'factor'".into()))?;
@@ -530,7 +586,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
             }
         }
         Arch::Gemma => {}
-        Arch::Gemma2 | Arch::Gemma3 => {
+        Arch::Gemma2 | Arch::Gemma3 | Arch::Gemma4 => {
             if let Some(w) = window {
                 let period = if arch == Arch::Gemma2 {
                     2
@@ -557,7 +613,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
             {
                 put("attention.scale", MetaValue::F32((1.0 / s.sqrt()) as f32));
             }
-            if arch == Arch::Gemma3 {
+            if matches!(arch, Arch::Gemma3 | Arch::Gemma4) {
                 // transformers 5 nests it under `rope_parameters.sliding_attention`.
                 let nested =
                     c.get("rope_parameters").and_then(|p| p["sliding_attention"]["rope_theta"].as_f64());
@@ -570,6 +626,9 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         }
     }
 
+    if arch == Arch::Gemma4 {
+        gemma4_keys(&c, (n_vocab, n_head_kv, head_dim), &mut put)?;
+    }
     let tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(arch.is_gemma());
     let layout = HfLayout { arch, n_layer, n_head, n_head_kv, head_dim, tied, rope_freqs, longrope };
     Ok((kv, layout))
