@@ -92,6 +92,24 @@ fn batched_greedy_generation_equals_each_request_alone() {
     }
 }
 
+/// A request's end reaches its caller after the counters that include it are published: a
+/// client that reads `/metrics` right after its answer sees its tokens (llama.cpp's server
+/// suite checks `tokens_predicted_total` this way).
+#[test]
+fn the_counters_include_a_request_once_its_end_arrives() {
+    let Some(model) = load() else { return };
+    let eng = engine(&model, 2, BatchStrategy::DecodeFirst);
+    let mut generated = 0;
+    for (i, n) in [1usize, 4, 16].into_iter().enumerate() {
+        let (ids, _, _, usage) = collect(eng.submit(request(&model, "I believe", n)).expect("accepted"));
+        assert_eq!(usage.completion_tokens, ids.len());
+        generated += ids.len() as u64;
+        let m = eng.metrics();
+        assert_eq!(m.generated_tokens_total, generated, "after request {i}");
+        assert_eq!(m.requests_finished, i as u64 + 1, "after request {i}");
+    }
+}
+
 #[test]
 fn a_shared_prefix_is_reused_from_another_slot() {
     let Some(model) = load() else { return };

@@ -426,8 +426,8 @@ impl Worker {
                 a.report_progress();
             }
         }
+        // The tokens are counted as they are sampled: a request's end is sent after that.
         let n_gen = self.sample_outputs();
-        self.counters.generated_tokens_total += n_gen;
         self.gen_rate.add(now, n_gen);
         tracing::trace!(
             n = self.batch.len(),
@@ -589,12 +589,14 @@ impl Worker {
                 a.seq.end_prompt(&mut self.kv);
                 a.prompt_done();
             }
-            match a.sample(self.model.tokenizer(), row, &mut self.kv) {
-                Ok(None) => n_gen += 1,
-                Ok(Some(finish)) => {
-                    n_gen += 1;
-                    self.finish(slot, finish);
-                }
+            let sampled = a.sample(self.model.tokenizer(), row, &mut self.kv);
+            if sampled.is_ok() {
+                n_gen += 1;
+                self.counters.generated_tokens_total += 1;
+            }
+            match sampled {
+                Ok(None) => {}
+                Ok(Some(finish)) => self.finish(slot, finish),
                 Err(e) => {
                     let msg = format!("sampling failed: {e}");
                     self.fail_slot(slot, &msg);
@@ -605,11 +607,12 @@ impl Worker {
         n_gen
     }
 
-    /// Ends slot `i`'s request (if any): sends its end, keeps its KV in the prefix cache and
-    /// frees the slot.
+    /// Ends slot `i`'s request (if any): keeps its KV in the prefix cache, frees the slot and
+    /// sends its end after publishing the counters, so that a client that has its answer sees
+    /// it in `/metrics`.
     fn finish(&mut self, i: usize, finish: FinishReason) {
         let Some(mut a) = self.slots[i].take() else { return };
-        let usage = a.finish(finish);
+        let (usage, done) = a.finish(finish);
         let c = &mut self.counters;
         c.prompt_seconds_total += usage.prompt_ms / 1e3;
         c.generation_seconds_total += usage.decode_ms / 1e3;
@@ -633,6 +636,8 @@ impl Worker {
             "request done"
         );
         self.release(a.seq);
+        self.publish();
+        a.tx.send(done);
     }
 
     /// Ends slot `i`'s request with an error.

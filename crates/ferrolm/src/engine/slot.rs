@@ -192,9 +192,10 @@ impl Active {
         Ok(finish)
     }
 
-    /// Sends the end of the request: the held-back text (none after a stop string), the reason
-    /// and the counts.
-    pub(crate) fn finish(&mut self, finish: FinishReason) -> Usage {
+    /// Ends the request: the counts, and its last event (the held-back text, none after a stop
+    /// string, the reason and the counts) for the caller to send once its counters include this
+    /// request. Prompt logprobs scored before a cancel are sent here.
+    pub(crate) fn finish(&mut self, finish: FinishReason) -> (Usage, Event) {
         let text = self.decoder.finish();
         let usage = self.usage();
         if self.prompt_logprobs && !self.prompt_lp.is_empty() {
@@ -202,8 +203,7 @@ impl Active {
             self.tx.send(Event::PromptLogprobs(std::mem::take(&mut self.prompt_lp)));
         }
         let stop_word = self.decoder.stop_word().map(str::to_owned);
-        self.tx.send(Event::Done { text, finish, usage, stop_word });
-        usage
+        (usage, Event::Done { text, finish, usage, stop_word })
     }
 
     /// Counts and timings so far.
