@@ -299,8 +299,9 @@ class Spec:
     emb_std: float = 0.5  # std of embed_tokens / lm_head
     avoid_tokens: list[int] = field(default_factory=list)  # kept out of prompts and greedy output
     final_norm_gain: float = 1.0  # mean effective multiplier of the final norm
-    # keys added to the saved config.json that transformers does not write back (Gemma 4's
-    # global_head_dim, which the converter needs)
+    # keys set in (None: removed from) the saved config.json where transformers does not write
+    # back what it was given (Gemma 4's global_head_dim, which the converter needs, and the empty
+    # per_layer_config that would make a reload ignore it)
     hf_config_extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -469,7 +470,7 @@ MODELS: list[Spec] = [
                      "1/sqrt(head_dim) (1/sqrt(n_embd/n_head) only for the 62-layer 27B)."),
     Spec("gemma4", "Gemma4TextConfig", "Gemma4ForCausalLM", "spm-gemma",
          dict(BASE, num_hidden_layers=5, intermediate_size=64, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=16, global_head_dim=16, tie_word_embeddings=True,
+              num_key_value_heads=2, head_dim=16, global_head_dim=32, tie_word_embeddings=True,
               hidden_activation="gelu_pytorch_tanh", sliding_window=8, rms_norm_eps=1e-6,
               layer_types=["sliding_attention", "sliding_attention", "full_attention",
                            "sliding_attention", "full_attention"],
@@ -481,12 +482,16 @@ MODELS: list[Spec] = [
                   "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
               pad_token_id=0),
          seed=2121,
-         emb_std=0.03, final_norm_gain=6.0, hf_config_extra={"global_head_dim": 16},
+         emb_std=0.03, final_norm_gain=6.0,
+         hf_config_extra={"global_head_dim": 32, "per_layer_config": None},
          notes=["Gemma 4 text decoder (model_type gemma4_text, GGUF arch `gemma4`): 5 layers, "
                 "layers 0, 1, 3 sliding (window 8, RoPE base 1e4, all 16 dims rotated), 2 and 4 "
-                "global (proportional RoPE, base 1e6, partial_rotary_factor 0.25: the first 2 "
-                "of 8 frequency pairs rotate with base^(-2i/16), the other 6 have frequency 0; "
-                "GGUF: rope_freqs.weight [1, 1, 1e30 x 6] divides the frequencies).",
+                "global (proportional RoPE, base 1e6, partial_rotary_factor 0.25: the first 4 "
+                "of 16 frequency pairs rotate with base^(-2i/32), the other 12 have frequency 0; "
+                "GGUF: rope_freqs.weight [1 x 4, 1e30 x 12] divides the frequencies).",
+                "Head sizes: 16 in the sliding layers (head_dim), 32 in the global ones "
+                "(global_head_dim; GGUF key_length 32, key_length_swa 16): q is 64 or 128 wide, "
+                "k and v 32 or 64, o_proj maps 64 or 128 -> 64.",
                 "KV sharing: num_kv_shared_layers 2, so layers 3 and 4 have no k/v projections "
                 "and attend over the keys and values of the last earlier layer of their kind "
                 "(3 -> 1, 4 -> 2; llama.cpp: n_layer_kv_from_start - 2 / - 1).",
@@ -498,8 +503,10 @@ MODELS: list[Spec] = [
                 "layer_scalar (GGUF blk.N.layer_output_scale.weight).",
                 "Attention scale 1 (no 1/sqrt(head_dim)); q_norm/k_norm per head and a "
                 "weightless RMSNorm of v; norms multiply by w (not 1+w); final-logit softcap "
-                "30; GQA 4/2, head_dim 16 = global_head_dim (the real models' global heads are "
-                "twice as wide); tied embeddings scaled by sqrt(64)."]),
+                "30; GQA 4/2; tied embeddings scaled by sqrt(64).",
+                "config.json: transformers 5.24 saves an empty per_layer_config and no "
+                "global_head_dim (a reload would give the global layers head_dim 16); the script "
+                "writes global_head_dim and removes per_layer_config."]),
     # ---- mixture-of-experts models and SmolLM3 ----
     Spec("qwen3moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "bpe-qwen2",
          dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -1018,7 +1025,11 @@ def gen_model(spec: Spec, llamacpp: Path, work: Path, summary: list[str]) -> dic
     model.save_pretrained(hf, safe_serialization=True)
     if spec.hf_config_extra:
         c = json.loads((hf / "config.json").read_text())
-        c.update(spec.hf_config_extra)
+        for k, v in spec.hf_config_extra.items():
+            if v is None:
+                c.pop(k, None)
+            else:
+                c[k] = v
         (hf / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
     for f in tok.dir.iterdir():
         shutil.copy(f, hf / f.name)

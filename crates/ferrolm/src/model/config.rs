@@ -227,8 +227,13 @@ pub struct ModelConfig {
     pub n_head: usize,
     /// Key/value heads (GQA when fewer than `n_head`).
     pub n_head_kv: usize,
-    /// Dimension of one head.
+    /// Dimension of one head (of the global layers, when the sliding ones differ): also the
+    /// width of each head in the KV cache and in attention.
     pub head_dim: usize,
+    /// Dimension of one head of the sliding-window layers (Gemma 4's are narrower than its
+    /// global ones: their heads are zero-padded to `head_dim` for the cache and attention, which
+    /// leaves every score and output the same).
+    pub head_dim_swa: usize,
     /// Feed-forward inner size.
     pub n_ff: usize,
     /// RMSNorm epsilon.
@@ -241,6 +246,8 @@ pub struct ModelConfig {
     pub rope_style: RopeStyle,
     /// Number of rotated dimensions per head (≤ `head_dim`).
     pub rope_dims: usize,
+    /// Number of rotated dimensions per head of the sliding-window layers (≤ `head_dim_swa`).
+    pub rope_dims_swa: usize,
     /// RoPE for global-attention layers.
     pub rope_global: RopeParams,
     /// RoPE for sliding-window layers.
@@ -518,12 +525,14 @@ impl ModelConfig {
             n_head,
             n_head_kv,
             head_dim,
+            head_dim_swa: head_dim,
             n_ff,
             norm_eps,
             n_ctx_train,
             activation: Activation::Silu,
             rope_style: RopeStyle::Neox,
             rope_dims,
+            rope_dims_swa: rope_dims,
             rope_global,
             rope_local: rope_global,
             embed_scale: None,
@@ -627,27 +636,19 @@ impl ModelConfig {
                 })
                 .transpose()
         };
-        for k in ["attention.key_length_swa", "attention.value_length_swa"] {
-            if let Some(v) = opt(k)?
-                && v != self.head_dim
-            {
-                return Err(Error::Config(format!(
-                    "{} = {v} differs from the global layers' head size {}: Gemma 4 with different \
-                     head sizes for sliding and global layers is not supported yet",
-                    key(k),
-                    self.head_dim
-                )));
-            }
-        }
-        if let Some(v) = opt("rope.dimension_count_swa")?
-            && v != self.rope_dims
-        {
+        self.head_dim_swa = opt("attention.key_length_swa")?.unwrap_or(self.head_dim);
+        let v_swa = opt("attention.value_length_swa")?.unwrap_or(self.head_dim_swa);
+        if v_swa != self.head_dim_swa || self.head_dim_swa == 0 || self.head_dim_swa > self.head_dim {
             return Err(Error::Config(format!(
-                "{} = {v} differs from rope.dimension_count {}: not supported",
-                key("rope.dimension_count_swa"),
-                self.rope_dims
+                "{} = {}, {} = {v_swa}: the sliding layers' key and value heads must be equal, \
+                 nonzero and at most the global layers' {}",
+                key("attention.key_length_swa"),
+                self.head_dim_swa,
+                key("attention.value_length_swa"),
+                self.head_dim
             )));
         }
+        self.rope_dims_swa = opt("rope.dimension_count_swa")?.unwrap_or(self.head_dim_swa);
         self.qk_norm = Some(QkNorm::PerHead);
         self.post_norms = true;
         self.v_norm = true;
@@ -693,6 +694,12 @@ impl ModelConfig {
         }
         if self.rope_dims > self.head_dim || !self.rope_dims.is_multiple_of(2) {
             return bad(format!("rope dimension {} invalid for head size {}", self.rope_dims, self.head_dim));
+        }
+        if self.rope_dims_swa > self.head_dim_swa || !self.rope_dims_swa.is_multiple_of(2) {
+            return bad(format!(
+                "sliding layers' rope dimension {} invalid for their head size {}",
+                self.rope_dims_swa, self.head_dim_swa
+            ));
         }
         // Guard against absurd sizes before allocating work buffers.
         let limit = 1usize << 20;
@@ -770,6 +777,11 @@ impl ModelConfig {
     /// Width of the key/value projections (`n_head_kv * head_dim`).
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+
+    /// Head size of layer `il`'s projections (before padding to [`ModelConfig::head_dim`]).
+    pub fn layer_head_dim(&self, il: usize) -> usize {
+        if self.swa_layers.get(il).copied().unwrap_or(false) { self.head_dim_swa } else { self.head_dim }
     }
 
     /// RoPE parameters of a layer.

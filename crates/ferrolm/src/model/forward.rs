@@ -38,7 +38,7 @@ pub(crate) struct Workspace {
     up: Vec<f32>,
     /// RoPE (cos, sin) of the global layers. `[n, rope_dims / 2]`
     cs_global: Vec<(f32, f32)>,
-    /// RoPE (cos, sin) of the sliding-window layers. `[n, rope_dims / 2]`
+    /// RoPE (cos, sin) of the sliding-window layers. `[n, rope_dims_swa / 2]`
     cs_local: Vec<(f32, f32)>,
     /// KV slot of each batch entry. `[n]`
     slots: Vec<usize>,
@@ -75,7 +75,7 @@ impl Workspace {
     fn reserve(&mut self, cfg: &ModelConfig, n: usize) -> [HostRange; 15] {
         let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), dense_ff(cfg));
         let half = (cfg.rope_dims / 2).max(1);
-        let local = if has_local_rope(cfg) { n * half } else { 0 };
+        let local = if has_local_rope(cfg) { n * (cfg.rope_dims_swa / 2).max(1) } else { 0 };
         let pl = n * cfg.n_layer * cfg.n_embd_per_layer;
         [
             HostRange::of(buf(&mut self.x, n * d)),
@@ -104,7 +104,8 @@ fn dense_ff(cfg: &ModelConfig) -> usize {
 
 /// Whether the sliding-window layers rotate with their own RoPE parameters.
 fn has_local_rope(cfg: &ModelConfig) -> bool {
-    cfg.swa_layers.iter().any(|&l| l) && cfg.rope_local != cfg.rope_global
+    cfg.swa_layers.iter().any(|&l| l)
+        && (cfg.rope_local != cfg.rope_global || cfg.rope_dims_swa != cfg.rope_dims)
 }
 
 /// Ends a backend pass when dropped (also when the pass fails or panics).
@@ -323,9 +324,10 @@ impl Model {
         let cs_global = buf(&mut ws.cs_global, n * half); // [n, rope_dims / 2]
         be.rope_cos_sin(&ws.pos, cfg.rope_dims, &cfg.rope_global, factors, cs_global)?;
         if has_local_rope(cfg) {
-            let cs_local = buf(&mut ws.cs_local, n * half); // [n, rope_dims / 2]
+            let half_swa = (cfg.rope_dims_swa / 2).max(1);
+            let cs_local = buf(&mut ws.cs_local, n * half_swa); // [n, rope_dims_swa / 2]
             let local_factors = if cfg.local_rope_factors() { factors } else { None };
-            be.rope_cos_sin(&ws.pos, cfg.rope_dims, &cfg.rope_local, local_factors, cs_local)?;
+            be.rope_cos_sin(&ws.pos, cfg.rope_dims_swa, &cfg.rope_local, local_factors, cs_local)?;
         }
         Ok(())
     }
@@ -342,7 +344,7 @@ impl Model {
         let w = &self.weights;
         let entries = batch.entries();
         let n = entries.len();
-        let (d, qd, kvd, hd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim, dense_ff(cfg));
+        let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), dense_ff(cfg));
         self.rope_tables(be, entries, kv.capacity(), ws)?;
         let slots = &ws.slots;
         // Token embeddings. [n, d]
@@ -366,50 +368,16 @@ impl Model {
         // Whether an eviction policy wants this batch's attention (H2O) or its queries (SnapKV).
         let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
         let logging = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some()));
-        let half = (cfg.rope_dims / 2).max(1);
+        let (half, half_swa) = ((cfg.rope_dims / 2).max(1), (cfg.rope_dims_swa / 2).max(1));
         let has_local = has_local_rope(cfg);
         let cs_global = &ws.cs_global[..n * half]; // [n, rope_dims / 2]
-        let cs_local = &ws.cs_local[..if has_local { n * half } else { 0 }]; // [n, rope_dims / 2]
+        let cs_local = &ws.cs_local[..if has_local { n * half_swa } else { 0 }]; // [n, rope_dims_swa / 2]
 
         for (il, lw) in w.layers.iter().enumerate() {
             // Attention.
             be.rms_norm(x, &lw.attn_norm, cfg.norm_eps, xn)?;
-            let own_kv = match (&lw.wk, &lw.wv) {
-                (Some(wk), Some(wv)) => {
-                    let mut jobs = [
-                        MatmulJob { w: &lw.wq, out: q },
-                        MatmulJob { w: wk, out: k },
-                        MatmulJob { w: wv, out: v },
-                    ];
-                    be.matmul_many(xn, n, &mut jobs)?;
-                    true
-                }
-                _ => {
-                    be.matmul(&lw.wq, xn, n, q)?;
-                    false
-                }
-            };
-            if let Some([bq, bk, bv]) = &lw.qkv_bias {
-                be.add_bias(q, bq)?;
-                be.add_bias(k, bk)?;
-                be.add_bias(v, bv)?;
-            }
-            if let Some(qn) = &lw.q_norm {
-                be.rms_norm_inplace(q, qn, cfg.norm_eps)?;
-            }
-            if let (Some(kn), true) = (&lw.k_norm, own_kv) {
-                be.rms_norm_inplace(k, kn, cfg.norm_eps)?;
-            }
-            if let (Some(vn), true) = (&lw.v_norm, own_kv) {
-                be.rms_norm_inplace(v, vn, cfg.norm_eps)?;
-            }
             let cs: &[(f32, f32)] = if has_local && cfg.swa_layers[il] { cs_local } else { cs_global };
-            if cfg.rope_layers[il] {
-                be.rope(q, n, hd, cs, cfg.rope_style)?;
-                if own_kv {
-                    be.rope(k, n, hd, cs, cfg.rope_style)?;
-                }
-            }
+            let own_kv = self.project_qkv(be, il, xn, n, (q, k, v), cs)?;
             if own_kv {
                 store_kv(be, entries, slots, kv, il, (k, v), kvd, kv16)?;
             }
@@ -427,7 +395,11 @@ impl Model {
             if tracking {
                 report_attention(be, shape, entries, kv, src, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
             }
-            be.matmul(&lw.wo, att, n, y)?;
+            let hdl = cfg.layer_head_dim(il);
+            if hdl != cfg.head_dim {
+                unpad_heads(be, att, cfg.head_dim, hdl)?;
+            }
+            be.matmul(&lw.wo, &att[..n * cfg.n_head * hdl], n, y)?;
             if let Some(b) = &lw.wo_bias {
                 be.add_bias(y, b)?;
             }
@@ -447,6 +419,70 @@ impl Model {
             }
         }
         Ok(())
+    }
+
+    /// Layer `il`'s queries, keys and values of the normalised rows `xn` (`[n, n_embd]`) into
+    /// `q` (`[n, n_head * head_dim]`), `k` and `v` (`[n, n_head_kv * head_dim]`): projected,
+    /// biased, normalised and rotated (`cs`: the layer's RoPE table) at the layer's own head
+    /// size, then zero-padded to `head_dim` when that is larger. Keys and values only for a
+    /// layer with its own (returns whether it has them).
+    fn project_qkv(
+        &self,
+        be: &dyn Backend,
+        il: usize,
+        xn: &[f32],
+        n: usize,
+        (q, k, v): (&mut [f32], &mut [f32], &mut [f32]),
+        cs: &[(f32, f32)],
+    ) -> Result<bool> {
+        let cfg = &self.config;
+        let lw = &self.weights.layers[il];
+        let hdl = cfg.layer_head_dim(il);
+        let (ql, kvl) = (n * cfg.n_head * hdl, n * cfg.n_head_kv * hdl);
+        let (qs, ks, vs) = (&mut q[..ql], &mut k[..kvl], &mut v[..kvl]);
+        let own_kv = match (&lw.wk, &lw.wv) {
+            (Some(wk), Some(wv)) => {
+                let mut jobs = [
+                    MatmulJob { w: &lw.wq, out: qs },
+                    MatmulJob { w: wk, out: ks },
+                    MatmulJob { w: wv, out: vs },
+                ];
+                be.matmul_many(xn, n, &mut jobs)?;
+                true
+            }
+            _ => {
+                be.matmul(&lw.wq, xn, n, qs)?;
+                false
+            }
+        };
+        if let Some([bq, bk, bv]) = &lw.qkv_bias {
+            be.add_bias(qs, bq)?;
+            be.add_bias(ks, bk)?;
+            be.add_bias(vs, bv)?;
+        }
+        if let Some(qn) = &lw.q_norm {
+            be.rms_norm_inplace(qs, qn, cfg.norm_eps)?;
+        }
+        if let (Some(kn), true) = (&lw.k_norm, own_kv) {
+            be.rms_norm_inplace(ks, kn, cfg.norm_eps)?;
+        }
+        if let (Some(vn), true) = (&lw.v_norm, own_kv) {
+            be.rms_norm_inplace(vs, vn, cfg.norm_eps)?;
+        }
+        if cfg.rope_layers[il] {
+            be.rope(qs, n, hdl, cs, cfg.rope_style)?;
+            if own_kv {
+                be.rope(ks, n, hdl, cs, cfg.rope_style)?;
+            }
+        }
+        if hdl != cfg.head_dim {
+            pad_heads(be, q, cfg.head_dim, hdl)?;
+            if own_kv {
+                pad_heads(be, k, cfg.head_dim, hdl)?;
+                pad_heads(be, v, cfg.head_dim, hdl)?;
+            }
+        }
+        Ok(own_kv)
     }
 
     /// Gemma 4's per-layer embeddings of the batch into `bufs.0` (`[n_layer, n, n_pl]`, layer
@@ -524,6 +560,32 @@ impl Model {
             }
         }
     }
+}
+
+/// Spreads the `hdl`-wide heads packed at the start of `x` to `hd`-wide ones, zero-filled at the
+/// end (`x`: `[rows, hd]` heads after, `[rows, hdl]` before), on the host.
+fn pad_heads(be: &dyn Backend, x: &mut [f32], hd: usize, hdl: usize) -> Result<()> {
+    let rows = x.len() / hd;
+    be.to_host(&mut x[..rows * hdl])?;
+    // From the last head back, so that no head is overwritten before it moves.
+    for r in (0..rows).rev() {
+        x.copy_within(r * hdl..(r + 1) * hdl, r * hd);
+        x[r * hd + hdl..(r + 1) * hd].fill(0.0);
+    }
+    be.host_wrote(x)?;
+    Ok(())
+}
+
+/// The inverse of [`pad_heads`]: the first `hdl` values of each `hd`-wide head of `x`, packed at
+/// its start, on the host.
+fn unpad_heads(be: &dyn Backend, x: &mut [f32], hd: usize, hdl: usize) -> Result<()> {
+    let rows = x.len() / hd;
+    be.to_host(x)?;
+    for r in 0..rows {
+        x.copy_within(r * hd..r * hd + hdl, r * hdl);
+    }
+    be.host_wrote(&x[..rows * hdl])?;
+    Ok(())
 }
 
 /// A block's per-layer-embedding branch (Gemma 4): `x += norm(proj(gelu(gate · x) ⊙ e))`, `x`

@@ -608,7 +608,7 @@ impl ModelWeights {
     /// row blocks without copying.
     pub fn from_tensors(tensors: &TensorMap, cfg: &ModelConfig) -> Result<Self> {
         let l = Loader { tensors, used: RefCell::new(BTreeSet::new()) };
-        let (d, q, kv, hd) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+        let d = cfg.n_embd;
         let token_embd = l.matrix("token_embd.weight", cfg.n_vocab, d)?;
         if cfg.arch.is_encoder() {
             let encoder = EncoderWeights::load(&l, cfg)?;
@@ -634,6 +634,9 @@ impl ModelWeights {
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
+            // Gemma 4's sliding layers have narrower heads than its global ones.
+            let hd = cfg.layer_head_dim(i);
+            let (q, kv) = (cfg.n_head * hd, cfg.n_head_kv * hd);
             // A layer attending over another layer's keys has no key or value weights.
             let own_kv = cfg.kv_source.get(i) == Some(&i);
             let (q_norm, k_norm) = match cfg.qk_norm {

@@ -204,14 +204,14 @@ fn proportional_factors(partial: f64, head_dim: usize) -> Vec<f32> {
     (0..head_dim / 2).map(|i| if i < n_rot { 1.0 } else { 1e30 }).collect()
 }
 
-/// Gemma 4's keys beyond Gemma 3's (`dims`: vocabulary size, key/value heads, head size), and
-/// errors for the variants ferrolm does not run yet.
+/// Gemma 4's keys beyond Gemma 3's (`dims`: vocabulary size, key/value heads, the sliding
+/// layers' head size), and errors for the variants ferrolm does not run yet.
 fn gemma4_keys(
     c: &Cfg<'_>,
     dims: (usize, usize, usize),
     put: &mut impl FnMut(&str, MetaValue),
 ) -> Result<()> {
-    let (n_vocab, n_head_kv, head_dim) = dims;
+    let (n_vocab, n_head_kv, head_dim_swa) = dims;
     let unsupported =
         |what: &str| Err(Error::Config(format!("config.json: Gemma 4 with {what} is not supported yet")));
     for (key, what) in [
@@ -222,9 +222,6 @@ fn gemma4_keys(
         if c.opt_bool(key)? == Some(true) {
             return unsupported(what);
         }
-    }
-    if c.opt_usize("global_head_dim")?.is_some_and(|g| g != head_dim) {
-        return unsupported("different head sizes for sliding and global layers (global_head_dim)");
     }
     if c.opt_usize("num_global_key_value_heads")?.is_some_and(|n| n != n_head_kv) {
         return unsupported("more key/value heads in the global layers (num_global_key_value_heads)");
@@ -239,9 +236,14 @@ fn gemma4_keys(
     let u32v = |n: usize| MetaValue::U32(n.min(u32::MAX as usize) as u32);
     put("embedding_length_per_layer_input", u32v(per_layer));
     put("attention.shared_kv_layers", u32v(c.opt_usize("num_kv_shared_layers")?.unwrap_or(0)));
-    put("attention.key_length_swa", u32v(head_dim));
-    put("attention.value_length_swa", u32v(head_dim));
-    put("rope.dimension_count_swa", u32v(head_dim));
+    let sliding = c.get("rope_parameters").map(|p| &p["sliding_attention"]);
+    let partial = sliding.and_then(|p| p["partial_rotary_factor"].as_f64()).unwrap_or(1.0);
+    if sliding.and_then(|p| p["rope_type"].as_str()).is_some_and(|t| t != "default") {
+        return unsupported("scaled RoPE in the sliding layers");
+    }
+    put("attention.key_length_swa", u32v(head_dim_swa));
+    put("attention.value_length_swa", u32v(head_dim_swa));
+    put("rope.dimension_count_swa", u32v((head_dim_swa as f64 * partial) as usize));
     Ok(())
 }
 
@@ -397,6 +399,11 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                 "config.json: hidden_size {n_embd} is not divisible by num_attention_heads {n_head} and no head_dim is given"
             )));
         }
+    };
+    // Gemma 4: `head_dim` is the sliding layers' head size, `global_head_dim` the global ones'.
+    let (head_dim, head_dim_swa) = match c.opt_usize("global_head_dim")? {
+        Some(g) if arch == Arch::Gemma4 && g > 0 => (g, head_dim),
+        _ => (head_dim, head_dim),
     };
     let ctx = c.opt_usize("max_position_embeddings")?.unwrap_or(2048);
     let eps = c.opt_f64("rms_norm_eps")?.unwrap_or(1e-6);
@@ -627,7 +634,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     }
 
     if arch == Arch::Gemma4 {
-        gemma4_keys(&c, (n_vocab, n_head_kv, head_dim), &mut put)?;
+        gemma4_keys(&c, (n_vocab, n_head_kv, head_dim_swa), &mut put)?;
     }
     let tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(arch.is_gemma());
     let layout = HfLayout { arch, n_layer, n_head, n_head_kv, head_dim, tied, rope_freqs, longrope };
