@@ -475,6 +475,7 @@ MODELS: list[Spec] = [
               layer_types=["sliding_attention", "sliding_attention", "full_attention",
                            "sliding_attention", "full_attention"],
               num_kv_shared_layers=2, hidden_size_per_layer_input=8,
+              use_double_wide_mlp=True, attention_k_eq_v=True,
               vocab_size_per_layer_input=512, final_logit_softcapping=30.0,
               rope_parameters={
                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
@@ -504,6 +505,11 @@ MODELS: list[Spec] = [
                 "Attention scale 1 (no 1/sqrt(head_dim)); q_norm/k_norm per head and a "
                 "weightless RMSNorm of v; norms multiply by w (not 1+w); final-logit softcap "
                 "30; GQA 4/2; tied embeddings scaled by sqrt(64).",
+                "use_double_wide_mlp: the KV-shared layers' MLPs are twice as wide (128; GGUF "
+                "feed_forward_length is the per-layer array [64, 64, 64, 128, 128]). "
+                "attention_k_eq_v: the global layers have no v_proj, their values are the key "
+                "projection before k_norm and RoPE (then the weightless v norm); the sliding "
+                "layers keep their v_proj (GGUF: no blk.2.attn_v.weight).",
                 "config.json: transformers 5.24 saves an empty per_layer_config and no "
                 "global_head_dim (a reload would give the global layers head_dim 16); the script "
                 "writes global_head_dim and removes per_layer_config."]),

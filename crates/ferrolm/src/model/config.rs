@@ -234,8 +234,11 @@ pub struct ModelConfig {
     /// global ones: their heads are zero-padded to `head_dim` for the cache and attention, which
     /// leaves every score and output the same).
     pub head_dim_swa: usize,
-    /// Feed-forward inner size.
+    /// Feed-forward inner size (the largest, when layers differ).
     pub n_ff: usize,
+    /// Feed-forward inner size of each layer (Gemma 4's KV-shared layers may be twice as wide).
+    /// `[n_layer]`
+    pub n_ff_layers: Vec<usize>,
     /// RMSNorm epsilon.
     pub norm_eps: f32,
     /// Context length the model was trained with.
@@ -351,6 +354,27 @@ fn swa_pattern(f: &GgufFile, key: &str, n_layer: usize, default_period: u64) -> 
     }
     let period = f.opt_u64(key)?.unwrap_or(default_period);
     Ok((0..n_layer as u64).map(|il| period == 0 || il % period < period - 1).collect())
+}
+
+/// A per-layer count at `key`: one unsigned integer for every layer, or an array of `n_layer`
+/// of them (llama.cpp's `get_key_or_arr`).
+fn per_layer_counts(f: &GgufFile, key: &str, n_layer: usize) -> Result<Vec<usize>> {
+    let to_usize = |v: i64| usize::try_from(v).map_err(|_| Error::Config(format!("{key} has the entry {v}")));
+    match f.opt_array(key) {
+        Ok(Some(arr)) => {
+            let vals = arr.to_i64_vec().ok_or_else(|| Error::Config(format!("{key} must be integers")))?;
+            if vals.len() != n_layer {
+                return Err(Error::Config(format!("{key} has {} entries for {n_layer} layers", vals.len())));
+            }
+            vals.into_iter().map(to_usize).collect()
+        }
+        _ => {
+            let v = f.get_u64(key)?;
+            let v = usize::try_from(v).map_err(|_| Error::Config(format!("{key} = {v} is too large")))?;
+            // Bounded before the table is made (`validate` names a bad layer count).
+            Ok(vec![v; n_layer.min(4097)])
+        }
+    }
 }
 
 /// The layer each layer attends over ([`ModelConfig::kv_source`]) when the last `n_shared` of
@@ -476,7 +500,8 @@ impl ModelConfig {
         let n_layer = req("block_count")?;
         let n_head = req("attention.head_count")?;
         let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
-        let n_ff = req("feed_forward_length")?;
+        let n_ff_layers = per_layer_counts(f, &key("feed_forward_length"), n_layer)?;
+        let n_ff = n_ff_layers.iter().copied().max().unwrap_or(0);
         let head_dim = match opt("attention.key_length")? {
             Some(v) => v,
             None if n_head > 0 => n_embd / n_head,
@@ -527,6 +552,7 @@ impl ModelConfig {
             head_dim,
             head_dim_swa: head_dim,
             n_ff,
+            n_ff_layers,
             norm_eps,
             n_ctx_train,
             activation: Activation::Silu,
@@ -689,6 +715,9 @@ impl ModelConfig {
                 self.n_embd, self.n_ff, self.n_layer, self.n_head, self.n_head_kv, self.head_dim
             ));
         }
+        if let Some(il) = self.n_ff_layers.iter().position(|&f| f == 0) {
+            return bad(format!("layer {il} has a feed-forward size of 0"));
+        }
         if !self.n_head.is_multiple_of(self.n_head_kv) {
             return bad(format!("n_head {} is not a multiple of n_head_kv {}", self.n_head, self.n_head_kv));
         }
@@ -777,6 +806,11 @@ impl ModelConfig {
     /// Width of the key/value projections (`n_head_kv * head_dim`).
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+
+    /// Feed-forward inner size of layer `il`.
+    pub fn layer_n_ff(&self, il: usize) -> usize {
+        self.n_ff_layers.get(il).copied().unwrap_or(self.n_ff)
     }
 
     /// Head size of layer `il`'s projections (before padding to [`ModelConfig::head_dim`]).

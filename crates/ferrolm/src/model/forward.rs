@@ -450,7 +450,15 @@ impl Model {
                 be.matmul_many(xn, n, &mut jobs)?;
                 true
             }
-            _ => {
+            (Some(wk), None) => {
+                // The keys, before their norm and rotation, are also the values.
+                be.matmul_many(xn, n, &mut [MatmulJob { w: &lw.wq, out: qs }, MatmulJob { w: wk, out: ks }])?;
+                be.to_host(ks)?;
+                vs.copy_from_slice(ks);
+                be.host_wrote(vs)?;
+                true
+            }
+            (None, _) => {
                 be.matmul(&lw.wq, xn, n, qs)?;
                 false
             }
@@ -553,7 +561,12 @@ impl Model {
     ) -> Result<()> {
         let cfg = &self.config;
         match (ffn, &cfg.moe) {
-            (Ffn::Dense(f), _) => gated_ffn(be, f, None, cfg.activation, self.exact_f32, xn, n, scratch, y),
+            (Ffn::Dense(f), _) => {
+                // This layer's width (Gemma 4's layers differ).
+                let m = n * f.gate.rows;
+                let scratch = (&mut scratch.0[..m], &mut scratch.1[..m]);
+                gated_ffn(be, f, None, cfg.activation, self.exact_f32, xn, n, scratch, y)
+            }
             (Ffn::Moe(m), Some(mc)) => moe_ffn(be, m, mc, cfg.activation, self.exact_f32, xn, n, y, moe),
             (Ffn::Moe(_), None) => {
                 Err(Error::Config("expert weights in a model configured without experts".into()))

@@ -40,7 +40,8 @@ pub struct LayerWeights {
     /// Key projection (none in a layer that attends over another layer's keys, Gemma 4).
     /// `[kv_dim, n_embd]`
     pub wk: Option<Weight>,
-    /// Value projection (none where `wk` is none). `[kv_dim, n_embd]`
+    /// Value projection (none where `wk` is none, or where the keys are also the values: Gemma
+    /// 4's `attention_k_eq_v`). `[kv_dim, n_embd]`
     pub wv: Option<Weight>,
     /// Query, key and value biases (Qwen 2). `[q_dim]`, `[kv_dim]`, `[kv_dim]`
     pub qkv_bias: Option<[Vec<f32>; 3]>,
@@ -532,7 +533,7 @@ impl Loader<'_> {
     fn ffn(&self, layer: usize, cfg: &ModelConfig) -> Result<Ffn> {
         let d = cfg.n_embd;
         let Some(m) = &cfg.moe else {
-            return Ok(Ffn::Dense(self.dense(layer, "", d, cfg.n_ff)?));
+            return Ok(Ffn::Dense(self.dense(layer, "", d, cfg.layer_n_ff(layer))?));
         };
         let n = |s: &str| format!("blk.{layer}.{s}.weight");
         let router = self.matrix(&n("ffn_gate_inp"), m.n_expert, d)?;
@@ -660,11 +661,13 @@ impl ModelWeights {
                 let [wq, wk, wv] = l.split_rows(&n("attn_qkv"), [q, kv, kv], d)?;
                 (wq, Some(wk), Some(wv))
             } else if own_kv {
-                (
-                    l.matrix(&n("attn_q"), q, d)?,
-                    Some(l.matrix(&n("attn_k"), kv, d)?),
-                    Some(l.matrix(&n("attn_v"), kv, d)?),
-                )
+                // Gemma 4's global layers may use their keys as values.
+                let wv = if cfg.arch == Arch::Gemma4 && !tensors.contains(&n("attn_v")) {
+                    None
+                } else {
+                    Some(l.matrix(&n("attn_v"), kv, d)?)
+                };
+                (l.matrix(&n("attn_q"), q, d)?, Some(l.matrix(&n("attn_k"), kv, d)?), wv)
             } else {
                 (l.matrix(&n("attn_q"), q, d)?, None, None)
             };

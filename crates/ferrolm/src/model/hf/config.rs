@@ -214,14 +214,8 @@ fn gemma4_keys(
     let (n_vocab, n_head_kv, head_dim_swa) = dims;
     let unsupported =
         |what: &str| Err(Error::Config(format!("config.json: Gemma 4 with {what} is not supported yet")));
-    for (key, what) in [
-        ("enable_moe_block", "mixture-of-experts blocks"),
-        ("attention_k_eq_v", "keys used as values (attention_k_eq_v)"),
-        ("use_double_wide_mlp", "double-wide MLPs"),
-    ] {
-        if c.opt_bool(key)? == Some(true) {
-            return unsupported(what);
-        }
+    if c.opt_bool("enable_moe_block")? == Some(true) {
+        return unsupported("mixture-of-experts blocks");
     }
     if c.opt_usize("num_global_key_value_heads")?.is_some_and(|n| n != n_head_kv) {
         return unsupported("more key/value heads in the global layers (num_global_key_value_heads)");
@@ -235,7 +229,15 @@ fn gemma4_keys(
     }
     let u32v = |n: usize| MetaValue::U32(n.min(u32::MAX as usize) as u32);
     put("embedding_length_per_layer_input", u32v(per_layer));
-    put("attention.shared_kv_layers", u32v(c.opt_usize("num_kv_shared_layers")?.unwrap_or(0)));
+    let n_shared = c.opt_usize("num_kv_shared_layers")?.unwrap_or(0);
+    put("attention.shared_kv_layers", u32v(n_shared));
+    if c.opt_bool("use_double_wide_mlp")? == Some(true) {
+        // The KV-shared layers' MLPs are twice as wide.
+        let (n_layer, n_ff) = (c.usize("num_hidden_layers")?, c.usize("intermediate_size")?);
+        let first_shared = n_layer.saturating_sub(n_shared);
+        let widths = (0..n_layer).map(|il| (if il < first_shared { n_ff } else { 2 * n_ff }) as u32);
+        put("feed_forward_length", MetaValue::Array(MetaArray::U32(widths.collect())));
+    }
     let sliding = c.get("rope_parameters").map(|p| &p["sliding_attention"]);
     let partial = sliding.and_then(|p| p["partial_rotary_factor"].as_f64()).unwrap_or(1.0);
     if sliding.and_then(|p| p["rope_type"].as_str()).is_some_and(|t| t != "default") {
@@ -411,7 +413,10 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     put("context_length", u32v(ctx, "max_position_embeddings")?);
     put("embedding_length", u32v(n_embd, "hidden_size")?);
     put("block_count", u32v(n_layer, "num_hidden_layers")?);
-    put("feed_forward_length", u32v(n_ff, "intermediate_size")?);
+    // Gemma 4's double-wide MLPs give a width per layer (below).
+    if !(arch == Arch::Gemma4 && c.opt_bool("use_double_wide_mlp")? == Some(true)) {
+        put("feed_forward_length", u32v(n_ff, "intermediate_size")?);
+    }
     put("attention.head_count", u32v(n_head, "num_attention_heads")?);
     put("attention.head_count_kv", u32v(n_head_kv, "num_key_value_heads")?);
     put("attention.key_length", u32v(head_dim, "head_dim")?);
