@@ -1,13 +1,13 @@
 //! AVX-512 (F/BW/VL/DQ + VNNI + VBMI) kernels for [`Isa::Avx512`](crate::Isa::Avx512): decode
-//! dot products and the prompt GEMM for Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights.
+//! dot products and the prompt GEMM for Q4_0, Q4_1, Q5_0, Q8_0, Q3_K, Q4_K and Q6_K weights.
 //!
 //! # Layout: one block per lane
 //!
 //! A *group* is 16 weight blocks of 32 values (Q4_0/Q4_1/Q5_0/Q8_0), two Q4_K super-blocks
-//! (16 sub-blocks of 32) or one Q6_K super-block (16 sub-blocks of 16). Each group is turned into
-//! `NQ` 512-bit vectors (8, or 4 for Q6_K) whose i32 lane `b` holds four consecutive values of
-//! block `b`: one `vpdpbusd` per vector accumulates four products per lane, so after `NQ` of them
-//! lane `b` holds block `b`'s whole integer dot product. Converting the 16 sums to f32 and scaling
+//! (16 sub-blocks of 32) or one Q3_K or Q6_K super-block (16 sub-blocks of 16). Each group is
+//! turned into `NQ` 512-bit vectors (8, or 4 for Q3_K and Q6_K) whose i32 lane `b` holds four
+//! consecutive values of block `b`: one `vpdpbusd` per vector accumulates four products per lane,
+//! so after `NQ` of them lane `b` holds block `b`'s whole integer dot product. Converting the 16 sums to f32 and scaling
 //! them by a vector of 16 block scales then costs three instructions per group, where a
 //! block-per-register layout pays that per block.
 //!
@@ -17,8 +17,8 @@
 //! [`quantize_activations`](crate::quant::quantize_activations)) are rearranged the same way once per
 //! call into a buffer that every weight row reuses.
 //!
-//! `vpdpbusd` multiplies unsigned by signed bytes: 4-, 5- and 6-bit weights are unsigned and
-//! their offsets (−8, −16, −32) become an integer start value `−offset · Σx` per block computed
+//! `vpdpbusd` multiplies unsigned by signed bytes: 3-, 4-, 5- and 6-bit weights are unsigned and
+//! their offsets (−4, −8, −16, −32) become an integer start value `−offset · Σx` per block computed
 //! from the activations; Q8_0 weights are flipped to `w + 128` with a start value `−128 · Σx`.
 //! Integer sums are exact; only the f32 accumulation order differs from the portable kernels.
 //!
@@ -31,7 +31,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::avx512_formats::{Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
+use super::avx512_formats::{Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
 use crate::GgmlType;
 use crate::quant::prefetch_next;
 
@@ -75,6 +75,7 @@ pub(in crate::quant) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
         GgmlType::Q8_0 => pair!(Q8_0),
         GgmlType::Q4_K => pair!(Q4K),
         GgmlType::Q6_K => pair!(Q6K),
+        GgmlType::Q3_K => pair!(Q3K),
         _ => None,
     }
 }

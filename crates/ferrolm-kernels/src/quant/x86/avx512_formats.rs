@@ -4,6 +4,8 @@
 
 use std::arch::x86_64::*;
 
+use crate::quant::q3_k::unpack_scales_q3k;
+
 use super::avx512::{
     Avx512, BytePlan, Format, WGroup, WordPlan, byte_sums, f16_hi, f16_lo, gather, gather_words, hi_nibbles,
     lo_nibbles, load, zero_ps,
@@ -604,8 +606,26 @@ const Q6_K_ROT: [u32; 16] = {
     r
 };
 
-/// Q8_K activations for Q6_K: lane `S`, vector `v` = values `16S + 4v ..+ 4`.
+/// Q8_K activations for the 16-value sub-block formats (Q3_K, Q6_K): lane `S`, vector `v` =
+/// values `16S + 4v ..+ 4`.
 const Q8_K_X16: [BytePlan; 4] = block_plans(16, 4);
+
+/// Repacks one Q8_K activation block for a 16-value sub-block format whose unsigned weights
+/// carry an offset of `2^SHIFT`: the values, `d`, no minimum, start values `−(Σx << SHIFT)`.
+#[inline(always)]
+fn repack_q8_k16<const SHIFT: u32>(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+    let z = load::<5>(t, src);
+    for (j, plan) in Q8_K_X16.iter().enumerate() {
+        dst[j] = gather(t, &z, plan);
+    }
+    let s = byte_sums(t, &dst[..4]);
+    // SAFETY: `t` proves AVX-512 F; registers only.
+    unsafe {
+        dst[4] = _mm512_castps_si512(_mm512_set1_ps(f32_at(src)));
+        dst[5] = _mm512_setzero_si512();
+        dst[6] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<SHIFT>(s));
+    }
+}
 
 impl Format for Q6K {
     const ID: u8 = 6;
@@ -642,17 +662,111 @@ impl Format for Q6K {
 
     #[inline(always)]
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        let z = load::<5>(t, src);
-        for (j, plan) in Q8_K_X16.iter().enumerate() {
-            dst[j] = gather(t, &z, plan);
+        repack_q8_k16::<5>(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        Self::repack(t, src, dst);
+    }
+}
+
+// ---- Q3_K ----------------------------------------------------------------------------------
+
+/// Q3_K weights, one super-block of `hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16`
+/// per group; lane `S` is the 16-value sub-block `S = 8h + 2k + m` (half `h`, bit pair `k` of
+/// the half's `qs` bytes, which 16 of the 32 bytes `m`), as for Q6_K.
+pub(super) struct Q3K;
+
+/// Byte plans for lane `S`, vector `v`: `qs` bytes `32 + 32h + 16m + 4v ..+ 4` (in
+/// `Q3_K_Q[v]`) and `hmask` bytes `16m + 4v ..+ 4` (in `Q3_K_Q[4 + v]`).
+const Q3_K_Q: [BytePlan; 8] = {
+    let mut plans = [BytePlan::new([0; 64]); 8];
+    let mut v = 0;
+    while v < 4 {
+        let mut qs = [0u16; 16];
+        let mut hm = [0u16; 16];
+        let mut s = 0;
+        while s < 16 {
+            let (h, m) = (s / 8, s % 2);
+            qs[s] = (32 + 32 * h + 16 * m + 4 * v) as u16;
+            hm[s] = (16 * m + 4 * v) as u16;
+            s += 1;
         }
-        let s = byte_sums(t, &dst[..4]);
-        // SAFETY: `t` proves AVX-512 F; registers only.
+        plans[v] = BytePlan::lanes(qs);
+        plans[4 + v] = BytePlan::lanes(hm);
+        v += 1;
+    }
+    plans
+};
+
+/// Per-lane right shifts bringing bits `2k, 2k + 1` of every `qs` byte to bits 0, 1.
+const Q3_K_SHIFT: [u32; 16] = {
+    let mut r = [0u32; 16];
+    let mut s = 0;
+    while s < 16 {
+        r[s] = 2 * ((s as u32 % 8) / 2);
+        s += 1;
+    }
+    r
+};
+
+/// Per-lane left rotations bringing bit `4h + k` of every `hmask` byte to bit 2.
+const Q3_K_ROT: [u32; 16] = {
+    let mut r = [0u32; 16];
+    let mut s = 0;
+    while s < 16 {
+        let bit = 4 * (s as u32 / 8) + (s as u32 % 8) / 2;
+        r[s] = (34 - bit) % 32;
+        s += 1;
+    }
+    r
+};
+
+impl Format for Q3K {
+    const ID: u8 = 7;
+    const W_GROUP: usize = 110;
+    const X_GROUP: usize = 292;
+    const NQ: usize = 4;
+    const W_UNIT: usize = 110;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 4;
+    const INIT: bool = true;
+    const MIN: bool = false;
+
+    /// Values `low + 4 · high` in 0..8 (the stored value plus 4), scales `d · (s − 32)`.
+    #[inline(always)]
+    fn unpack(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<2>(t, src);
+        let mut q = [z[0]; 8];
+        let mut packed = [0u8; 12];
+        packed.copy_from_slice(&src[96..108]);
+        let sc = unpack_scales_q3k(&packed);
+        // SAFETY: `t` proves AVX-512 F/BW; the shift and rotation tables hold 16 u32 and `sc`
+        // 16 bytes; registers otherwise.
         unsafe {
-            dst[4] = _mm512_castps_si512(_mm512_set1_ps(f32_at(src)));
-            dst[5] = _mm512_setzero_si512();
-            dst[6] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<5>(s));
+            let shift = _mm512_loadu_si512(Q3_K_SHIFT.as_ptr().cast());
+            let rot = _mm512_loadu_si512(Q3_K_ROT.as_ptr().cast());
+            let (bits01, bit2) = (_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x04));
+            for v in 0..4 {
+                let low = _mm512_and_si512(_mm512_srlv_epi32(gather(t, &z, &Q3_K_Q[v]), shift), bits01);
+                let high = _mm512_rolv_epi32(gather(t, &z, &Q3_K_Q[4 + v]), rot);
+                q[v] = or_and(t, low, high, bit2);
+            }
+            let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc.as_ptr().cast())));
+            let scale = _mm512_mul_ps(sc, _mm512_set1_ps(f16_at(t, &src[108..])));
+            WGroup { q, scale, min: zero_ps(t) }
         }
+    }
+
+    #[inline(always)]
+    fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_k16::<2>(t, src, dst);
     }
 
     #[inline(always)]
