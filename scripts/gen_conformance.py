@@ -475,7 +475,7 @@ MODELS: list[Spec] = [
               layer_types=["sliding_attention", "sliding_attention", "full_attention",
                            "sliding_attention", "full_attention"],
               num_kv_shared_layers=2, hidden_size_per_layer_input=8,
-              use_double_wide_mlp=True, attention_k_eq_v=True,
+              use_double_wide_mlp=True, attention_k_eq_v=True, num_global_key_value_heads=1,
               vocab_size_per_layer_input=512, final_logit_softcapping=30.0,
               rope_parameters={
                   "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
@@ -484,7 +484,8 @@ MODELS: list[Spec] = [
               pad_token_id=0),
          seed=2121,
          emb_std=0.03, final_norm_gain=6.0,
-         hf_config_extra={"global_head_dim": 32, "per_layer_config": None},
+         hf_config_extra={"global_head_dim": 32, "num_global_key_value_heads": 1,
+                          "per_layer_config": None},
          notes=["Gemma 4 text decoder (model_type gemma4_text, GGUF arch `gemma4`): 5 layers, "
                 "layers 0, 1, 3 sliding (window 8, RoPE base 1e4, all 16 dims rotated), 2 and 4 "
                 "global (proportional RoPE, base 1e6, partial_rotary_factor 0.25: the first 4 "
@@ -509,7 +510,9 @@ MODELS: list[Spec] = [
                 "feed_forward_length is the per-layer array [64, 64, 64, 128, 128]). "
                 "attention_k_eq_v: the global layers have no v_proj, their values are the key "
                 "projection before k_norm and RoPE (then the weightless v norm); the sliding "
-                "layers keep their v_proj (GGUF: no blk.2.attn_v.weight).",
+                "layers keep their v_proj (GGUF: no blk.2.attn_v.weight). With attention_k_eq_v, "
+                "num_global_key_value_heads 1 gives the global layers one key/value head (MQA "
+                "4/1) where the sliding ones have 2 (GGUF head_count_kv [2, 2, 1, 2, 1]).",
                 "config.json: transformers 5.24 saves an empty per_layer_config and no "
                 "global_head_dim (a reload would give the global layers head_dim 16); the script "
                 "writes global_head_dim and removes per_layer_config."]),

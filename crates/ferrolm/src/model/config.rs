@@ -227,6 +227,10 @@ pub struct ModelConfig {
     pub n_head: usize,
     /// Key/value heads (GQA when fewer than `n_head`).
     pub n_head_kv: usize,
+    /// Key/value heads of each layer (Gemma 4's global layers may have fewer: each of their
+    /// heads is repeated for the KV cache and attention, which leaves the outputs the same).
+    /// `[n_layer]`
+    pub n_head_kv_layers: Vec<usize>,
     /// Dimension of one head (of the global layers, when the sliding ones differ): also the
     /// width of each head in the KV cache and in attention.
     pub head_dim: usize,
@@ -499,7 +503,11 @@ impl ModelConfig {
         let n_embd = req("embedding_length")?;
         let n_layer = req("block_count")?;
         let n_head = req("attention.head_count")?;
-        let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
+        let n_head_kv_layers = match f.get(&key("attention.head_count_kv")) {
+            Some(_) => per_layer_counts(f, &key("attention.head_count_kv"), n_layer)?,
+            None => vec![n_head; n_layer.min(4097)],
+        };
+        let n_head_kv = n_head_kv_layers.iter().copied().max().unwrap_or(0);
         let n_ff_layers = per_layer_counts(f, &key("feed_forward_length"), n_layer)?;
         let n_ff = n_ff_layers.iter().copied().max().unwrap_or(0);
         let head_dim = match opt("attention.key_length")? {
@@ -549,6 +557,7 @@ impl ModelConfig {
             n_layer,
             n_head,
             n_head_kv,
+            n_head_kv_layers,
             head_dim,
             head_dim_swa: head_dim,
             n_ff,
@@ -718,6 +727,14 @@ impl ModelConfig {
         if let Some(il) = self.n_ff_layers.iter().position(|&f| f == 0) {
             return bad(format!("layer {il} has a feed-forward size of 0"));
         }
+        if let Some(il) =
+            self.n_head_kv_layers.iter().position(|&h| h == 0 || !self.n_head_kv.is_multiple_of(h))
+        {
+            return bad(format!(
+                "layer {il}'s {} key/value heads do not divide the {} of the widest layer",
+                self.n_head_kv_layers[il], self.n_head_kv
+            ));
+        }
         if !self.n_head.is_multiple_of(self.n_head_kv) {
             return bad(format!("n_head {} is not a multiple of n_head_kv {}", self.n_head, self.n_head_kv));
         }
@@ -806,6 +823,11 @@ impl ModelConfig {
     /// Width of the key/value projections (`n_head_kv * head_dim`).
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+
+    /// Key/value heads of layer `il`'s projections (before repetition to `n_head_kv`).
+    pub fn layer_n_head_kv(&self, il: usize) -> usize {
+        self.n_head_kv_layers.get(il).copied().unwrap_or(self.n_head_kv)
     }
 
     /// Feed-forward inner size of layer `il`.

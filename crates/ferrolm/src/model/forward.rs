@@ -424,8 +424,9 @@ impl Model {
     /// Layer `il`'s queries, keys and values of the normalised rows `xn` (`[n, n_embd]`) into
     /// `q` (`[n, n_head * head_dim]`), `k` and `v` (`[n, n_head_kv * head_dim]`): projected,
     /// biased, normalised and rotated (`cs`: the layer's RoPE table) at the layer's own head
-    /// size, then zero-padded to `head_dim` when that is larger. Keys and values only for a
-    /// layer with its own (returns whether it has them).
+    /// size, then zero-padded to `head_dim` when that is larger, and each key/value head repeated
+    /// up to `n_head_kv` heads when the layer has fewer. Keys and values only for a layer with
+    /// its own (returns whether it has them).
     fn project_qkv(
         &self,
         be: &dyn Backend,
@@ -437,8 +438,8 @@ impl Model {
     ) -> Result<bool> {
         let cfg = &self.config;
         let lw = &self.weights.layers[il];
-        let hdl = cfg.layer_head_dim(il);
-        let (ql, kvl) = (n * cfg.n_head * hdl, n * cfg.n_head_kv * hdl);
+        let (hdl, n_kv) = (cfg.layer_head_dim(il), cfg.layer_n_head_kv(il));
+        let (ql, kvl) = (n * cfg.n_head * hdl, n * n_kv * hdl);
         let (qs, ks, vs) = (&mut q[..ql], &mut k[..kvl], &mut v[..kvl]);
         let own_kv = match (&lw.wk, &lw.wv) {
             (Some(wk), Some(wv)) => {
@@ -483,12 +484,14 @@ impl Model {
                 be.rope(ks, n, hdl, cs, cfg.rope_style)?;
             }
         }
-        if hdl != cfg.head_dim {
-            pad_heads(be, q, cfg.head_dim, hdl)?;
-            if own_kv {
-                pad_heads(be, k, cfg.head_dim, hdl)?;
-                pad_heads(be, v, cfg.head_dim, hdl)?;
-            }
+        let hd = cfg.head_dim;
+        if hdl != hd {
+            spread_heads(be, q, n * cfg.n_head, hdl, (1, hd))?;
+        }
+        let rep = cfg.n_head_kv / n_kv;
+        if own_kv && (hdl != hd || rep != 1) {
+            spread_heads(be, k, n * n_kv, hdl, (rep, hd))?;
+            spread_heads(be, v, n * n_kv, hdl, (rep, hd))?;
         }
         Ok(own_kv)
     }
@@ -575,21 +578,31 @@ impl Model {
     }
 }
 
-/// Spreads the `hdl`-wide heads packed at the start of `x` to `hd`-wide ones, zero-filled at the
-/// end (`x`: `[rows, hd]` heads after, `[rows, hdl]` before), on the host.
-fn pad_heads(be: &dyn Backend, x: &mut [f32], hd: usize, hdl: usize) -> Result<()> {
-    let rows = x.len() / hd;
-    be.to_host(&mut x[..rows * hdl])?;
-    // From the last head back, so that no head is overwritten before it moves.
-    for r in (0..rows).rev() {
-        x.copy_within(r * hdl..(r + 1) * hdl, r * hd);
-        x[r * hd + hdl..(r + 1) * hd].fill(0.0);
+/// Spreads the `heads` heads of `hdl` values packed at the start of `x` (`[heads, hdl]`) to
+/// `rep` consecutive copies of each, `hd` wide and zero-filled at the end
+/// (`[heads * rep, hd]`), on the host.
+fn spread_heads(
+    be: &dyn Backend,
+    x: &mut [f32],
+    heads: usize,
+    hdl: usize,
+    (rep, hd): (usize, usize),
+) -> Result<()> {
+    let out = &mut x[..heads * rep * hd];
+    be.to_host(&mut out[..heads * hdl])?;
+    // From the last head and copy back, so that no head is overwritten before it moves.
+    for h in (0..heads).rev() {
+        for c in (0..rep).rev() {
+            let dst = (h * rep + c) * hd;
+            out.copy_within(h * hdl..(h + 1) * hdl, dst);
+            out[dst + hdl..dst + hd].fill(0.0);
+        }
     }
-    be.host_wrote(x)?;
+    be.host_wrote(out)?;
     Ok(())
 }
 
-/// The inverse of [`pad_heads`]: the first `hdl` values of each `hd`-wide head of `x`, packed at
+/// The inverse of [`spread_heads`] without copies: the first `hdl` values of each `hd`-wide head of `x`, packed at
 /// its start, on the host.
 fn unpad_heads(be: &dyn Backend, x: &mut [f32], hd: usize, hdl: usize) -> Result<()> {
     let rows = x.len() / hd;

@@ -635,9 +635,10 @@ impl ModelWeights {
         let mut layers = Vec::with_capacity(cfg.n_layer);
         for i in 0..cfg.n_layer {
             let n = |s: &str| format!("blk.{i}.{s}.weight");
-            // Gemma 4's sliding layers have narrower heads than its global ones.
+            // Gemma 4's sliding layers have narrower heads than its global ones, and its global
+            // ones may have fewer key/value heads.
             let hd = cfg.layer_head_dim(i);
-            let (q, kv) = (cfg.n_head * hd, cfg.n_head_kv * hd);
+            let (q, kv) = (cfg.n_head * hd, cfg.layer_n_head_kv(i) * hd);
             // A layer attending over another layer's keys has no key or value weights.
             let own_kv = cfg.kv_source.get(i) == Some(&i);
             let (q_norm, k_norm) = match cfg.qk_norm {

@@ -205,20 +205,27 @@ fn proportional_factors(partial: f64, head_dim: usize) -> Vec<f32> {
 }
 
 /// Gemma 4's keys beyond Gemma 3's (`dims`: vocabulary size, key/value heads, the sliding
-/// layers' head size), and errors for the variants ferrolm does not run yet.
+/// layers' head size; `swa`: which layers are sliding), and errors for the variants ferrolm does
+/// not run yet. Per-layer arrays replace the scalar keys written before them.
 fn gemma4_keys(
     c: &Cfg<'_>,
     dims: (usize, usize, usize),
+    swa: &[bool],
     put: &mut impl FnMut(&str, MetaValue),
 ) -> Result<()> {
     let (n_vocab, n_head_kv, head_dim_swa) = dims;
+    let k_eq_v = c.opt_bool("attention_k_eq_v")?.unwrap_or(false);
     let unsupported =
         |what: &str| Err(Error::Config(format!("config.json: Gemma 4 with {what} is not supported yet")));
     if c.opt_bool("enable_moe_block")? == Some(true) {
         return unsupported("mixture-of-experts blocks");
     }
-    if c.opt_usize("num_global_key_value_heads")?.is_some_and(|n| n != n_head_kv) {
-        return unsupported("more key/value heads in the global layers (num_global_key_value_heads)");
+    // transformers gives the global layers their own key/value heads only with k_eq_v.
+    if let Some(g) = c.opt_usize("num_global_key_value_heads")?.filter(|_| k_eq_v)
+        && g != n_head_kv
+    {
+        let heads = swa.iter().map(|&swa| (if swa { n_head_kv } else { g }) as u32).collect();
+        put("attention.head_count_kv", MetaValue::Array(MetaArray::U32(heads)));
     }
     if c.get("hidden_activation").and_then(Value::as_str).is_some_and(|a| a != "gelu_pytorch_tanh") {
         return unsupported("an activation other than gelu_pytorch_tanh");
@@ -413,10 +420,8 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     put("context_length", u32v(ctx, "max_position_embeddings")?);
     put("embedding_length", u32v(n_embd, "hidden_size")?);
     put("block_count", u32v(n_layer, "num_hidden_layers")?);
-    // Gemma 4's double-wide MLPs give a width per layer (below).
-    if !(arch == Arch::Gemma4 && c.opt_bool("use_double_wide_mlp")? == Some(true)) {
-        put("feed_forward_length", u32v(n_ff, "intermediate_size")?);
-    }
+    // Gemma 4 may replace this by a width per layer (`gemma4_keys`; a later entry wins).
+    put("feed_forward_length", u32v(n_ff, "intermediate_size")?);
     put("attention.head_count", u32v(n_head, "num_attention_heads")?);
     put("attention.head_count_kv", u32v(n_head_kv, "num_key_value_heads")?);
     put("attention.key_length", u32v(head_dim, "head_dim")?);
@@ -639,7 +644,8 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     }
 
     if arch == Arch::Gemma4 {
-        gemma4_keys(&c, (n_vocab, n_head_kv, head_dim_swa), &mut put)?;
+        let swa = layer_types.unwrap_or_else(|| (0..n_layer).map(|i| (i + 1) % 6 != 0).collect());
+        gemma4_keys(&c, (n_vocab, n_head_kv, head_dim_swa), &swa, &mut put)?;
     }
     let tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(arch.is_gemma());
     let layout = HfLayout { arch, n_layer, n_head, n_head_kv, head_dim, tied, rope_freqs, longrope };
