@@ -598,59 +598,7 @@ impl ModelConfig {
         // Unless the architecture says otherwise, a window applies to every layer (Mistral).
         cfg.swa_layers = vec![sliding_window.is_some(); n_layer];
         cfg.rope_layers = vec![true; n_layer];
-        let mut n_kv_shared = 0;
-        if arch.is_gemma() {
-            cfg.activation = Activation::GeluTanh;
-            cfg.embed_scale = Some((n_embd as f32).sqrt());
-        }
-        match arch {
-            Arch::Llama => cfg.rope_style = RopeStyle::Interleaved,
-            Arch::Granite | Arch::GraniteMoe => {
-                cfg.rope_style = RopeStyle::Interleaved;
-                cfg.embed_scale = opt_positive_or_unset(f, &key("embedding_scale"))?;
-            }
-            Arch::SmolLM3 => {
-                cfg.rope_style = RopeStyle::Interleaved;
-                // llama.cpp's fixed step: layers 3, 7, 11, … attend without RoPE.
-                cfg.rope_layers = (0..n_layer).map(|il| (il + 1) % 4 != 0).collect();
-            }
-            Arch::Qwen2 | Arch::Qwen2Moe => cfg.qkv_bias = true,
-            Arch::Qwen3 | Arch::Qwen3Moe => cfg.qk_norm = Some(QkNorm::PerHead),
-            Arch::Olmoe => cfg.qk_norm = Some(QkNorm::Whole),
-            Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}
-            Arch::NomicBertMoe => {
-                cfg.moe_every_n_layers = match opt("moe_every_n_layers")? {
-                    Some(0) | None => None,
-                    Some(n) => Some(n),
-                };
-            }
-            Arch::GptOss => {
-                cfg.qkv_bias = true;
-                cfg.attn_out_bias = true;
-                cfg.attn_sinks = true;
-                cfg.activation = Activation::SwigluOai;
-                // Even layers attend in a window; both kinds rotate alike (YaRN included)
-                // unless the file gives the local layers their own base.
-                cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
-                if let Some(base) = opt_positive(f, &key("rope.freq_base_swa"))? {
-                    cfg.rope_local.base = base;
-                }
-            }
-            Arch::Gemma2 => {
-                cfg.post_norms = true;
-                cfg.attn_softcap = opt_positive_or_unset(f, &key("attn_logit_softcapping"))?;
-                cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
-            }
-            Arch::Gemma3 => {
-                cfg.qk_norm = Some(QkNorm::PerHead);
-                cfg.post_norms = true;
-                // Local layers use their own base (10k unless the file says otherwise) and no scaling.
-                let local_base = opt_positive(f, &key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
-                cfg.rope_local = RopeParams::plain(local_base);
-                cfg.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 6)?;
-            }
-            Arch::Gemma4 => n_kv_shared = cfg.gemma4_from_gguf(f, arch_name)?,
-        }
+        let n_kv_shared = cfg.arch_from_gguf(f, arch_name)?;
         if cfg.sliding_window.is_none() {
             cfg.swa_layers = vec![false; n_layer];
         }
@@ -659,9 +607,79 @@ impl ModelConfig {
         Ok(cfg)
     }
 
-    /// Gemma 4's keys beyond Gemma 3's; returns the number of KV-shared layers (the last ones).
-    /// Sliding and global layers must have the same head size and rotate as many dimensions
-    /// (the global layers' partial rotation is in `rope_freqs.weight`).
+    /// The architecture's own settings and keys (activation, RoPE pairing, norms, windows, …);
+    /// returns the number of KV-shared layers (Gemma 4; the last ones).
+    fn arch_from_gguf(&mut self, f: &GgufFile, arch_name: &str) -> Result<usize> {
+        let (arch, n_layer) = (self.arch, self.n_layer);
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let opt = |k: &str| -> Result<Option<usize>> {
+            f.opt_u64(&key(k))?
+                .map(|v| {
+                    usize::try_from(v).map_err(|_| Error::Config(format!("{} = {v} is too large", key(k))))
+                })
+                .transpose()
+        };
+        let mut n_kv_shared = 0;
+        if arch.is_gemma() {
+            self.activation = Activation::GeluTanh;
+            self.embed_scale = Some((self.n_embd as f32).sqrt());
+        }
+        match arch {
+            Arch::Llama => self.rope_style = RopeStyle::Interleaved,
+            Arch::Granite | Arch::GraniteMoe => {
+                self.rope_style = RopeStyle::Interleaved;
+                self.embed_scale = opt_positive_or_unset(f, &key("embedding_scale"))?;
+            }
+            Arch::SmolLM3 => {
+                self.rope_style = RopeStyle::Interleaved;
+                // llama.cpp's fixed step: layers 3, 7, 11, … attend without RoPE.
+                self.rope_layers = (0..n_layer).map(|il| (il + 1) % 4 != 0).collect();
+            }
+            Arch::Qwen2 | Arch::Qwen2Moe => self.qkv_bias = true,
+            Arch::Qwen3 | Arch::Qwen3Moe => self.qk_norm = Some(QkNorm::PerHead),
+            Arch::Olmoe => self.qk_norm = Some(QkNorm::Whole),
+            Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}
+            Arch::NomicBertMoe => {
+                self.moe_every_n_layers = match opt("moe_every_n_layers")? {
+                    Some(0) | None => None,
+                    Some(n) => Some(n),
+                };
+            }
+            Arch::GptOss => {
+                self.qkv_bias = true;
+                self.attn_out_bias = true;
+                self.attn_sinks = true;
+                self.activation = Activation::SwigluOai;
+                // Even layers attend in a window; both kinds rotate alike (YaRN included)
+                // unless the file gives the local layers their own base.
+                self.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
+                if let Some(base) = opt_positive(f, &key("rope.freq_base_swa"))? {
+                    self.rope_local.base = base;
+                }
+            }
+            Arch::Gemma2 => {
+                self.post_norms = true;
+                self.attn_softcap = opt_positive_or_unset(f, &key("attn_logit_softcapping"))?;
+                self.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 2)?;
+            }
+            Arch::Gemma3 | Arch::Gemma4 => {
+                self.qk_norm = Some(QkNorm::PerHead);
+                self.post_norms = true;
+                // Local layers use their own base (10k unless the file says otherwise) and no scaling.
+                let local_base = opt_positive(f, &key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
+                self.rope_local = RopeParams::plain(local_base);
+                self.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), n_layer, 6)?;
+                if arch == Arch::Gemma4 {
+                    n_kv_shared = self.gemma4_from_gguf(f, arch_name)?;
+                }
+            }
+        }
+        Ok(n_kv_shared)
+    }
+
+    /// Gemma 4's keys beyond Gemma 3's: the sliding layers' head size and rotated dimensions
+    /// (the global layers' partial rotation is in `rope_freqs.weight`), the value norm,
+    /// unscaled attention, per-layer embeddings; returns the number of KV-shared layers.
     fn gemma4_from_gguf(&mut self, f: &GgufFile, arch_name: &str) -> Result<usize> {
         let key = |k: &str| format!("{arch_name}.{k}");
         let opt = |k: &str| -> Result<Option<usize>> {
@@ -684,14 +702,9 @@ impl ModelConfig {
             )));
         }
         self.rope_dims_swa = opt("rope.dimension_count_swa")?.unwrap_or(self.head_dim_swa);
-        self.qk_norm = Some(QkNorm::PerHead);
-        self.post_norms = true;
         self.v_norm = true;
         // Queries and keys are RMS-normalised per head: llama.cpp and transformers scale by 1.
         self.attn_scale = 1.0;
-        let local_base = opt_positive(f, &key("rope.freq_base_swa"))?.unwrap_or(10_000.0);
-        self.rope_local = RopeParams::plain(local_base);
-        self.swa_layers = swa_pattern(f, &key("attention.sliding_window_pattern"), self.n_layer, 6)?;
         self.n_embd_per_layer = opt("embedding_length_per_layer_input")?.unwrap_or(0);
         if self.n_embd_per_layer > 1 << 16 {
             return Err(Error::Config(format!(
@@ -724,17 +737,7 @@ impl ModelConfig {
                 self.n_embd, self.n_ff, self.n_layer, self.n_head, self.n_head_kv, self.head_dim
             ));
         }
-        if let Some(il) = self.n_ff_layers.iter().position(|&f| f == 0) {
-            return bad(format!("layer {il} has a feed-forward size of 0"));
-        }
-        if let Some(il) =
-            self.n_head_kv_layers.iter().position(|&h| h == 0 || !self.n_head_kv.is_multiple_of(h))
-        {
-            return bad(format!(
-                "layer {il}'s {} key/value heads do not divide the {} of the widest layer",
-                self.n_head_kv_layers[il], self.n_head_kv
-            ));
-        }
+        self.validate_layers()?;
         if !self.n_head.is_multiple_of(self.n_head_kv) {
             return bad(format!("n_head {} is not a multiple of n_head_kv {}", self.n_head, self.n_head_kv));
         }
@@ -798,9 +801,6 @@ impl ModelConfig {
         if !(self.attn_scale.is_finite() && self.attn_scale > 0.0) {
             return bad(format!("attention scale {} is not a finite positive number", self.attn_scale));
         }
-        if let Some((il, &src)) = self.kv_source.iter().enumerate().find(|&(il, &src)| src > il) {
-            return bad(format!("layer {il} cannot attend over the keys of the later layer {src}"));
-        }
         for (which, r) in [("global", &self.rope_global), ("local", &self.rope_local)] {
             let ok = |v: f32| v.is_finite() && v > 0.0;
             // The original context only matters to YaRN, and is 0 where a model does not set it
@@ -811,6 +811,26 @@ impl ModelConfig {
                     r.base, r.freq_scale, r.attn_factor
                 ));
             }
+        }
+        Ok(())
+    }
+
+    /// Checks the per-layer tables: feed-forward sizes, key/value heads, KV sources.
+    fn validate_layers(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if let Some(il) = self.n_ff_layers.iter().position(|&f| f == 0) {
+            return bad(format!("layer {il} has a feed-forward size of 0"));
+        }
+        if let Some(il) =
+            self.n_head_kv_layers.iter().position(|&h| h == 0 || !self.n_head_kv.is_multiple_of(h))
+        {
+            return bad(format!(
+                "layer {il}'s {} key/value heads do not divide the {} of the widest layer",
+                self.n_head_kv_layers[il], self.n_head_kv
+            ));
+        }
+        if let Some((il, &src)) = self.kv_source.iter().enumerate().find(|&(il, &src)| src > il) {
+            return bad(format!("layer {il} cannot attend over the keys of the later layer {src}"));
         }
         Ok(())
     }
@@ -848,5 +868,27 @@ impl ModelConfig {
     /// Sliding window of a layer, `None` for global attention.
     pub fn window_for_layer(&self, il: usize) -> Option<usize> {
         if self.swa_layers.get(il).copied().unwrap_or(false) { self.sliding_window } else { None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kv_sources;
+
+    #[test]
+    fn kv_shared_layers_attend_over_the_last_earlier_layer_of_their_kind() {
+        // Four sliding layers and a global one, twice; the last four share: the sliding ones
+        // with layer 5, the global one with layer 4.
+        let swa = [true, true, true, true, false, true, true, true, true, false];
+        assert_eq!(kv_sources(&swa, 4).expect("sources"), [0, 1, 2, 3, 4, 5, 5, 5, 5, 4]);
+        assert_eq!(kv_sources(&swa, 0).expect("sources"), (0..10).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn kv_sharing_without_a_source_is_an_error() {
+        // Every layer sharing, or a shared global layer with no global layer before it.
+        assert!(kv_sources(&[true, false], 2).is_err());
+        let err = kv_sources(&[true, true, false], 1).expect_err("no global source").to_string();
+        assert!(err.contains("layer 2"), "{err}");
     }
 }

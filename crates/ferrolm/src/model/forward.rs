@@ -752,3 +752,26 @@ fn report_attention(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{spread_heads, unpad_heads};
+    use crate::backend::CpuBackend;
+
+    #[test]
+    fn heads_spread_to_wider_repeated_heads_and_back() {
+        // Two tokens of two 2-wide heads, spread to 3-wide heads each repeated twice.
+        let mut x = vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        x.resize(2 * 2 * 2 * 3, f32::NAN);
+        spread_heads(&CpuBackend, &mut x, 4, 2, (2, 3)).expect("spread");
+        let want =
+            [1., 2., 0., 1., 2., 0., 3., 4., 0., 3., 4., 0., 5., 6., 0., 5., 6., 0., 7., 8., 0., 7., 8., 0.];
+        assert_eq!(x, want);
+        // Unrepeated padding round-trips.
+        let mut y = vec![1.0, 2.0, 3.0, 4.0, f32::NAN, f32::NAN];
+        spread_heads(&CpuBackend, &mut y, 2, 2, (1, 3)).expect("spread");
+        assert_eq!(y, [1.0, 2.0, 0.0, 3.0, 4.0, 0.0]);
+        unpad_heads(&CpuBackend, &mut y, 3, 2).expect("spread");
+        assert_eq!(y[..4], [1.0, 2.0, 3.0, 4.0]);
+    }
+}

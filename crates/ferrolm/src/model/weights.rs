@@ -496,6 +496,90 @@ impl Loader<'_> {
         Ok(FfnWeights { gate, up, down: self.matrix(&n("ffn_down"), d, ff)? })
     }
 
+    /// The weights of block `i`: attention (per-layer head sizes, KV-shared layers without keys
+    /// and values), norms, the feed-forward network and Gemma 4's per-layer branch.
+    fn layer(&self, i: usize, cfg: &ModelConfig) -> Result<LayerWeights> {
+        let d = cfg.n_embd;
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        // Gemma 4's sliding layers have narrower heads than its global ones, and its global
+        // ones may have fewer key/value heads.
+        let hd = cfg.layer_head_dim(i);
+        let (q, kv) = (cfg.n_head * hd, cfg.layer_n_head_kv(i) * hd);
+        // A layer attending over another layer's keys has no key or value weights.
+        let own_kv = cfg.kv_source.get(i) == Some(&i);
+        let (q_norm, k_norm) = match cfg.qk_norm {
+            Some(QkNorm::PerHead) => (
+                Some(self.vector(&n("attn_q_norm"), hd)?),
+                if own_kv { Some(self.vector(&n("attn_k_norm"), hd)?) } else { None },
+            ),
+            Some(QkNorm::Whole) => {
+                (Some(self.vector(&n("attn_q_norm"), q)?), Some(self.vector(&n("attn_k_norm"), kv)?))
+            }
+            None => (None, None),
+        };
+        let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
+            (Some(self.vector(&n("post_attention_norm"), d)?), Some(self.vector(&n("post_ffw_norm"), d)?))
+        } else if cfg.arch == Arch::GptOss {
+            (None, None) // its `post_attention_norm` is the FFN's input norm (below)
+        } else {
+            (self.opt_vector(&n("post_attention_norm"), d)?, self.opt_vector(&n("post_ffw_norm"), d)?)
+        };
+        let (wq, wk, wv) = if self.tensors.contains(&n("attn_qkv")) {
+            let [wq, wk, wv] = self.split_rows(&n("attn_qkv"), [q, kv, kv], d)?;
+            (wq, Some(wk), Some(wv))
+        } else if own_kv {
+            // Gemma 4's global layers may use their keys as values.
+            let wv = if cfg.arch == Arch::Gemma4 && !self.tensors.contains(&n("attn_v")) {
+                None
+            } else {
+                Some(self.matrix(&n("attn_v"), kv, d)?)
+            };
+            (self.matrix(&n("attn_q"), q, d)?, Some(self.matrix(&n("attn_k"), kv, d)?), wv)
+        } else {
+            (self.matrix(&n("attn_q"), q, d)?, None, None)
+        };
+        let ffn = self.ffn(i, cfg)?;
+        let qkv_bias = if cfg.qkv_bias {
+            let b = |s: &str| format!("blk.{i}.{s}.bias");
+            Some([
+                self.vector(&b("attn_q"), q)?,
+                self.vector(&b("attn_k"), kv)?,
+                self.vector(&b("attn_v"), kv)?,
+            ])
+        } else {
+            None
+        };
+        Ok(LayerWeights {
+            attn_norm: self.vector(&n("attn_norm"), d)?,
+            wq,
+            wk,
+            wv,
+            qkv_bias,
+            wo: self.matrix(&n("attn_output"), d, q)?,
+            wo_bias: if cfg.attn_out_bias {
+                Some(self.vector(&format!("blk.{i}.attn_output.bias"), d)?)
+            } else {
+                None
+            },
+            attn_sinks: if cfg.attn_sinks { Some(self.vector(&n("attn_sinks"), cfg.n_head)?) } else { None },
+            q_norm,
+            k_norm,
+            post_attn_norm,
+            // gpt-oss's file names its pre-FFN norm after the attention.
+            ffn_norm: match cfg.arch {
+                Arch::GptOss if !self.tensors.contains(&n("ffn_norm")) => {
+                    self.vector(&n("post_attention_norm"), d)?
+                }
+                _ => self.vector(&n("ffn_norm"), d)?,
+            },
+            ffn,
+            post_ffn_norm,
+            v_norm: cfg.v_norm.then(|| vec![1.0; hd]),
+            per_layer: self.per_layer_block(i, cfg)?,
+            out_scale: self.out_scale(i)?,
+        })
+    }
+
     /// Layer `layer`'s per-layer-embedding branch, when the model has per-layer embeddings.
     fn per_layer_block(&self, layer: usize, cfg: &ModelConfig) -> Result<Option<PerLayerBlock>> {
         let (d, p) = (cfg.n_embd, cfg.n_embd_per_layer);
@@ -632,83 +716,7 @@ impl ModelWeights {
         } else {
             token_embd.clone()
         };
-        let mut layers = Vec::with_capacity(cfg.n_layer);
-        for i in 0..cfg.n_layer {
-            let n = |s: &str| format!("blk.{i}.{s}.weight");
-            // Gemma 4's sliding layers have narrower heads than its global ones, and its global
-            // ones may have fewer key/value heads.
-            let hd = cfg.layer_head_dim(i);
-            let (q, kv) = (cfg.n_head * hd, cfg.layer_n_head_kv(i) * hd);
-            // A layer attending over another layer's keys has no key or value weights.
-            let own_kv = cfg.kv_source.get(i) == Some(&i);
-            let (q_norm, k_norm) = match cfg.qk_norm {
-                Some(QkNorm::PerHead) => (
-                    Some(l.vector(&n("attn_q_norm"), hd)?),
-                    if own_kv { Some(l.vector(&n("attn_k_norm"), hd)?) } else { None },
-                ),
-                Some(QkNorm::Whole) => {
-                    (Some(l.vector(&n("attn_q_norm"), q)?), Some(l.vector(&n("attn_k_norm"), kv)?))
-                }
-                None => (None, None),
-            };
-            let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
-                (Some(l.vector(&n("post_attention_norm"), d)?), Some(l.vector(&n("post_ffw_norm"), d)?))
-            } else if cfg.arch == Arch::GptOss {
-                (None, None) // its `post_attention_norm` is the FFN's input norm (below)
-            } else {
-                (l.opt_vector(&n("post_attention_norm"), d)?, l.opt_vector(&n("post_ffw_norm"), d)?)
-            };
-            let (wq, wk, wv) = if tensors.contains(&n("attn_qkv")) {
-                let [wq, wk, wv] = l.split_rows(&n("attn_qkv"), [q, kv, kv], d)?;
-                (wq, Some(wk), Some(wv))
-            } else if own_kv {
-                // Gemma 4's global layers may use their keys as values.
-                let wv = if cfg.arch == Arch::Gemma4 && !tensors.contains(&n("attn_v")) {
-                    None
-                } else {
-                    Some(l.matrix(&n("attn_v"), kv, d)?)
-                };
-                (l.matrix(&n("attn_q"), q, d)?, Some(l.matrix(&n("attn_k"), kv, d)?), wv)
-            } else {
-                (l.matrix(&n("attn_q"), q, d)?, None, None)
-            };
-            let ffn = l.ffn(i, cfg)?;
-            let qkv_bias = if cfg.qkv_bias {
-                let b = |s: &str| format!("blk.{i}.{s}.bias");
-                Some([l.vector(&b("attn_q"), q)?, l.vector(&b("attn_k"), kv)?, l.vector(&b("attn_v"), kv)?])
-            } else {
-                None
-            };
-            layers.push(LayerWeights {
-                attn_norm: l.vector(&n("attn_norm"), d)?,
-                wq,
-                wk,
-                wv,
-                qkv_bias,
-                wo: l.matrix(&n("attn_output"), d, q)?,
-                wo_bias: if cfg.attn_out_bias {
-                    Some(l.vector(&format!("blk.{i}.attn_output.bias"), d)?)
-                } else {
-                    None
-                },
-                attn_sinks: if cfg.attn_sinks { Some(l.vector(&n("attn_sinks"), cfg.n_head)?) } else { None },
-                q_norm,
-                k_norm,
-                post_attn_norm,
-                // gpt-oss's file names its pre-FFN norm after the attention.
-                ffn_norm: match cfg.arch {
-                    Arch::GptOss if !tensors.contains(&n("ffn_norm")) => {
-                        l.vector(&n("post_attention_norm"), d)?
-                    }
-                    _ => l.vector(&n("ffn_norm"), d)?,
-                },
-                ffn,
-                post_ffn_norm,
-                v_norm: cfg.v_norm.then(|| vec![1.0; hd]),
-                per_layer: l.per_layer_block(i, cfg)?,
-                out_scale: l.out_scale(i)?,
-            });
-        }
+        let layers = (0..cfg.n_layer).map(|i| l.layer(i, cfg)).collect::<Result<Vec<_>>>()?;
         let per_layer = l.per_layer_embeddings(cfg)?;
         let half = cfg.rope_dims / 2;
         let rope_factors = RopeFactors {
