@@ -53,12 +53,18 @@ fn tokenizer_metadata(w: &mut GgufWriter, hf: &HfModel) -> Result<()> {
     let meta = |e: crate::format::gguf_write::GgufWriteError| Error::Config(format!("tokenizer: {e}"));
     let export = hf.tokenizer.hf_vocab_export()?;
     let is_bpe = export.model == "gpt2";
-    w.add("tokenizer.ggml.model", MetaValue::String(export.model.into())).map_err(meta)?;
-    let pre = export.pre.unwrap_or_else(|| {
-        tracing::warn!("unrecognised BPE pre-tokenizer: writing 'default'");
-        "default"
-    });
-    w.add("tokenizer.ggml.pre", MetaValue::String(pre.into())).map_err(meta)?;
+    // Gemma 4's SentencePiece-style BPE is its own model to llama.cpp (merges, scores, BOS; no
+    // pre-tokenizer name), as llama.cpp's converter writes it.
+    let gemma4 = hf.layout.arch == Arch::Gemma4;
+    let model = if gemma4 { "gemma4" } else { export.model };
+    w.add("tokenizer.ggml.model", MetaValue::String(model.into())).map_err(meta)?;
+    if !gemma4 {
+        let pre = export.pre.unwrap_or_else(|| {
+            tracing::warn!("unrecognised BPE pre-tokenizer: writing 'default'");
+            "default"
+        });
+        w.add("tokenizer.ggml.pre", MetaValue::String(pre.into())).map_err(meta)?;
+    }
     w.add("tokenizer.ggml.tokens", MetaValue::Array(MetaArray::String(export.tokens.clone())))
         .map_err(meta)?;
     if !is_bpe {
