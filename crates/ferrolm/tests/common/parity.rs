@@ -107,7 +107,8 @@ pub fn check_prompts(
     cpu.set_placement(Placement::Single(Arc::new(CpuBackend))).unwrap();
     let mut other = Model::load(&path).unwrap();
     other.set_placement(placement()).unwrap();
-    let chosen = prompts(dir).into_iter().filter(|(name, ..)| only.is_empty() || only.contains(&name.as_str()));
+    let chosen =
+        prompts(dir).into_iter().filter(|(name, ..)| only.is_empty() || only.contains(&name.as_str()));
     let mut n_checked = 0;
     for (name, prompt, steps) in chosen {
         n_checked += 1;
