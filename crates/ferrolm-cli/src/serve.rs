@@ -60,15 +60,29 @@ pub struct Args {
     #[arg(long = "api-key-file", help_heading = "Server")]
     api_key_file: Option<std::path::PathBuf>,
     /// Allow this origin by CORS (repeatable, or comma-separated as llama-server's
-    /// `--cors-origins`; `*` for any, `localhost` for any origin on this machine). None: no CORS
-    /// headers.
+    /// `--cors-origins`; `*` for any, as llama-server by default; `localhost` for any origin on
+    /// this machine; `none`: no CORS headers).
     #[arg(
         long = "cors-origin",
         visible_alias = "cors-origins",
         value_delimiter = ',',
+        default_value = "*",
         help_heading = "Server"
     )]
     cors_origin: Vec<String>,
+    /// `Access-Control-Allow-Methods` of a CORS preflight.
+    #[arg(long = "cors-methods", default_value = "GET, POST, DELETE, OPTIONS", help_heading = "Server")]
+    cors_methods: String,
+    /// `Access-Control-Allow-Headers` of a CORS preflight.
+    #[arg(long = "cors-headers", default_value = "*", help_heading = "Server")]
+    cors_headers: String,
+    /// Do not allow credentials by CORS (then `--cors-origin *` answers `*` instead of the
+    /// request's origin).
+    #[arg(long = "no-cors-credentials", overrides_with = "cors_credentials", help_heading = "Server")]
+    no_cors_credentials: bool,
+    /// Allow credentials by CORS (the default).
+    #[arg(long = "cors-credentials", overrides_with = "no_cors_credentials", help_heading = "Server")]
+    cors_credentials: bool,
     /// Most tokens a request generates, and the number it generates when it does not say
     /// (llama-server's; -1: each endpoint's default, no cap).
     #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true, help_heading = "Server")]
@@ -313,6 +327,28 @@ impl Args {
         Ok(Some(dir.clone()))
     }
 
+    /// `--cors-origin`'s list: `none` alone turns CORS off; `*` without an API key is warned of,
+    /// as llama-server does.
+    fn cors_origins(&self) -> anyhow::Result<Vec<String>> {
+        let list: Vec<String> = self.cors_origin.iter().map(|o| o.trim().to_string()).collect();
+        if list.iter().any(|o| o == "none") {
+            if list.len() > 1 {
+                bail!("--cors-origin none turns CORS off and cannot be combined with origins");
+            }
+            return Ok(Vec::new());
+        }
+        if list.iter().any(String::is_empty) {
+            bail!("--cors-origin must not be empty (`none` turns CORS off)");
+        }
+        if list.iter().any(|o| o == "*") && self.api_key.is_none() && self.api_key_file.is_none() {
+            tracing::warn!(
+                "CORS allows every origin and no API key is set: web pages opened in a browser on a \
+                 machine that reaches this server can use it (--api-key, or --cors-origin localhost)"
+            );
+        }
+        Ok(list)
+    }
+
     fn server_config(&self, default_id: String) -> anyhow::Result<ServerConfig> {
         let api_key = match (&self.api_key, &self.api_key_file) {
             (Some(k), _) => Some(k.trim().to_string()),
@@ -339,7 +375,10 @@ impl Args {
             model_id,
             aliases: names,
             api_key,
-            cors_origins: self.cors_origin.clone(),
+            cors_origins: self.cors_origins()?,
+            cors_credentials: !self.no_cors_credentials,
+            cors_methods: self.cors_methods.clone(),
+            cors_headers: self.cors_headers.clone(),
             max_body_bytes: self.max_body_bytes,
             timeout: seconds("--timeout", self.timeout)?,
             shutdown_timeout: seconds("--shutdown-timeout", self.shutdown_timeout)?,
@@ -565,7 +604,7 @@ mod tests {
             (s.host.as_str(), s.port, s.model_id.as_str()),
             ("127.0.0.1", 8080, "smollm2-135m-instruct")
         );
-        assert!(s.aliases.is_empty() && s.api_key.is_none() && s.cors_origins.is_empty());
+        assert!(s.aliases.is_empty() && s.api_key.is_none() && s.cors_origins == ["*"] && s.cors_credentials);
         assert_eq!(
             (s.max_body_bytes, s.timeout, s.shutdown_timeout),
             (8 << 20, Duration::from_secs(600), Duration::from_secs(30))
@@ -624,6 +663,13 @@ mod tests {
                 .expect("config")
                 .cors_origins;
         assert_eq!(cors, ["localhost", "http://a.example", "http://b.example"]);
+        let cfg = |args: &[&str]| parse(args).expect("parses").server_config("m".into());
+        let off = cfg(&["--cors-origin", "none", "--no-cors-credentials"]).expect("config");
+        assert!(off.cors_origins.is_empty() && !off.cors_credentials);
+        assert!(cfg(&["--cors-origin", "none,http://a.example"]).is_err());
+        let last =
+            cfg(&["--no-cors-credentials", "--cors-credentials", "--cors-methods", "GET"]).expect("config");
+        assert!(last.cors_credentials && last.cors_methods == "GET" && last.cors_headers == "*");
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod anthropic;
 mod backend;
 mod chat;
 mod completions;
+mod cors;
 mod error;
 mod events_sse;
 mod generic_tools;
@@ -87,8 +88,15 @@ pub struct ServerConfig {
     pub aliases: Vec<String>,
     /// When set, every route but `/health` and `/` needs `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
-    /// Origins allowed by CORS (`*` for any); empty: no CORS headers.
+    /// Origins allowed by CORS (`*` for any, `localhost` for any origin on this machine);
+    /// empty: no CORS headers (`ferrolm serve` passes `*`, llama-server's default).
     pub cors_origins: Vec<String>,
+    /// Whether CORS allows credentials (then `*` echoes the request's origin).
+    pub cors_credentials: bool,
+    /// `Access-Control-Allow-Methods` of a CORS preflight.
+    pub cors_methods: String,
+    /// `Access-Control-Allow-Headers` of a CORS preflight.
+    pub cors_headers: String,
     /// Largest request body in bytes (413 above).
     pub max_body_bytes: usize,
     /// Longest a request may run (queueing included); a request's `timeout` may lower it.
@@ -153,6 +161,9 @@ impl Default for ServerConfig {
             aliases: Vec::new(),
             api_key: None,
             cors_origins: Vec::new(),
+            cors_credentials: true,
+            cors_methods: "GET, POST, DELETE, OPTIONS".into(),
+            cors_headers: "*".into(),
             max_body_bytes: 8 << 20,
             timeout: Duration::from_secs(600),
             shutdown_timeout: Duration::from_secs(30),

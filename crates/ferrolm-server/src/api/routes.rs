@@ -13,9 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tower_http::limit::RequestBodyLimitLayer;
 
+use super::cors::{self, CorsPolicy};
 use super::error::ApiError;
 use super::json::{fields, parse_object, token_id, type_name};
 use super::params::{CommonFields, Vocab};
@@ -102,7 +102,7 @@ async fn page(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
 /// The layers around a server's routes: API key, body limit, JSON errors for what the HTTP
 /// layer refuses, head limits and CORS.
 pub(crate) fn outer_layers(app: Router, cfg: &ServerConfig) -> Result<Router, ServerError> {
-    let cors = cors_layer(&cfg.cors_origins)?;
+    let cors = CorsPolicy::from_config(cfg)?;
     let key: Option<Arc<str>> = cfg.api_key.as_deref().map(Arc::from);
     let mut app = app
         .layer(middleware::from_fn_with_state(key, auth))
@@ -112,61 +112,10 @@ pub(crate) fn outer_layers(app: Router, cfg: &ServerConfig) -> Result<Router, Se
         // any handler runs) is turned into an OpenAI-shaped error too.
         .layer(middleware::from_fn(json_errors))
         .layer(middleware::from_fn(head_limits));
-    if let Some(c) = cors {
-        app = app.layer(c);
+    if let Some(policy) = cors {
+        app = app.layer(middleware::from_fn_with_state(policy, cors::cors));
     }
     Ok(app)
-}
-
-/// `--cors-origin`: `*`, or a list of origins where `localhost` stands for any origin on this
-/// machine (`http(s)://localhost`, `127.0.0.1` or `[::1]`, any port); none gives no CORS headers.
-fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServerError> {
-    if origins.is_empty() {
-        return Ok(None);
-    }
-    let allow = if origins.iter().any(|o| o == "*") {
-        AllowOrigin::any()
-    } else {
-        let values = origins
-            .iter()
-            .filter(|o| *o != "localhost")
-            .map(|o| {
-                HeaderValue::from_str(o.trim_end_matches('/'))
-                    .map_err(|_| ServerError::Config(format!("invalid CORS origin {o:?}")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        if origins.iter().any(|o| o == "localhost") {
-            AllowOrigin::predicate(move |origin: &HeaderValue, _| {
-                values.contains(origin) || origin.to_str().is_ok_and(is_local_origin)
-            })
-        } else {
-            AllowOrigin::list(values)
-        }
-    };
-    Ok(Some(
-        CorsLayer::new()
-            .allow_origin(allow)
-            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-            .allow_headers(Any)
-            .max_age(std::time::Duration::from_secs(3600)),
-    ))
-}
-
-/// Whether `origin` is `http(s)://localhost`, `127.0.0.1` or `[::1]`, with any port.
-fn is_local_origin(origin: &str) -> bool {
-    let Some(rest) = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) else {
-        return false;
-    };
-    let host = match rest.strip_prefix("[::1]") {
-        Some(port) => return port.is_empty() || port.strip_prefix(':').is_some_and(is_port),
-        None => rest,
-    };
-    let (name, port) = host.split_once(':').unwrap_or((host, ""));
-    matches!(name, "localhost" | "127.0.0.1") && (port.is_empty() || is_port(port))
-}
-
-fn is_port(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 5 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Compares two byte strings in time independent of where they differ.

@@ -13,7 +13,7 @@ use tower::ServiceExt;
 
 use super::super::ServerConfig;
 use super::fake::{BOS, Fake, Mode};
-use super::{app, app_with, config, get, post, send};
+use super::{Answer, app, app_with, config, get, post, send};
 
 #[tokio::test]
 async fn unknown_routes_and_wrong_methods_are_json() {
@@ -117,12 +117,20 @@ async fn api_key() {
     assert_eq!(post(&app, "/v1/chat/completions", body).await.status, 401);
 }
 
+/// Header `name` of an answer, as text.
+fn header<'a>(a: &'a Answer, name: &str) -> Option<&'a str> {
+    a.headers.get(name).and_then(|v| v.to_str().ok())
+}
+
 #[tokio::test]
 async fn cors() {
     let fake = Arc::new(Fake::reply("x"));
+    // No origins: CORS off, and a preflight is the router's 405.
     let none = app(fake.clone());
     let a = send(&none, Method::GET, "/health", None, &[("origin", "http://a.example")]).await;
     assert!(a.headers.get("access-control-allow-origin").is_none());
+    let pre = send(&none, Method::OPTIONS, "/completions", None, &[("origin", "http://a.example")]).await;
+    assert_eq!(pre.status, 405);
 
     let cfg =
         ServerConfig { cors_origins: vec!["http://a.example".into()], api_key: Some("k".into()), ..config() };
@@ -150,9 +158,30 @@ async fn cors() {
     assert!(pre.status.is_success(), "{}", pre.status);
     assert!(pre.headers.get("access-control-allow-methods").is_some());
 
-    let any = app_with(fake, ServerConfig { cors_origins: vec!["*".into()], ..config() });
+    // `*` with credentials (llama-server's default) echoes the origin; without, it is `*`.
+    let any = app_with(fake.clone(), ServerConfig { cors_origins: vec!["*".into()], ..config() });
     let a = send(&any, Method::GET, "/v1/models", None, &[("origin", "http://z.example")]).await;
-    assert_eq!(a.headers.get("access-control-allow-origin").map(|v| v.as_bytes()), Some(&b"*"[..]));
+    assert_eq!(header(&a, "access-control-allow-origin"), Some("http://z.example"));
+    assert_eq!(header(&a, "access-control-allow-credentials"), Some("true"));
+    let pre = send(
+        &any,
+        Method::OPTIONS,
+        "/completions",
+        None,
+        &[("origin", "web.mydomain.fr"), ("access-control-request-method", "POST")],
+    )
+    .await;
+    assert_eq!(pre.status, 200);
+    assert_eq!(header(&pre, "access-control-allow-origin"), Some("web.mydomain.fr"));
+    assert_eq!(header(&pre, "access-control-allow-methods"), Some("GET, POST, DELETE, OPTIONS"));
+    assert_eq!(header(&pre, "access-control-allow-headers"), Some("*"));
+    let cfg = ServerConfig { cors_origins: vec!["*".into()], cors_credentials: false, ..config() };
+    let plain = app_with(fake, cfg);
+    let a = send(&plain, Method::GET, "/v1/models", None, &[("origin", "http://z.example")]).await;
+    assert_eq!(header(&a, "access-control-allow-origin"), Some("*"));
+    assert_eq!(header(&a, "access-control-allow-credentials"), None);
+    let pre = send(&plain, Method::OPTIONS, "/v1/models", None, &[("origin", "http://z.example")]).await;
+    assert_eq!(header(&pre, "access-control-allow-credentials"), Some("false"));
     assert!(
         super::super::routes::router(super::super::AppState::new(
             Arc::new(Fake::reply("x")),
