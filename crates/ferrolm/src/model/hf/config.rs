@@ -348,6 +348,21 @@ pub fn sentence_transformers_pooling(dir: &std::path::Path) -> Option<u32> {
     })
 }
 
+/// The text decoder's config of a multimodal Gemma 4 folder (`Gemma4ForConditionalGeneration`:
+/// `text_config`, with the top level's `tie_word_embeddings` when it has none of its own); the
+/// vision and audio towers' tensors are not read.
+fn gemma4_text_config(c: &Cfg<'_>) -> Result<Value> {
+    let Some(Value::Object(text)) = c.get("text_config") else {
+        return Err(Error::Config("config.json: model_type 'gemma4' without a 'text_config' object".into()));
+    };
+    let mut text = text.clone();
+    text.insert("model_type".into(), Value::String("gemma4_text".into()));
+    if let (None, Some(tied)) = (text.get("tie_word_embeddings"), c.get("tie_word_embeddings")) {
+        text.insert("tie_word_embeddings".into(), tied.clone());
+    }
+    Ok(Value::Object(text))
+}
+
 /// Translates a parsed `config.json` into GGUF metadata entries and the tensor layout.
 pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, HfLayout)> {
     let map = json.as_object().ok_or_else(|| Error::Config("config.json is not a JSON object".into()))?;
@@ -358,6 +373,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         .ok_or_else(|| Error::Config("config.json: missing 'model_type'".into()))?;
     let arch = match model_type {
         "bert" => return translate_bert(&c, name),
+        "gemma4" => return translate(&gemma4_text_config(&c)?, name),
         "llama" | "mistral" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
@@ -650,4 +666,71 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
     let tied = c.opt_bool("tie_word_embeddings")?.unwrap_or(arch.is_gemma());
     let layout = HfLayout { arch, n_layer, n_head, n_head_kv, head_dim, tied, rope_freqs, longrope };
     Ok((kv, layout))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::translate;
+    use crate::format::gguf::{MetaArray, MetaValue};
+    use crate::model::config::Arch;
+
+    /// A Gemma 4 text config in small: sliding layers of head size 16, global ones of 32 with one
+    /// key/value head (k_eq_v), the last two layers sharing, double-wide MLPs there.
+    fn gemma4_text() -> serde_json::Value {
+        serde_json::json!({
+            "model_type": "gemma4_text", "hidden_size": 64, "intermediate_size": 64,
+            "num_hidden_layers": 5, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "head_dim": 16, "global_head_dim": 32, "vocab_size": 512, "sliding_window": 8,
+            "layer_types": ["sliding_attention", "sliding_attention", "full_attention",
+                            "sliding_attention", "full_attention"],
+            "num_kv_shared_layers": 2, "hidden_size_per_layer_input": 8,
+            "vocab_size_per_layer_input": 512, "use_double_wide_mlp": true,
+            "attention_k_eq_v": true, "num_global_key_value_heads": 1,
+            "final_logit_softcapping": 30.0,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                   "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+        })
+    }
+
+    /// The last value written for `key` (later entries replace earlier ones in a GGUF).
+    fn last<'a>(kv: &'a [(String, MetaValue)], key: &str) -> &'a MetaValue {
+        &kv.iter().rev().find(|(k, _)| k == key).unwrap_or_else(|| panic!("no {key}")).1
+    }
+
+    #[test]
+    fn gemma4_keys_as_llama_cpp_writes_them() {
+        let (kv, layout) = translate(&gemma4_text(), "t").expect("translate");
+        assert_eq!(layout.arch, Arch::Gemma4);
+        let u32s = |k: &str| match last(&kv, k) {
+            MetaValue::Array(MetaArray::U32(v)) => v.clone(),
+            MetaValue::U32(v) => vec![*v],
+            other => panic!("{k}: {other:?}"),
+        };
+        assert_eq!(u32s("gemma4.attention.key_length"), [32]);
+        assert_eq!(u32s("gemma4.attention.key_length_swa"), [16]);
+        assert_eq!(u32s("gemma4.rope.dimension_count"), [32]);
+        assert_eq!(u32s("gemma4.rope.dimension_count_swa"), [16]);
+        assert_eq!(u32s("gemma4.feed_forward_length"), [64, 64, 64, 128, 128]);
+        assert_eq!(u32s("gemma4.attention.head_count_kv"), [2, 2, 1, 2, 1]);
+        assert_eq!(u32s("gemma4.attention.shared_kv_layers"), [2]);
+        let freqs = layout.rope_freqs.expect("proportional RoPE factors");
+        assert_eq!(freqs.len(), 16);
+        assert!(freqs[..4].iter().all(|&f| f == 1.0) && freqs[4..].iter().all(|&f| f == 1e30));
+    }
+
+    #[test]
+    fn a_multimodal_gemma4_config_runs_its_text_decoder() {
+        let top = serde_json::json!({"model_type": "gemma4", "text_config": gemma4_text(),
+                                     "vision_config": {"model_type": "gemma4_vision"}});
+        let (_, layout) = translate(&top, "t").expect("translate");
+        assert_eq!((layout.arch, layout.n_layer, layout.tied), (Arch::Gemma4, 5, true));
+        let err = translate(&serde_json::json!({"model_type": "gemma4"}), "t").expect_err("no text_config");
+        assert!(err.to_string().contains("text_config"), "{err}");
+        let mut moe = gemma4_text();
+        moe["enable_moe_block"] = serde_json::json!(true);
+        let err = translate(&moe, "t").expect_err("MoE");
+        assert!(err.to_string().contains("mixture-of-experts"), "{err}");
+    }
 }
