@@ -610,10 +610,12 @@ const Q6_K_ROT: [u32; 16] = {
 /// values `16S + 4v ..+ 4`.
 const Q8_K_X16: [BytePlan; 4] = block_plans(16, 4);
 
-/// Repacks one Q8_K activation block for a 16-value sub-block format whose unsigned weights
-/// carry an offset of `2^SHIFT`: the values, `d`, no minimum, start values `−(Σx << SHIFT)`.
+/// Repacks one Q8_K activation block for a 16-value sub-block format: the values and `d`, then
+/// for a format with minimums (`MIN`) the factors `d · Σx` and no start values, otherwise no
+/// minimum factors and the start values `−(Σx << SHIFT)` of unsigned weights stored plus
+/// `2^SHIFT`.
 #[inline(always)]
-fn repack_q8_k16<const SHIFT: u32>(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+fn repack_q8_k16<const SHIFT: u32, const MIN: bool>(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
     let z = load::<5>(t, src);
     for (j, plan) in Q8_K_X16.iter().enumerate() {
         dst[j] = gather(t, &z, plan);
@@ -621,9 +623,15 @@ fn repack_q8_k16<const SHIFT: u32>(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
     let s = byte_sums(t, &dst[..4]);
     // SAFETY: `t` proves AVX-512 F; registers only.
     unsafe {
-        dst[4] = _mm512_castps_si512(_mm512_set1_ps(f32_at(src)));
-        dst[5] = _mm512_setzero_si512();
-        dst[6] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<SHIFT>(s));
+        let d = _mm512_set1_ps(f32_at(src));
+        dst[4] = _mm512_castps_si512(d);
+        if MIN {
+            dst[5] = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
+            dst[6] = _mm512_setzero_si512();
+        } else {
+            dst[5] = _mm512_setzero_si512();
+            dst[6] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<SHIFT>(s));
+        }
     }
 }
 
@@ -662,7 +670,7 @@ impl Format for Q6K {
 
     #[inline(always)]
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        repack_q8_k16::<5>(t, src, dst);
+        repack_q8_k16::<5, false>(t, src, dst);
     }
 
     #[inline(always)]
@@ -705,8 +713,9 @@ const Q3_K_Q: [BytePlan; 8] = {
     plans
 };
 
-/// Per-lane right shifts bringing bits `2k, 2k + 1` of every `qs` byte to bits 0, 1.
-const Q3_K_SHIFT: [u32; 16] = {
+/// Per-lane right shifts bringing bits `2k, 2k + 1` of every `qs` byte to bits 0, 1 (Q2_K's
+/// and Q3_K's lane `S = 8h + 2k + m`).
+const K16_SHIFT: [u32; 16] = {
     let mut r = [0u32; 16];
     let mut s = 0;
     while s < 16 {
@@ -750,7 +759,7 @@ impl Format for Q3K {
         // SAFETY: `t` proves AVX-512 F/BW; the shift and rotation tables hold 16 u32 and `sc`
         // 16 bytes; registers otherwise.
         unsafe {
-            let shift = _mm512_loadu_si512(Q3_K_SHIFT.as_ptr().cast());
+            let shift = _mm512_loadu_si512(K16_SHIFT.as_ptr().cast());
             let rot = _mm512_loadu_si512(Q3_K_ROT.as_ptr().cast());
             let (bits01, bit2) = (_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x04));
             for v in 0..4 {
@@ -766,7 +775,79 @@ impl Format for Q3K {
 
     #[inline(always)]
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        repack_q8_k16::<2>(t, src, dst);
+        repack_q8_k16::<2, false>(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        Self::repack(t, src, dst);
+    }
+}
+
+// ---- Q2_K ----------------------------------------------------------------------------------
+
+/// Q2_K weights, one super-block of `scales: [u8; 16], qs: [u8; 64], d, dmin: f16` per group;
+/// lane `S = 8h + 2k + m` is a 16-value sub-block, as for Q3_K.
+pub(super) struct Q2K;
+
+/// Lane `S`, vector `v`: `qs` bytes `16 + 32h + 16m + 4v ..+ 4`.
+const Q2_K_Q: [BytePlan; 4] = {
+    let mut plans = [BytePlan::new([0; 64]); 4];
+    let mut v = 0;
+    while v < 4 {
+        let mut qs = [0u16; 16];
+        let mut s = 0;
+        while s < 16 {
+            qs[s] = (16 + 32 * (s / 8) + 16 * (s % 2) + 4 * v) as u16;
+            s += 1;
+        }
+        plans[v] = BytePlan::lanes(qs);
+        v += 1;
+    }
+    plans
+};
+
+impl Format for Q2K {
+    const ID: u8 = 8;
+    const W_GROUP: usize = 84;
+    const X_GROUP: usize = 292;
+    const NQ: usize = 4;
+    const W_UNIT: usize = 84;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 4;
+    const INIT: bool = false;
+    const MIN: bool = true;
+
+    /// Values in 0..4, scales `d · sc`, minimums `−dmin · m`.
+    #[inline(always)]
+    fn unpack(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<2>(t, src);
+        let mut q = [z[0]; 8];
+        // SAFETY: `t` proves AVX-512 F/BW; the shift table holds 16 u32 and `src` a whole
+        // 84-byte super-block (bytes 0..16 are its scales); registers otherwise.
+        unsafe {
+            let shift = _mm512_loadu_si512(K16_SHIFT.as_ptr().cast());
+            let bits01 = _mm512_set1_epi8(0x03);
+            for (v, plan) in Q2_K_Q.iter().enumerate() {
+                q[v] = _mm512_and_si512(_mm512_srlv_epi32(gather(t, &z, plan), shift), bits01);
+            }
+            let packed = _mm512_cvtepu8_epi32(_mm_loadu_si128(src.as_ptr().cast()));
+            let sc = _mm512_cvtepi32_ps(_mm512_and_si512(packed, _mm512_set1_epi32(0x0f)));
+            let m = _mm512_cvtepi32_ps(_mm512_srli_epi32::<4>(packed));
+            let scale = _mm512_mul_ps(sc, _mm512_set1_ps(f16_at(t, &src[80..])));
+            let min = _mm512_mul_ps(m, _mm512_set1_ps(-f16_at(t, &src[82..])));
+            WGroup { q, scale, min }
+        }
+    }
+
+    #[inline(always)]
+    fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_k16::<0, true>(t, src, dst);
     }
 
     #[inline(always)]
