@@ -1436,6 +1436,11 @@ Per-model details (head layout, RoPE variant, what is being exercised) are in `m
   assumes 5 sliding layers then 1 global, which is why this model has 6 layers (transformers'
   default `layer_types` agree). Sliding layers use `rope.freq_base_swa` (1e4), the global one
   `rope.freq_base` (1e6).
+- `gemma4`: the converter (and transformers) need `global_head_dim` in config.json, which
+  transformers 5.24 does not write back (see the script's workarounds). llama.cpp picks the
+  layer a KV-shared layer reads as the last unshared layer (global) or the one before it
+  (sliding), transformers as the last unshared layer of the same kind: the same layers here (the
+  last unshared layer is global, as in Gemma 4 E2B and E4B, the ones that share).
 - Sliding window semantics (transformers and llama.cpp agree): query position i attends to key
   positions j with i - window < j <= i.
 - Mixture-of-experts safetensors (except Granite MoE's, see below) hold one 2-D tensor per
