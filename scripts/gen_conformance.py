@@ -1439,8 +1439,8 @@ Per-model details (head layout, RoPE variant, what is being exercised) are in `m
 - `gemma4`: the converter (and transformers) need `global_head_dim` in config.json, which
   transformers 5.24 does not write back (see the script's workarounds). llama.cpp picks the
   layer a KV-shared layer reads as the last unshared layer (global) or the one before it
-  (sliding), transformers as the last unshared layer of the same kind: the same layers here (the
-  last unshared layer is global, as in Gemma 4 E2B and E4B, the ones that share).
+  (sliding), transformers as the last unshared layer of the same kind: the same layers whenever
+  the last unshared layer is global and the one before it sliding, as here.
 - Sliding window semantics (transformers and llama.cpp agree): query position i attends to key
   positions j with i - window < j <= i.
 - Mixture-of-experts safetensors (except Granite MoE's, see below) hold one 2-D tensor per
