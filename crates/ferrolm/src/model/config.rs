@@ -383,8 +383,9 @@ fn per_layer_counts(f: &GgufFile, key: &str, n_layer: usize) -> Result<Vec<usize
 
 /// The layer each layer attends over ([`ModelConfig::kv_source`]) when the last `n_shared` of
 /// them have no keys and values of their own: the last earlier layer of the same kind (sliding
-/// or global) that has them, as transformers' Gemma 4 picks it (llama.cpp's fixed choice of the
-/// last two such layers is the same for every released model).
+/// or global) that has them, as transformers' Gemma 4 picks it (llama.cpp takes the last
+/// unshared layer for global layers and the one before it for sliding ones: the same layers
+/// whenever those two are global and sliding).
 fn kv_sources(swa_layers: &[bool], n_shared: usize) -> Result<Vec<usize>> {
     let n_layer = swa_layers.len();
     if n_shared >= n_layer && n_shared > 0 {
