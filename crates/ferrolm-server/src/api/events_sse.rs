@@ -40,12 +40,22 @@ pub(crate) trait EventWriter: Send + 'static {
     fn error(&mut self, e: ApiError);
     /// The events written since the last call.
     fn take(&mut self) -> Vec<sse::Event>;
+    /// The prompt has run up to token `processed` (llama-server's `return_progress`); nothing
+    /// by default.
+    fn progress(&mut self, _processed: usize, _usage: Usage) {}
+    /// A token came (before its text is written); nothing by default.
+    fn token(&mut self) {}
 
     /// Handles one engine event; true when it was the last (the stream then ends).
     fn event(&mut self, ev: Event) -> bool {
         match ev {
-            Event::PromptLogprobs(_) | Event::Progress { .. } => false,
+            Event::PromptLogprobs(_) => false,
+            Event::Progress { processed, usage } => {
+                self.progress(processed, usage);
+                false
+            }
             Event::Token { text, .. } => {
+                self.token();
                 let parts = self.reply().push(&text);
                 self.parts(parts);
                 false

@@ -29,7 +29,7 @@ use super::chat::{ChatJob, copy_renamed, function_tool, named_tool_choice, prepa
 use super::error::ApiError;
 use super::events_sse::{EventWriter, named, respond};
 use super::json::{parse_object, type_name};
-use super::response::{Collected, collect, new_id, submit_all, unix_now};
+use super::response::{Collected, Live, UsageSum, collect, new_id, submit_all, unix_now};
 use super::tools::{ReplyText, ToolCall};
 use super::{AppState, json_response};
 use ferrolm::decoder::FinishReason;
@@ -189,6 +189,9 @@ fn to_chat(v: &Value) -> Result<Value, ApiError> {
         ("stream", "stream"),
         ("reasoning_format", "reasoning_format"),
         ("chat_template_kwargs", "chat_template_kwargs"),
+        // llama-server's live reports of a stream.
+        ("timings_per_token", "timings_per_token"),
+        ("return_progress", "return_progress"),
     ];
     copy_renamed(obj, &mut chat, &pairs);
     if let Some(Value::Array(tools)) = obj.get("tools") {
@@ -344,6 +347,8 @@ struct Events {
     output: Vec<Value>,
     seq: u64,
     out: Vec<sse::Event>,
+    /// llama-server's `return_progress` and `timings_per_token`.
+    live: Live,
 }
 
 /// A reasoning or message item as it streams.
@@ -385,7 +390,8 @@ impl Events {
         let index = self.output.len();
         let Some(open) = self.open.as_mut() else { return };
         open.text.push_str(t);
-        let v = text_event(reasoning, "delta", &open.id, index, t);
+        let mut v = text_event(reasoning, "delta", &open.id, index, t);
+        self.live.annotate(&mut v);
         self.emit(v);
     }
 
@@ -423,7 +429,10 @@ impl Events {
         let output = std::mem::take(&mut self.output);
         let r = response_object(&self.id, self.created, &self.job.model, status, output, Some(&usage));
         let kind = if status == "incomplete" { "response.incomplete" } else { "response.completed" };
-        self.emit(json!({"type": kind, "response": r}));
+        // llama-server's `timings` on the last event, as on a chat stream's last chunk.
+        let mut sum = UsageSum::default();
+        sum.add(&usage, true);
+        self.emit(json!({"type": kind, "response": r, "timings": sum.timings_json()}));
     }
 }
 
@@ -451,11 +460,27 @@ impl EventWriter for Events {
     fn take(&mut self) -> Vec<sse::Event> {
         std::mem::take(&mut self.out)
     }
+
+    /// A `response.in_progress` event with llama-server's `prompt_progress`, when asked.
+    fn progress(&mut self, processed: usize, usage: Usage) {
+        if let Some(p) = self.live.progress(processed, usage) {
+            let r = response_object(&self.id, self.created, &self.job.model, "in_progress", Vec::new(), None);
+            let mut v = json!({"type": "response.in_progress", "response": r, "prompt_progress": p});
+            self.live.annotate(&mut v);
+            self.emit(v);
+        }
+    }
+
+    fn token(&mut self) {
+        self.live.token();
+    }
 }
 
 fn stream_response(job: ChatJob, id: String, created: u64, rx: RequestHandle) -> Response {
     let reply = job.reply_text();
-    let mut ev = Events { job, id, created, reply, open: None, output: Vec::new(), seq: 0, out: Vec::new() };
+    let live = Live::new(job.spec.live);
+    let mut ev =
+        Events { job, id, created, reply, open: None, output: Vec::new(), seq: 0, out: Vec::new(), live };
     ev.start();
     respond(ev, rx)
 }

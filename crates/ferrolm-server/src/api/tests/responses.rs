@@ -102,6 +102,38 @@ async fn streamed_text_and_refusals() {
     }
 }
 
+/// llama-server's live reports on a Responses stream: `response.in_progress` events with
+/// `prompt_progress`, `timings` on every text delta, and the last event's `timings`.
+#[tokio::test]
+async fn streams_prompt_progress_and_timings_per_token() {
+    let fake = Arc::new(Fake::reply("ab"));
+    let app = app(fake.clone());
+    let body = r#"{"input": "x", "stream": true, "return_progress": true, "timings_per_token": true}"#;
+    let events = post(&app, "/v1/responses", body).await.named_events();
+    let progress: Vec<&Value> =
+        events.iter().map(|(_, d)| d).filter(|d| d.get("prompt_progress").is_some()).collect();
+    assert_eq!(progress.len(), 2, "{events:?}");
+    for p in &progress {
+        assert_eq!(p["type"], "response.in_progress");
+        assert!(p["prompt_progress"]["total"].as_u64() > Some(0) && p["timings"]["prompt_n"].is_u64());
+    }
+    let deltas: Vec<&Value> =
+        events.iter().filter(|(e, _)| e == "response.output_text.delta").map(|(_, d)| d).collect();
+    assert!(!deltas.is_empty() && deltas.iter().all(|d| d["timings"]["predicted_n"].is_u64()), "{deltas:?}");
+    let (name, done) = events.last().expect("events");
+    assert_eq!(name, "response.completed");
+    assert!(done["timings"]["predicted_per_second"].is_number(), "{done}");
+    // Without them: no progress events, no per-delta timings.
+    let plain = post(&app, "/v1/responses", r#"{"input": "x", "stream": true}"#).await.named_events();
+    assert!(plain.iter().all(|(_, d)| d.get("prompt_progress").is_none()));
+    assert!(
+        plain
+            .iter()
+            .filter(|(e, _)| e == "response.output_text.delta")
+            .all(|(_, d)| d.get("timings").is_none())
+    );
+}
+
 #[tokio::test]
 async fn reasoning_is_a_reasoning_item_plain_and_streamed() {
     let template = "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.reasoning_content %}<think>{{ m.reasoning_content }}</think>{% endif %}{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
