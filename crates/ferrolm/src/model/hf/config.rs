@@ -220,6 +220,9 @@ fn gemma4_keys(
     if c.opt_bool("enable_moe_block")? == Some(true) {
         return unsupported("mixture-of-experts blocks");
     }
+    if c.get("use_bidirectional_attention").and_then(Value::as_str) == Some("all") {
+        return unsupported("bidirectional attention (use_bidirectional_attention 'all')");
+    }
     // transformers gives the global layers their own key/value heads only with k_eq_v.
     if let Some(g) = c.opt_usize("num_global_key_value_heads")?.filter(|_| k_eq_v)
         && g != n_head_kv
@@ -732,5 +735,9 @@ mod tests {
         moe["enable_moe_block"] = serde_json::json!(true);
         let err = translate(&moe, "t").expect_err("MoE");
         assert!(err.to_string().contains("mixture-of-experts"), "{err}");
+        let mut bidi = gemma4_text();
+        bidi["use_bidirectional_attention"] = serde_json::json!("all");
+        let err = translate(&bidi, "t").expect_err("bidirectional");
+        assert!(err.to_string().contains("bidirectional"), "{err}");
     }
 }
