@@ -260,6 +260,9 @@ def real_llama_args(argv):
             i += 1
     repo, file = values.get("r", (None, None))[1], values.get("f", (None, None))[1]
     mapped = local_model(repo, file)
+    if mapped and Path(mapped).is_dir():
+        # A Hugging Face folder: llama-server reads the GGUF llama_suite.sh converted it to.
+        mapped = str(Path(os.environ.get("LLAMA_SUITE_GGUF_DIR", "")) / (Path(mapped).name + ".gguf"))
     if mapped:
         return ["--model", mapped, *rest], [f"model {repo}{' ' + file if file else ''} -> {mapped}"]
     for flag, value in values.values():

@@ -95,6 +95,26 @@ if [[ ! -f "${suite}/utils.py" || ! -f "${suite}/requirements.txt" ]]; then
     exit 2
 fi
 
+# llama-server reads GGUF files only: the embedding model, a Hugging Face folder here, is
+# converted once by llama.cpp's own converter, with the conformance venv's torch and
+# transformers (scripts/gen_conformance.py's, or $FERROLM_CONVERT_PYTHON).
+if [[ "$server" == llama ]]; then
+    gguf_dir="${cache}/llama-suite-gguf"
+    minilm="$(python3 -c "import sys; sys.path.insert(0, '${here}'); import common; print(common.find_model(common.MINILM))")"
+    out="${gguf_dir}/$(basename "$minilm").gguf"
+    if [[ -d "$minilm" && ! -s "$out" ]]; then
+        conv_py="${FERROLM_CONVERT_PYTHON:-${cache}/pyenv/bin/python}"
+        mkdir -p "$gguf_dir"
+        if ! PYTHONPATH="${tree}/gguf-py" "$conv_py" "${tree}/convert_hf_to_gguf.py" "$minilm" \
+                --outfile "${out}.tmp" --outtype f16 > "${gguf_dir}/convert.log" 2>&1; then
+            echo "ERROR: converting ${minilm} for llama-server failed (${gguf_dir}/convert.log)" >&2
+            exit 2
+        fi
+        mv "${out}.tmp" "$out"
+    fi
+    real_env+=(LLAMA_SUITE_GGUF_DIR="$gguf_dir")
+fi
+
 # The suite's Python environment.
 venv="${LLAMA_SUITE_PYENV:-${cache}/pyenv-llama-suite}"
 py="${venv}/bin/python"
