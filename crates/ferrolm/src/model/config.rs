@@ -613,13 +613,7 @@ impl ModelConfig {
     fn arch_from_gguf(&mut self, f: &GgufFile, arch_name: &str) -> Result<usize> {
         let (arch, n_layer) = (self.arch, self.n_layer);
         let key = |k: &str| format!("{arch_name}.{k}");
-        let opt = |k: &str| -> Result<Option<usize>> {
-            f.opt_u64(&key(k))?
-                .map(|v| {
-                    usize::try_from(v).map_err(|_| Error::Config(format!("{} = {v} is too large", key(k))))
-                })
-                .transpose()
-        };
+        let opt = |k: &str| opt_usize(f, &key(k));
         let mut n_kv_shared = 0;
         if arch.is_gemma() {
             self.activation = Activation::GeluTanh;
@@ -683,13 +677,7 @@ impl ModelConfig {
     /// unscaled attention, per-layer embeddings; returns the number of KV-shared layers.
     fn gemma4_from_gguf(&mut self, f: &GgufFile, arch_name: &str) -> Result<usize> {
         let key = |k: &str| format!("{arch_name}.{k}");
-        let opt = |k: &str| -> Result<Option<usize>> {
-            f.opt_u64(&key(k))?
-                .map(|v| {
-                    usize::try_from(v).map_err(|_| Error::Config(format!("{} = {v} is too large", key(k))))
-                })
-                .transpose()
-        };
+        let opt = |k: &str| opt_usize(f, &key(k));
         self.head_dim_swa = opt("attention.key_length_swa")?.unwrap_or(self.head_dim);
         let v_swa = opt("attention.value_length_swa")?.unwrap_or(self.head_dim_swa);
         if v_swa != self.head_dim_swa || self.head_dim_swa == 0 || self.head_dim_swa > self.head_dim {
@@ -870,6 +858,13 @@ impl ModelConfig {
     pub fn window_for_layer(&self, il: usize) -> Option<usize> {
         if self.swa_layers.get(il).copied().unwrap_or(false) { self.sliding_window } else { None }
     }
+}
+
+/// The GGUF integer `key` as a `usize`, if present.
+fn opt_usize(f: &GgufFile, key: &str) -> Result<Option<usize>> {
+    f.opt_u64(key)?
+        .map(|v| usize::try_from(v).map_err(|_| Error::Config(format!("{key} = {v} is too large"))))
+        .transpose()
 }
 
 #[cfg(test)]

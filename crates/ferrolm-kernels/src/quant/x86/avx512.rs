@@ -119,10 +119,18 @@ pub(super) trait Format {
     /// Repacks the whole activation group in `src` into `NQ + 3` vectors: the values, the f32
     /// scales, the f32 minimum factors and the i32 start values.
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]);
-    /// Unpacks the remainder unit in `src` (whole, or the row's last single block).
-    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup;
-    /// Repacks the activations of a remainder unit into `UNIT_NQ + 3` vectors.
-    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]);
+    /// Unpacks the remainder unit in `src` (whole, or the row's last single block); for the
+    /// K-quants, whose unit is a (partial) group, [`Format::unpack`].
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+    /// Repacks the activations of a remainder unit into `UNIT_NQ + 3` vectors; for the
+    /// K-quants, [`Format::repack`].
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        Self::repack(t, src, dst);
+    }
 }
 
 /// How a row of `x_rb` activation bytes splits: whole groups, remainder units, and the

@@ -553,16 +553,6 @@ impl Format for Q4K {
             dst[10] = _mm512_setzero_si512();
         }
     }
-
-    #[inline(always)]
-    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
-        Self::unpack(t, src)
-    }
-
-    #[inline(always)]
-    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        Self::repack(t, src, dst);
-    }
 }
 
 // ---- Q6_K ----------------------------------------------------------------------------------
@@ -672,16 +662,6 @@ impl Format for Q6K {
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
         repack_q8_k16::<5, false>(t, src, dst);
     }
-
-    #[inline(always)]
-    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
-        Self::unpack(t, src)
-    }
-
-    #[inline(always)]
-    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        Self::repack(t, src, dst);
-    }
 }
 
 // ---- Q3_K ----------------------------------------------------------------------------------
@@ -777,16 +757,6 @@ impl Format for Q3K {
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
         repack_q8_k16::<2, false>(t, src, dst);
     }
-
-    #[inline(always)]
-    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
-        Self::unpack(t, src)
-    }
-
-    #[inline(always)]
-    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        Self::repack(t, src, dst);
-    }
 }
 
 // ---- Q2_K ----------------------------------------------------------------------------------
@@ -848,15 +818,5 @@ impl Format for Q2K {
     #[inline(always)]
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
         repack_q8_k16::<0, true>(t, src, dst);
-    }
-
-    #[inline(always)]
-    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
-        Self::unpack(t, src)
-    }
-
-    #[inline(always)]
-    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        Self::repack(t, src, dst);
     }
 }
