@@ -406,6 +406,13 @@ fn render(state: &AppState, chat: &ChatFields) -> Result<Rendered, ApiError> {
     let today = CalendarDate::today_utc();
     kwargs.entry("date_string").or_insert_with(|| Value::String(today.format("%d %b %Y")));
     kwargs.entry("datetime").or_insert_with(|| Value::String(today.format("%b %d %Y")));
+    // FireFunction v2's template appends `functions` to its system prompt: the tools as JSON
+    // text, empty without tools (what llama.cpp's FireFunction handler gave it).
+    kwargs.entry("functions").or_insert_with(|| {
+        let text =
+            tools.as_ref().filter(|t| !t.is_empty()).and_then(|t| serde_json::to_string_pretty(t).ok());
+        Value::String(text.unwrap_or_default())
+    });
     let enable_thinking = kwargs.get("enable_thinking").and_then(Value::as_bool);
     let (bos_token, eos_token) = backend.bos_eos_text();
     let opts = RenderOptions {

@@ -646,6 +646,22 @@ async fn templates_see_today_as_llama_cpp_gives_it() {
     assert_eq!(p["prompt"], format!("{}|{}", today.format("%d %b %Y"), today.format("%b %d %Y")));
 }
 
+/// FireFunction v2's template adds `functions` to a string: the tools as JSON text, or empty.
+#[tokio::test]
+async fn templates_see_the_tools_as_functions_text() {
+    let fake = Arc::new(Fake::reply("x").with_template("{{ 'tools:' + functions }}"));
+    let app = app(fake);
+    let p =
+        post(&app, "/apply-template", r#"{"messages": [{"role": "user", "content": "hi"}]}"#).await.json();
+    assert_eq!(p["prompt"], "tools:");
+    let body = r#"{"messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}"#;
+    let p = post(&app, "/apply-template", body).await.json();
+    let text = p["prompt"].as_str().unwrap_or("");
+    let listed: Value = serde_json::from_str(text.trim_start_matches("tools:")).unwrap_or(Value::Null);
+    assert_eq!(listed[0]["function"]["name"], "f", "{text}");
+}
+
 #[tokio::test]
 async fn input_tokens_counts_the_rendered_prompt() {
     let fake = Arc::new(Fake::reply("x"));
