@@ -671,27 +671,28 @@ impl Format for Q6K {
 /// the half's `qs` bytes, which 16 of the 32 bytes `m`), as for Q6_K.
 pub(super) struct Q3K;
 
-/// Byte plans for lane `S`, vector `v`: `qs` bytes `32 + 32h + 16m + 4v ..+ 4` (in
-/// `Q3_K_Q[v]`) and `hmask` bytes `16m + 4v ..+ 4` (in `Q3_K_Q[4 + v]`).
-const Q3_K_Q: [BytePlan; 8] = {
-    let mut plans = [BytePlan::new([0; 64]); 8];
+/// Byte plans for the 2-bit fields of a 16-value sub-block format (Q2_K's and Q3_K's lane
+/// `S = 8h + 2k + m`): lane `S` of vector `v` takes bytes `off + half · h + 16m + 4v ..+ 4`.
+const fn k16_plans(off: u16, half: u16) -> [BytePlan; 4] {
+    let mut plans = [BytePlan::new([0; 64]); 4];
     let mut v = 0;
     while v < 4 {
-        let mut qs = [0u16; 16];
-        let mut hm = [0u16; 16];
+        let mut base = [0u16; 16];
         let mut s = 0;
         while s < 16 {
-            let (h, m) = (s / 8, s % 2);
-            qs[s] = (32 + 32 * h + 16 * m + 4 * v) as u16;
-            hm[s] = (16 * m + 4 * v) as u16;
+            base[s] = off + half * (s as u16 / 8) + 16 * (s as u16 % 2) + 4 * v as u16;
             s += 1;
         }
-        plans[v] = BytePlan::lanes(qs);
-        plans[4 + v] = BytePlan::lanes(hm);
+        plans[v] = BytePlan::lanes(base);
         v += 1;
     }
     plans
-};
+}
+
+/// Q3_K's `qs` bytes `32 + 32h + 16m + 4v ..+ 4` for lane `S`, vector `v`.
+const Q3_K_QS: [BytePlan; 4] = k16_plans(32, 32);
+/// Q3_K's `hmask` bytes `16m + 4v ..+ 4` (the same for both halves).
+const Q3_K_HM: [BytePlan; 4] = k16_plans(0, 0);
 
 /// Per-lane right shifts bringing bits `2k, 2k + 1` of every `qs` byte to bits 0, 1 (Q2_K's
 /// and Q3_K's lane `S = 8h + 2k + m`).
@@ -743,8 +744,8 @@ impl Format for Q3K {
             let rot = _mm512_loadu_si512(Q3_K_ROT.as_ptr().cast());
             let (bits01, bit2) = (_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x04));
             for v in 0..4 {
-                let low = _mm512_and_si512(_mm512_srlv_epi32(gather(t, &z, &Q3_K_Q[v]), shift), bits01);
-                let high = _mm512_rolv_epi32(gather(t, &z, &Q3_K_Q[4 + v]), rot);
+                let low = _mm512_and_si512(_mm512_srlv_epi32(gather(t, &z, &Q3_K_QS[v]), shift), bits01);
+                let high = _mm512_rolv_epi32(gather(t, &z, &Q3_K_HM[v]), rot);
                 q[v] = or_and(t, low, high, bit2);
             }
             let sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sc.as_ptr().cast())));
@@ -766,21 +767,7 @@ impl Format for Q3K {
 pub(super) struct Q2K;
 
 /// Lane `S`, vector `v`: `qs` bytes `16 + 32h + 16m + 4v ..+ 4`.
-const Q2_K_Q: [BytePlan; 4] = {
-    let mut plans = [BytePlan::new([0; 64]); 4];
-    let mut v = 0;
-    while v < 4 {
-        let mut qs = [0u16; 16];
-        let mut s = 0;
-        while s < 16 {
-            qs[s] = (16 + 32 * (s / 8) + 16 * (s % 2) + 4 * v) as u16;
-            s += 1;
-        }
-        plans[v] = BytePlan::lanes(qs);
-        v += 1;
-    }
-    plans
-};
+const Q2_K_Q: [BytePlan; 4] = k16_plans(16, 32);
 
 impl Format for Q2K {
     const ID: u8 = 8;
