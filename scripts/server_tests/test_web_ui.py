@@ -3,7 +3,9 @@
 
 Drives Debian's Chromium through chromedriver (selenium), sends one chat message and checks that:
   * the assistant reply finishes (`data-done="true"`) with non-empty text within the timeout,
-  * the reply streamed in: its text was seen with at least two distinct non-empty lengths,
+  * the reply streamed in: its text was seen with at least two distinct non-empty lengths
+    (greedy by default, with a message whose reply is dozens of tokens long, so that the check
+    does not hinge on a sampled two-token answer finishing between two polls),
   * the reply is not an error message,
   * the metrics panel shows a numeric `#metric-slots-total` >= 1.
 
@@ -32,7 +34,9 @@ def parse_args():
     p.add_argument("--base-url", required=True, help="server root, e.g. http://127.0.0.1:8080")
     p.add_argument("--screenshot", help="save a PNG screenshot of the page here at the end")
     p.add_argument("--api-key", help="API key to put into the page's settings before sending")
-    p.add_argument("--message", default="Say hello in one short sentence.", help="chat message to send")
+    p.add_argument("--message", default="Write four sentences about the sea.", help="chat message to send")
+    p.add_argument("--temperature", default="0",
+                   help="temperature to put into the page's settings before sending (default 0: greedy)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply (default 60)")
     return p.parse_args()
 
@@ -114,6 +118,14 @@ def wait_for_slots_total(driver, timeout):
     raise CheckFailed(f"#metric-slots-total is not numeric after {timeout:.0f} s: {shown!r} (status: {conn!r})")
 
 
+def set_setting(driver, css, value):
+    """Types `value` into a settings field and fires `change`, as a user leaving the field does."""
+    field = find(driver, css)
+    field.clear()
+    field.send_keys(value)
+    driver.execute_script("arguments[0].dispatchEvent(new Event('change'))", field)
+
+
 def check_reachable(base):
     """Fails early with a plain message when the server is down or `/` is not the page."""
     try:
@@ -135,11 +147,9 @@ def run(args):
         find(driver, "#stop")
         find(driver, "#messages")
         if args.api_key:
-            key = find(driver, "#api-key")
-            key.clear()
-            key.send_keys(args.api_key)
-            driver.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
+            set_setting(driver, "#api-key", args.api_key)
 
+        set_setting(driver, "#temperature", args.temperature)
         prompt.send_keys(args.message)
         find(driver, "#send").click()
         text, lengths = wait_for_reply(driver, args.timeout)
