@@ -407,6 +407,8 @@ fn kv_sources(swa_layers: &[bool], n_shared: usize) -> Result<Vec<usize>> {
 /// The mixture-of-experts block from `{arch}.expert_*` keys (`None` for a dense model), with
 /// llama.cpp's per-architecture defaults where a key is absent: softmax routing, top-k weights
 /// normalised for Mixtral (`llama`), Qwen 3 MoE and Granite MoE but not for Qwen 2 MoE and OLMoE.
+/// Gemma 4's experts (beside its dense MLP) route as llama.cpp's graph does whatever the keys say:
+/// softmax, the k weights normalised, unscaled.
 fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Result<Option<MoeConfig>> {
     let key = |k: &str| format!("{arch_name}.{k}");
     let count = |k: &str| -> Result<Option<usize>> {
@@ -428,7 +430,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
         }
         return Ok(None);
     }
-    if !(is_moe_arch || arch == Arch::Llama) {
+    if !(is_moe_arch || matches!(arch, Arch::Llama | Arch::Gemma4)) {
         return Err(Error::Config(format!(
             "{} = {n_expert}: {arch_name} with experts is not supported",
             key("expert_count")
@@ -447,6 +449,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     let gating = match count("expert_gating_func")? {
         // llama.cpp's gpt-oss graph routes this way whatever the key says.
         _ if arch == Arch::GptOss => Gating::SoftmaxWeight,
+        _ if arch == Arch::Gemma4 => Gating::Softmax,
         None | Some(1) => Gating::Softmax,
         Some(2) => Gating::Sigmoid,
         Some(3) => Gating::SoftmaxWeight,
@@ -461,10 +464,14 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     let norm_topk = match f.opt_bool(&key("expert_weights_norm"))? {
         // The k weights of a softmax over the k already sum to one.
         _ if gating == Gating::SoftmaxWeight => false,
+        _ if arch == Arch::Gemma4 => true,
         Some(b) => b,
         None => default_norm,
     };
-    let weight_scale = opt_positive_or_unset(f, &key("expert_weights_scale"))?.unwrap_or(1.0);
+    let weight_scale = match arch {
+        Arch::Gemma4 => 1.0,
+        _ => opt_positive_or_unset(f, &key("expert_weights_scale"))?.unwrap_or(1.0),
+    };
     // llama.cpp: without its own key an expert's FFN is the dense size split over the used experts
     // (Mixtral's experts are `feed_forward_length` wide and have no such key).
     let n_ff_expert = match count("expert_feed_forward_length")? {
@@ -837,6 +844,12 @@ impl ModelConfig {
     /// Key/value heads of layer `il`'s projections (before repetition to `n_head_kv`).
     pub fn layer_n_head_kv(&self, il: usize) -> usize {
         self.n_head_kv_layers.get(il).copied().unwrap_or(self.n_head_kv)
+    }
+
+    /// Whether a block's experts run beside a dense MLP rather than in its place (Gemma 4's
+    /// mixture-of-experts variant; a block without a router is dense only).
+    pub fn moe_beside_dense(&self) -> bool {
+        self.moe.is_some() && self.arch == Arch::Gemma4
     }
 
     /// Feed-forward inner size of layer `il`.

@@ -5,7 +5,7 @@
 //! in a [`Workspace`] kept by the model between passes, so a decode step allocates nothing.
 
 use super::moe::{MoeBuffers, gated_ffn, moe_ffn};
-use super::weights::{Ffn, PerLayerBlock};
+use super::weights::{Ffn, FfnWeights, PerLayerBlock};
 use super::{Model, ModelConfig};
 use crate::backend::{Backend, HostRange, PassId};
 use crate::batch::BatchEntry;
@@ -66,17 +66,22 @@ pub(crate) struct Workspace {
     pl_tok: Vec<f32>,
     /// A block's per-layer branch: its gate. `[n, n_embd_per_layer]`
     pl_gate: Vec<f32>,
+    /// Experts beside a dense MLP (Gemma 4): their input, the router's input and their output.
+    /// `[3, n, n_embd]`
+    beside: [Vec<f32>; 3],
 }
 
 impl Workspace {
     /// Grows every buffer a pass of `n` tokens slices, so that the pass takes them without
     /// reallocating, and returns those slices' memory: what the backend may keep on its device
     /// during the pass. `h` is reserved for every row (the LM head takes its first rows).
-    fn reserve(&mut self, cfg: &ModelConfig, n: usize) -> [HostRange; 15] {
+    fn reserve(&mut self, cfg: &ModelConfig, n: usize) -> [HostRange; 18] {
         let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), dense_ff(cfg));
         let half = (cfg.rope_dims / 2).max(1);
         let local = if has_local_rope(cfg) { n * (cfg.rope_dims_swa / 2).max(1) } else { 0 };
         let pl = n * cfg.n_layer * cfg.n_embd_per_layer;
+        let beside = if cfg.moe_beside_dense() { n * d } else { 0 };
+        let [b0, b1, b2] = &mut self.beside;
         [
             HostRange::of(buf(&mut self.x, n * d)),
             HostRange::of(buf(&mut self.xn, n * d)),
@@ -93,13 +98,17 @@ impl Workspace {
             HostRange::of(buf(&mut self.pl, pl)),
             HostRange::of(buf(&mut self.pl_tok, pl)),
             HostRange::of(buf(&mut self.pl_gate, n * cfg.n_embd_per_layer)),
+            HostRange::of(buf(b0, beside)),
+            HostRange::of(buf(b1, beside)),
+            HostRange::of(buf(b2, beside)),
         ]
     }
 }
 
-/// Inner size of the dense FFN buffers (none for a mixture of experts: its blocks have their own).
+/// Inner size of the dense FFN buffers (none for a mixture of experts without a dense MLP: its
+/// blocks have their own).
 fn dense_ff(cfg: &ModelConfig) -> usize {
-    if cfg.moe.is_some() { 0 } else { cfg.n_ff }
+    if cfg.moe.is_some() && !cfg.moe_beside_dense() { 0 } else { cfg.n_ff }
 }
 
 /// Whether the sliding-window layers rotate with their own RoPE parameters.
@@ -361,10 +370,17 @@ impl Model {
         let v = buf(&mut ws.v, n * kvd); // [n, n_head_kv * head_dim]
         let att = buf(&mut ws.att, n * qd); // [n, n_head * head_dim]
         let y = buf(&mut ws.y, n * d); // [n, d]
-        let gate = buf(&mut ws.gate, n * ff); // [n, n_ff]
-        let up = buf(&mut ws.up, n * ff); // [n, n_ff]
+        let beside = if cfg.moe_beside_dense() { n * d } else { 0 };
+        let [b0, b1, b2] = &mut ws.beside;
+        let mut ffn_scratch = FfnScratch {
+            gate: buf(&mut ws.gate, n * ff), // [n, n_ff]
+            up: buf(&mut ws.up, n * ff),     // [n, n_ff]
+            moe_in: buf(b0, beside),         // [n, d]
+            router_in: buf(b1, beside),      // [n, d]
+            moe_out: buf(b2, beside),        // [n, d]
+            moe: &mut ws.moe,
+        };
         let (mass, q_seq, pos_seq, kv16) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq, &mut ws.kv16);
-        let moe_bufs = &mut ws.moe;
         // Whether an eviction policy wants this batch's attention (H2O) or its queries (SnapKV).
         let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
         let logging = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some()));
@@ -407,7 +423,7 @@ impl Model {
 
             // Feed-forward.
             be.rms_norm(x, &lw.ffn_norm, cfg.norm_eps, xn)?;
-            self.feed_forward(be, &lw.ffn, xn, n, y, (gate, up), moe_bufs)?;
+            self.feed_forward(be, &lw.ffn, (x, xn), n, y, &mut ffn_scratch)?;
             self.residual_add(be, lw.post_ffn_norm.as_deref(), x, y)?;
             if let Some(pb) = &lw.per_layer {
                 let pd = cfg.n_embd_per_layer;
@@ -549,33 +565,61 @@ impl Model {
         Ok(())
     }
 
-    /// A block's feed-forward network over the normalised rows `xn` (`[n, n_embd]`), its output
-    /// into `y`: one gated FFN (`gate`/`up`: `[n, n_ff]` scratch) or a mixture of experts.
-    #[allow(clippy::too_many_arguments)]
+    /// A block's feed-forward network over the normalised rows `xn` (`[n, n_embd]`) of the
+    /// residual stream `x`, its output into `y`: one gated FFN, a mixture of experts, or both
+    /// side by side (Gemma 4, whose experts and router read their own norms of `x`).
     fn feed_forward(
         &self,
         be: &dyn Backend,
         ffn: &Ffn,
-        xn: &mut [f32],
+        (x, xn): (&[f32], &mut [f32]),
         n: usize,
         y: &mut [f32],
-        scratch: (&mut [f32], &mut [f32]),
-        moe: &mut MoeBuffers,
+        s: &mut FfnScratch<'_>,
     ) -> Result<()> {
         let cfg = &self.config;
-        match (ffn, &cfg.moe) {
-            (Ffn::Dense(f), _) => {
-                // This layer's width (Gemma 4's layers differ).
-                let m = n * f.gate.rows;
-                let scratch = (&mut scratch.0[..m], &mut scratch.1[..m]);
-                gated_ffn(be, f, None, cfg.activation, self.exact_f32, xn, n, scratch, y)
+        let (act, exact, eps) = (cfg.activation, self.exact_f32, cfg.norm_eps);
+        let dense = |f: &FfnWeights, xn: &mut [f32], y: &mut [f32], gate: &mut [f32], up: &mut [f32]| {
+            // This layer's width (Gemma 4's layers differ).
+            let m = n * f.gate.rows;
+            gated_ffn(be, f, None, act, exact, xn, n, (&mut gate[..m], &mut up[..m]), y)
+        };
+        let no_experts = || Error::Config("expert weights in a model configured without experts".into());
+        match ffn {
+            Ffn::Dense(f) => dense(f, xn, y, s.gate, s.up),
+            Ffn::Moe(m) => {
+                let mc = cfg.moe.as_ref().ok_or_else(no_experts)?;
+                moe_ffn(be, m, mc, act, exact, (xn, None), n, y, s.moe)
             }
-            (Ffn::Moe(m), Some(mc)) => moe_ffn(be, m, mc, cfg.activation, self.exact_f32, xn, n, y, moe),
-            (Ffn::Moe(_), None) => {
-                Err(Error::Config("expert weights in a model configured without experts".into()))
+            Ffn::DenseAndMoe(p) => {
+                let mc = cfg.moe.as_ref().ok_or_else(no_experts)?;
+                dense(&p.dense, xn, y, s.gate, s.up)?;
+                be.rms_norm_inplace(y, &p.dense_post_norm, eps)?;
+                be.rms_norm(x, &p.moe_pre_norm, eps, s.moe_in)?;
+                be.rms_norm(x, &p.router_norm, eps, s.router_in)?;
+                moe_ffn(be, &p.moe, mc, act, exact, (s.moe_in, Some(s.router_in)), n, s.moe_out, s.moe)?;
+                be.rms_norm_inplace(s.moe_out, &p.moe_post_norm, eps)?;
+                be.add(y, s.moe_out)?;
+                Ok(())
             }
         }
     }
+}
+
+/// A pass's scratch for the feed-forward networks.
+struct FfnScratch<'a> {
+    /// Gate projection, then the gated activation. `[n, n_ff]`
+    gate: &'a mut [f32],
+    /// Up projection. `[n, n_ff]`
+    up: &'a mut [f32],
+    /// Experts beside a dense MLP: their normalised input. `[n, n_embd]` (else empty)
+    moe_in: &'a mut [f32],
+    /// Their router's normalised input. `[n, n_embd]` (else empty)
+    router_in: &'a mut [f32],
+    /// Their output. `[n, n_embd]` (else empty)
+    moe_out: &'a mut [f32],
+    /// The mixture-of-experts blocks' own buffers.
+    moe: &'a mut MoeBuffers,
 }
 
 /// Spreads the `heads` heads of `hdl` values packed at the start of `x` (`[heads, hdl]`) to

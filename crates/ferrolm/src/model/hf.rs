@@ -65,8 +65,18 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, name) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    if name == "layer_scalar" {
-        return Some(format!("blk.{layer}.layer_output_scale.weight"));
+    let gemma4_moe = match name {
+        "layer_scalar" => Some("layer_output_scale.weight"),
+        // Gemma 4's experts beside the dense MLP: fused 3-D parameters without `.weight`.
+        "router.proj.weight" => Some("ffn_gate_inp.weight"),
+        "router.scale" => Some("ffn_gate_inp.scale"),
+        "router.per_expert_scale" => Some("ffn_down_exps.scale"),
+        "experts.gate_up_proj" => Some("ffn_gate_up_exps.weight"),
+        "experts.down_proj" => Some("ffn_down_exps.weight"),
+        _ => None,
+    };
+    if let Some(g) = gemma4_moe {
+        return Some(format!("blk.{layer}.{g}"));
     }
     let (stem, suffix) = name.rsplit_once('.')?;
     if let Some(g) = expert_name(stem) {
@@ -79,6 +89,9 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" => "ffn_norm",
         "post_feedforward_layernorm" => "post_ffw_norm",
+        "pre_feedforward_layernorm_2" => "pre_ffw_norm_2",
+        "post_feedforward_layernorm_1" => "post_ffw_norm_1",
+        "post_feedforward_layernorm_2" => "post_ffw_norm_2",
         "self_attn.q_proj" => "attn_q",
         "self_attn.k_proj" => "attn_k",
         "self_attn.v_proj" => "attn_v",

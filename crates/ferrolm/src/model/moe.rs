@@ -157,7 +157,8 @@ pub(crate) fn gated_ffn(
 }
 
 /// The mixture-of-experts block over `n` normalised rows `xn` (`[n, n_embd]`), its output
-/// into `y` (`[n, n_embd]`).
+/// into `y` (`[n, n_embd]`). The router reads `router_in` (`[n, n_embd]`; Gemma 4 routes on
+/// another norm of the residual than the experts read), else `xn`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_ffn(
     be: &dyn Backend,
@@ -165,7 +166,7 @@ pub(crate) fn moe_ffn(
     cfg: &MoeConfig,
     act: Activation,
     exact: bool,
-    xn: &mut [f32],
+    (xn, router_in): (&mut [f32], Option<&[f32]>),
     n: usize,
     y: &mut [f32],
     b: &mut MoeBuffers,
@@ -173,7 +174,7 @@ pub(crate) fn moe_ffn(
     let d = xn.len() / n.max(1);
     let (ne, k) = (cfg.n_expert, cfg.n_used);
     let logits = buf(&mut b.logits, n * ne); // [n, n_expert]
-    be.matmul(&w.router, xn, n, logits)?;
+    be.matmul(&w.router, router_in.unwrap_or(xn), n, logits)?;
     be.to_host(logits)?;
     if let Some(b) = &w.biases {
         for row in logits.chunks_exact_mut(ne) {
@@ -181,6 +182,10 @@ pub(crate) fn moe_ffn(
         }
     }
     route(logits, cfg, &mut b.chosen, &mut b.weights);
+    if let Some(scale) = &w.expert_scale {
+        // llama.cpp scales the expert's output; the weight is the same factor.
+        b.weights.iter_mut().zip(&b.chosen).for_each(|(wt, &e)| *wt *= scale[e as usize]);
+    }
     let mut grouped = (std::mem::take(&mut b.routes), std::mem::take(&mut b.starts));
     group(&b.chosen, &b.weights, k, ne, &mut grouped);
     (b.routes, b.starts) = grouped;
@@ -291,7 +296,8 @@ mod tests {
                     let g = g.min(7.0);
                     g / (1.0 + (-1.702 * g).exp()) * (u.clamp(-7.0, 7.0) + 1.0)
                 }
-                _ => g / (1.0 + (-g).exp()) * u,
+                Activation::GeluTanh => crate::ops::gelu_tanh(g) * u,
+                Activation::Silu => g / (1.0 + (-g).exp()) * u,
             })
             .collect();
         let mut out = mv(&f[2], &h);
@@ -305,29 +311,49 @@ mod tests {
     /// softmax restricted to the token's top k (zero elsewhere), plus the gated shared expert.
     #[test]
     fn experts_match_a_dense_reference_over_all_experts() {
-        check_dense(false);
+        check_dense(Variant::Shared);
     }
 
     /// gpt-oss's block the same way: a router bias, the top k by logit weighted by the softmax
     /// of those k, biased experts, the clamped SwiGLU, no shared expert.
     #[test]
     fn gpt_oss_experts_match_a_dense_reference() {
-        check_dense(true);
+        check_dense(Variant::GptOss);
     }
 
-    fn check_dense(gpt_oss: bool) {
+    /// Gemma 4's experts: routed on their own input, each expert's output scaled, GELU.
+    #[test]
+    fn experts_with_their_own_router_input_and_scales_match_a_dense_reference() {
+        check_dense(Variant::Gemma4);
+    }
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Variant {
+        /// SiLU experts and a gated shared expert (Qwen 2 MoE).
+        Shared,
+        GptOss,
+        Gemma4,
+    }
+
+    fn check_dense(variant: Variant) {
+        let gpt_oss = variant == Variant::GptOss;
+        let shared = variant == Variant::Shared;
         let (d, ff, ne, n) = (32, 16, 6, 7);
         let cfg = MoeConfig {
             n_expert: ne,
             n_used: 2,
             n_ff_expert: ff,
-            n_ff_shared: if gpt_oss { None } else { Some(24) },
+            n_ff_shared: shared.then_some(24),
             gating: if gpt_oss { Gating::SoftmaxWeight } else { Gating::Softmax },
             norm_topk: !gpt_oss,
             weight_scale: 1.0,
             biases: gpt_oss,
         };
-        let act = if gpt_oss { Activation::SwigluOai } else { Activation::Silu };
+        let act = match variant {
+            Variant::Shared => Activation::Silu,
+            Variant::GptOss => Activation::SwigluOai,
+            Variant::Gemma4 => Activation::GeluTanh,
+        };
         let (router, router_v) = matrix(ne, d, 1);
         let router_bias = gpt_oss.then(|| values(ne, 2));
         let mut experts = Vec::new();
@@ -352,19 +378,22 @@ mod tests {
             router,
             biases: router_bias.clone().map(|router| Box::new(MoeBiases { router, experts: expert_bias })),
             experts,
-            shared: (!gpt_oss).then_some(FfnWeights { gate: sg, up: su, down: sd }),
-            shared_gate: (!gpt_oss).then_some(shared_gate),
+            shared: shared.then_some(FfnWeights { gate: sg, up: su, down: sd }),
+            shared_gate: shared.then_some(shared_gate),
+            expert_scale: (variant == Variant::Gemma4).then(|| values(ne, 104)),
         };
         let (_, xs) = matrix(n, d, 7);
         let mut xn = xs.iter().map(|v| v * 4.0).collect::<Vec<_>>();
+        let router_in = (variant == Variant::Gemma4).then(|| values(n * d, 105));
         let mut y = vec![0.0; n * d];
         let mut b = MoeBuffers::default();
-        moe_ffn(&CpuBackend, &w, &cfg, act, true, &mut xn, n, &mut y, &mut b).expect("moe_ffn");
+        let inputs = (&mut xn[..], router_in.as_deref());
+        moe_ffn(&CpuBackend, &w, &cfg, act, true, inputs, n, &mut y, &mut b).expect("moe_ffn");
 
         let shared_v = [sg_v, su_v, sd_v];
         for t in 0..n {
             let x = &xn[t * d..(t + 1) * d];
-            let mut logits = mv(&router_v, x);
+            let mut logits = mv(&router_v, router_in.as_ref().map_or(x, |r| &r[t * d..(t + 1) * d]));
             if let Some(rb) = &router_bias {
                 logits.iter_mut().zip(rb).for_each(|(l, b)| *l += b);
             }
@@ -377,7 +406,8 @@ mod tests {
             let top_sum = p[order[0]] + p[order[1]];
             let mut want = vec![0.0f32; d];
             for e in 0..ne {
-                let wt = if order[..2].contains(&e) { p[e] / top_sum } else { 0.0 };
+                let scale = w.expert_scale.as_ref().map_or(1.0, |s| s[e]);
+                let wt = if order[..2].contains(&e) { scale * p[e] / top_sum } else { 0.0 };
                 for (a, o) in want.iter_mut().zip(ffn_ref(
                     &expert_vals[e],
                     w.biases.as_ref().map(|b| &b.experts[e]),
@@ -387,7 +417,7 @@ mod tests {
                     *a += wt * o;
                 }
             }
-            if !gpt_oss {
+            if shared {
                 let s = 1.0 / (1.0 + (-dot(&shared_gate_v, x)).exp());
                 for (a, o) in want.iter_mut().zip(ffn_ref(&shared_v, None, act, x)) {
                     *a += s * o;

@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use ferrolm_kernels::{GgmlType, quant};
 
-use super::config::{Arch, ModelConfig, QkNorm};
+use super::config::{Arch, ModelConfig, MoeConfig, QkNorm};
 use super::encoder::EncoderWeights;
 use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
@@ -124,11 +124,12 @@ impl LayerWeights {
             self.v_norm.as_ref(),
             self.per_layer.as_ref().map(|p| &p.post_norm),
         ];
-        let moe_biases = match &self.ffn {
-            Ffn::Moe(m) => m.biases(),
-            Ffn::Dense(_) => Vec::new(),
-        };
-        norms.into_iter().flatten().chain(self.qkv_bias.iter().flatten()).map(Vec::as_slice).chain(moe_biases)
+        norms
+            .into_iter()
+            .flatten()
+            .chain(self.qkv_bias.iter().flatten())
+            .map(Vec::as_slice)
+            .chain(self.ffn.constants())
     }
 }
 
@@ -144,8 +145,12 @@ pub struct FfnWeights {
 }
 
 impl FfnWeights {
-    fn matrices(&self) -> [(&'static str, &Weight); 3] {
+    /// The three matrices named `ffn_{gate,up,down}{suffix}`.
+    fn named(&self, suffix: &str) -> Vec<(String, &Weight)> {
         [("gate", &self.gate), ("up", &self.up), ("down", &self.down)]
+            .into_iter()
+            .map(|(n, w)| (format!("ffn_{n}{suffix}"), w))
+            .collect()
     }
 }
 
@@ -183,6 +188,9 @@ pub struct MoeWeights {
     pub shared: Option<FfnWeights>,
     /// The shared expert's gate: its output is scaled by `sigmoid(gate · x)`. `[1, n_embd]`
     pub shared_gate: Option<Weight>,
+    /// Multiplies each expert's output (llama.cpp's `ffn_down_exps.scale`; Gemma 4's
+    /// `per_expert_scale`). `[n_expert]`
+    pub expert_scale: Option<Vec<f32>>,
 }
 
 impl MoeWeights {
@@ -192,6 +200,38 @@ impl MoeWeights {
         let experts = b.experts.iter().flat_map(|b| [&b.gate, &b.up, &b.down]);
         std::iter::once(&b.router).chain(experts).map(Vec::as_slice).collect()
     }
+
+    /// Every matrix with its name's stem (`ffn_gate_inp`, `ffn_gate_exps.3` for expert 3, …).
+    fn matrices(&self) -> Vec<(String, &Weight)> {
+        let mut out = vec![("ffn_gate_inp".to_string(), &self.router)];
+        for (e, f) in self.experts.iter().enumerate() {
+            out.extend(f.named(&format!("_exps.{e}")));
+        }
+        if let Some(f) = &self.shared {
+            out.extend(f.named("_shexp"));
+        }
+        out.extend(self.shared_gate.iter().map(|w| ("ffn_gate_inp_shexp".to_string(), w)));
+        out
+    }
+}
+
+/// Gemma 4's feed-forward with experts: a dense MLP and a mixture of experts side by side on the
+/// residual stream `x`, `post_norm_1(mlp(ffn_norm(x))) + post_norm_2(experts(pre_norm_2(x)))`,
+/// the experts routed on `rms_norm(x) · router_norm`.
+#[derive(Debug)]
+pub struct DenseAndMoe {
+    /// The dense MLP (its input norm is the block's `ffn_norm`).
+    pub dense: FfnWeights,
+    /// RMSNorm of the dense MLP's output (`post_ffw_norm_1`). `[n_embd]`
+    pub dense_post_norm: Vec<f32>,
+    /// The experts.
+    pub moe: MoeWeights,
+    /// RMSNorm of the experts' input (`pre_ffw_norm_2`). `[n_embd]`
+    pub moe_pre_norm: Vec<f32>,
+    /// RMSNorm of the experts' output (`post_ffw_norm_2`). `[n_embd]`
+    pub moe_post_norm: Vec<f32>,
+    /// The router's input norm: `ffn_gate_inp.scale / sqrt(n_embd)`. `[n_embd]`
+    pub router_norm: Vec<f32>,
 }
 
 /// A block's feed-forward network.
@@ -201,23 +241,32 @@ pub enum Ffn {
     Dense(FfnWeights),
     /// A mixture of experts.
     Moe(MoeWeights),
+    /// A dense MLP and a mixture of experts side by side (Gemma 4).
+    DenseAndMoe(Box<DenseAndMoe>),
 }
 
 impl Ffn {
-    /// Every matrix with its name's stem (`ffn_gate`, `ffn_gate.3` for expert 3, …).
+    /// Every matrix with its name's stem (`ffn_gate`, `ffn_gate_exps.3` for expert 3, …).
     fn matrices(&self) -> Vec<(String, &Weight)> {
         match self {
-            Ffn::Dense(f) => f.matrices().into_iter().map(|(n, w)| (format!("ffn_{n}"), w)).collect(),
-            Ffn::Moe(m) => {
-                let mut out = vec![("ffn_gate_inp".to_string(), &m.router)];
-                for (e, f) in m.experts.iter().enumerate() {
-                    out.extend(f.matrices().into_iter().map(|(n, w)| (format!("ffn_{n}_exps.{e}"), w)));
-                }
-                if let Some(f) = &m.shared {
-                    out.extend(f.matrices().into_iter().map(|(n, w)| (format!("ffn_{n}_shexp"), w)));
-                }
-                out.extend(m.shared_gate.iter().map(|w| ("ffn_gate_inp_shexp".to_string(), w)));
+            Ffn::Dense(f) => f.named(""),
+            Ffn::Moe(m) => m.matrices(),
+            Ffn::DenseAndMoe(p) => {
+                let mut out = p.dense.named("");
+                out.extend(p.moe.matrices());
                 out
+            }
+        }
+    }
+
+    /// The norm weights and biases of the feed-forward network beyond the block's `ffn_norm`.
+    fn constants(&self) -> Vec<&[f32]> {
+        match self {
+            Ffn::Dense(_) => Vec::new(),
+            Ffn::Moe(m) => m.biases(),
+            Ffn::DenseAndMoe(p) => {
+                let norms = [&p.dense_post_norm, &p.moe_pre_norm, &p.moe_post_norm, &p.router_norm];
+                norms.into_iter().map(Vec::as_slice).chain(p.moe.biases()).collect()
             }
         }
     }
@@ -616,9 +665,33 @@ impl Loader<'_> {
     /// Layer `layer`'s feed-forward network: dense, or the experts `cfg.moe` describes.
     fn ffn(&self, layer: usize, cfg: &ModelConfig) -> Result<Ffn> {
         let d = cfg.n_embd;
+        let n = |s: &str| format!("blk.{layer}.{s}.weight");
+        let dense = || self.dense(layer, "", d, cfg.layer_n_ff(layer));
         let Some(m) = &cfg.moe else {
-            return Ok(Ffn::Dense(self.dense(layer, "", d, cfg.layer_n_ff(layer))?));
+            return Ok(Ffn::Dense(dense()?));
         };
+        if cfg.moe_beside_dense() {
+            // A Gemma 4 block without a router is dense only, as llama.cpp reads it.
+            if !self.tensors.contains(&n("ffn_gate_inp")) {
+                return Ok(Ffn::Dense(dense()?));
+            }
+            let mut router_norm = self.vector(&format!("blk.{layer}.ffn_gate_inp.scale"), d)?;
+            let inv_sqrt_d = (d as f32).sqrt().recip();
+            router_norm.iter_mut().for_each(|w| *w *= inv_sqrt_d);
+            return Ok(Ffn::DenseAndMoe(Box::new(DenseAndMoe {
+                dense: dense()?,
+                dense_post_norm: self.vector(&n("post_ffw_norm_1"), d)?,
+                moe: self.moe(layer, m, d)?,
+                moe_pre_norm: self.vector(&n("pre_ffw_norm_2"), d)?,
+                moe_post_norm: self.vector(&n("post_ffw_norm_2"), d)?,
+                router_norm,
+            })));
+        }
+        Ok(Ffn::Moe(self.moe(layer, m, d)?))
+    }
+
+    /// Layer `layer`'s experts, router and shared expert as `m` describes them.
+    fn moe(&self, layer: usize, m: &MoeConfig, d: usize) -> Result<MoeWeights> {
         let n = |s: &str| format!("blk.{layer}.{s}.weight");
         let router = self.matrix(&n("ffn_gate_inp"), m.n_expert, d)?;
         let experts = self.experts(layer, m.n_expert, d, m.n_ff_expert)?;
@@ -637,7 +710,8 @@ impl Loader<'_> {
         } else {
             None
         };
-        Ok(Ffn::Moe(MoeWeights { router, biases, experts, shared, shared_gate }))
+        let expert_scale = self.opt_vector(&format!("blk.{layer}.ffn_down_exps.scale"), m.n_expert)?;
+        Ok(MoeWeights { router, biases, experts, shared, shared_gate, expert_scale })
     }
 
     /// Every expert's gate, up and down biases from the `[n_ff, n_expert]` and

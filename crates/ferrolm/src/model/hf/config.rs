@@ -217,9 +217,6 @@ fn gemma4_keys(
     let k_eq_v = c.opt_bool("attention_k_eq_v")?.unwrap_or(false);
     let unsupported =
         |what: &str| Err(Error::Config(format!("config.json: Gemma 4 with {what} is not supported yet")));
-    if c.opt_bool("enable_moe_block")? == Some(true) {
-        return unsupported("mixture-of-experts blocks");
-    }
     if c.get("use_bidirectional_attention").and_then(Value::as_str) == Some("all") {
         return unsupported("bidirectional attention (use_bidirectional_attention 'all')");
     }
@@ -238,6 +235,12 @@ fn gemma4_keys(
         return unsupported("a per-layer embedding table of another size than the vocabulary");
     }
     let u32v = |n: usize| MetaValue::U32(n.min(u32::MAX as usize) as u32);
+    if c.opt_bool("enable_moe_block")? == Some(true) {
+        // Every block's experts run beside its dense MLP.
+        put("expert_count", u32v(c.usize("num_experts")?));
+        put("expert_used_count", u32v(c.usize("top_k_experts")?));
+        put("expert_feed_forward_length", u32v(c.usize("moe_intermediate_size")?));
+    }
     put("embedding_length_per_layer_input", u32v(per_layer));
     let n_shared = c.opt_usize("num_kv_shared_layers")?.unwrap_or(0);
     put("attention.shared_kv_layers", u32v(n_shared));
@@ -724,6 +727,29 @@ mod tests {
     }
 
     #[test]
+    fn gemma4_experts_are_written_as_llama_cpp_writes_them() {
+        let mut moe = gemma4_text();
+        moe["enable_moe_block"] = serde_json::json!(true);
+        moe["num_experts"] = serde_json::json!(8);
+        moe["moe_intermediate_size"] = serde_json::json!(24);
+        let err = translate(&moe, "t").expect_err("no top_k_experts");
+        assert!(err.to_string().contains("top_k_experts"), "{err}");
+        moe["top_k_experts"] = serde_json::json!(2);
+        let (kv, _) = translate(&moe, "t").expect("translate");
+        let u32_of = |k: &str| match last(&kv, k) {
+            MetaValue::U32(v) => *v,
+            other => panic!("{k}: {other:?}"),
+        };
+        assert_eq!(u32_of("gemma4.expert_count"), 8);
+        assert_eq!(u32_of("gemma4.expert_used_count"), 2);
+        assert_eq!(u32_of("gemma4.expert_feed_forward_length"), 24);
+        // Without enable_moe_block the expert keys say nothing (transformers builds no experts).
+        moe["enable_moe_block"] = serde_json::json!(false);
+        let (kv, _) = translate(&moe, "t").expect("translate");
+        assert!(!kv.iter().any(|(k, _)| k.contains("expert")), "{kv:?}");
+    }
+
+    #[test]
     fn a_multimodal_gemma4_config_runs_its_text_decoder() {
         let top = serde_json::json!({"model_type": "gemma4", "text_config": gemma4_text(),
                                      "vision_config": {"model_type": "gemma4_vision"}});
@@ -731,10 +757,6 @@ mod tests {
         assert_eq!((layout.arch, layout.n_layer, layout.tied), (Arch::Gemma4, 5, true));
         let err = translate(&serde_json::json!({"model_type": "gemma4"}), "t").expect_err("no text_config");
         assert!(err.to_string().contains("text_config"), "{err}");
-        let mut moe = gemma4_text();
-        moe["enable_moe_block"] = serde_json::json!(true);
-        let err = translate(&moe, "t").expect_err("MoE");
-        assert!(err.to_string().contains("mixture-of-experts"), "{err}");
         let mut bidi = gemma4_text();
         bidi["use_bidirectional_attention"] = serde_json::json!("all");
         let err = translate(&bidi, "t").expect_err("bidirectional");
