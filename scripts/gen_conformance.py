@@ -519,6 +519,42 @@ MODELS: list[Spec] = [
                 "config.json: transformers 5.24 saves an empty per_layer_config and no "
                 "global_head_dim (a reload would give the global layers head_dim 16); the script "
                 "writes global_head_dim and removes per_layer_config."]),
+    Spec("gemma4moe", "Gemma4TextConfig", "Gemma4ForCausalLM", "spm-gemma",
+         dict(BASE, num_hidden_layers=2, intermediate_size=48, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, global_head_dim=32, tie_word_embeddings=True,
+              hidden_activation="gelu_pytorch_tanh", sliding_window=8, rms_norm_eps=1e-6,
+              layer_types=["sliding_attention", "full_attention"],
+              num_kv_shared_layers=0, hidden_size_per_layer_input=0,
+              attention_k_eq_v=True, num_global_key_value_heads=1,
+              enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=32,
+              final_logit_softcapping=30.0,
+              rope_parameters={
+                  "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
+                                     "rope_theta": 1000000.0},
+                  "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+              pad_token_id=0),
+         seed=2124,
+         emb_std=0.03, final_norm_gain=6.0,
+         hf_config_extra={"global_head_dim": 32, "num_global_key_value_heads": 1,
+                          "per_layer_config": None},
+         notes=["Gemma 4 with mixture-of-experts blocks (the 26B-A4B shape; GGUF arch "
+                "`gemma4` with expert keys): 2 layers (0 sliding, 1 global), head sizes "
+                "16 and 32, attention_k_eq_v with one global key/value head, no per-layer "
+                "embeddings, no KV sharing.",
+                "Every block's feed-forward is two branches added before the post-FFN norm: "
+                "the dense MLP (intermediate_size 48) of pre_feedforward_layernorm(x), normed by "
+                "post_feedforward_layernorm_1 (GGUF post_ffw_norm_1), and 4 GELU experts (2 per "
+                "token, moe_intermediate_size 32) of pre_feedforward_layernorm_2(x) (GGUF "
+                "pre_ffw_norm_2), normed by post_feedforward_layernorm_2 (post_ffw_norm_2); "
+                "x is the residual stream after attention.",
+                "Router (GGUF ffn_gate_inp): logits of rms_norm(x) * router.scale / sqrt(64) "
+                "(scale: ffn_gate_inp.scale), softmax over the 4, top 2 renormalised to sum 1, "
+                "then each multiplied by its expert's router.per_expert_scale (GGUF "
+                "ffn_down_exps.scale, which llama.cpp applies to the expert's output). Experts "
+                "fused as experts.gate_up_proj [4, 64, 64] (GGUF ffn_gate_up_exps) and "
+                "experts.down_proj [4, 64, 32] (ffn_down_exps). Two layers and four experts: "
+                "every routing decision of a prompt must clear the router gaps, and with more "
+                "of them no prompt of 20 tokens did."]),
     # ---- mixture-of-experts models and SmolLM3 ----
     Spec("qwen3moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "bpe-qwen2",
          dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -712,7 +748,7 @@ MODELS: list[Spec] = [
 # transformers 5 modules: `mlp.gate` (Qwen2/3-MoE, OLMoE, Mixtral), `block_sparse_moe.router`
 # (Granite MoE; saved as `block_sparse_moe.router.layer.weight`)
 ROUTER_SUFFIXES = ("mlp.gate.weight", "mlp.shared_expert_gate.weight",
-                   "block_sparse_moe.router.weight", "mlp.router.weight")
+                   "block_sparse_moe.router.weight", "mlp.router.weight", "router.proj.weight")
 
 
 def randomize(model: torch.nn.Module, seed: int, emb_std: float,
@@ -751,6 +787,14 @@ def randomize(model: torch.nn.Module, seed: int, emb_std: float,
                 # twice the other routers' spread: every routing of a 20-token prompt and its 8
                 # greedy tokens must clear MIN_ROUTER_LOGIT_GAP
                 p.copy_(6.0 / math.sqrt(p.shape[1]) * r)
+            elif name.endswith("router.proj.weight"):
+                # Gemma 4's router sees rms_norm(x) * scale / sqrt(d), a vector of norm ~1: its
+                # logits have the weights' spread, N(0, 2^2)
+                p.copy_(2.0 * r)
+            elif name.endswith("router.scale"):  # Gemma 4: multiplies the router's input
+                p.copy_(1.0 + 0.15 * r)
+            elif name.endswith("router.per_expert_scale"):  # Gemma 4: multiplies each expert
+                p.copy_(1.0 + 0.25 * r)
             elif p.ndim == 1 and "norm" in name:
                 base = float(p.detach().float().mean())  # 1.0 (x*w) or 0.0 (x*(1+w))
                 assert base in (0.0, 1.0), (name, base)
@@ -782,7 +826,8 @@ def sig(x: float) -> float:
 
 
 def is_moe_config(cfg: Any) -> bool:
-    return getattr(cfg, "num_experts_per_tok", None) is not None
+    return (getattr(cfg, "num_experts_per_tok", None) is not None
+            or bool(getattr(cfg, "enable_moe_block", False)))
 
 
 def load_f32(hf_dir: Path, overrides: dict[str, Any] | None = None):
@@ -804,8 +849,11 @@ def load_f32(hf_dir: Path, overrides: dict[str, Any] | None = None):
 def routers(model) -> list[tuple[str, Any]]:
     """The MoE router modules (transformers 5: `model.layers.N.mlp.gate`, Granite MoE's
     `model.layers.N.block_sparse_moe.router`: a *TopKRouter whose forward returns
-    (router_logits, top-k weights, top-k indices), with a `top_k` attribute)."""
-    return [(n, m) for n, m in model.named_modules() if type(m).__name__.endswith("TopKRouter")]
+    (router_logits, top-k weights, top-k indices), with a `top_k` attribute; Gemma 4's
+    `model.layers.N.router`, a Gemma4TextRouter that returns the router probabilities first,
+    its k in `config.top_k_experts`)."""
+    return [(n, m) for n, m in model.named_modules()
+            if type(m).__name__.endswith("TopKRouter") or type(m).__name__ == "Gemma4TextRouter"]
 
 
 def router_min_gaps(model, seq: torch.Tensor) -> tuple[float, float] | None:
@@ -821,8 +869,12 @@ def router_min_gaps(model, seq: torch.Tensor) -> tuple[float, float] | None:
     def hook(mod, _inp, out):
         logits = out[0] if isinstance(out, tuple) else out
         logits = logits.detach().float().reshape(-1, logits.shape[-1])
+        if type(mod).__name__ == "Gemma4TextRouter":
+            logits = torch.log(logits)  # it returns the probabilities: back to logits (+ const)
+            k = int(mod.config.top_k_experts)
+        else:
+            k = int(mod.top_k)
         probs = torch.softmax(logits, dim=-1)
-        k = int(mod.top_k)
         top = torch.topk(probs, k + 1, dim=-1).values
         topl = torch.topk(logits, k + 1, dim=-1).values
         prob_gap = float(((top[:, k - 1] - top[:, k]) / top[:, 0]).min())
