@@ -1,5 +1,6 @@
 //! aarch64 NEON kernels for the integer dot products of [`crate::quant::vec_dot`]: Q4_0, Q5_0 and Q8_0
-//! weights with Q8_0 activations, Q4_1 with Q8_1, and Q4_K and Q6_K with Q8_K, at two levels:
+//! weights with Q8_0 activations, Q4_1 with Q8_1, and Q2_K, Q3_K, Q4_K and Q6_K with Q8_K, at two
+//! levels:
 //!
 //! - [`Isa::Neon`]: plain Advanced SIMD; 8-bit products are widened with `smull`/`smull2` and
 //!   accumulated pairwise into 32 bits with `sadalp` (exact: one product is at most 2^14);
@@ -43,12 +44,16 @@ pub(in crate::quant) fn kernels(ty: GgmlType, isa: Isa) -> Option<(Isa, DotFn, G
         (Isa::Neon, T::Q4_1) => (dot::<Mull, Q4_1>, gemm::<Mull, Q4_1>),
         (Isa::Neon, T::Q5_0) => (dot::<Mull, Q5_0>, gemm::<Mull, Q5_0>),
         (Isa::Neon, T::Q8_0) => (dot::<Mull, Q8_0>, gemm::<Mull, Q8_0>),
+        (Isa::Neon, T::Q2_K) => (dot::<Mull, Q2K>, gemm::<Mull, Q2K>),
+        (Isa::Neon, T::Q3_K) => (dot::<Mull, Q3K>, gemm::<Mull, Q3K>),
         (Isa::Neon, T::Q4_K) => (dot::<Mull, Q4K>, gemm::<Mull, Q4K>),
         (Isa::Neon, T::Q6_K) => (dot::<Mull, Q6K>, gemm::<Mull, Q6K>),
         (Isa::NeonDotprod, T::Q4_0) => (sdot_q4_0, sdot_q4_0_gemm),
         (Isa::NeonDotprod, T::Q4_1) => (sdot_q4_1, sdot_q4_1_gemm),
         (Isa::NeonDotprod, T::Q5_0) => (sdot_q5_0, sdot_q5_0_gemm),
         (Isa::NeonDotprod, T::Q8_0) => (sdot_q8_0, sdot_q8_0_gemm),
+        (Isa::NeonDotprod, T::Q2_K) => (sdot_q2_k, sdot_q2_k_gemm),
+        (Isa::NeonDotprod, T::Q3_K) => (sdot_q3_k, sdot_q3_k_gemm),
         (Isa::NeonDotprod, T::Q4_K) => (sdot_q4_k, sdot_q4_k_gemm),
         (Isa::NeonDotprod, T::Q6_K) => (sdot_q6_k, sdot_q6_k_gemm),
         _ => return None,
@@ -87,6 +92,8 @@ sdot_entry_points! {
     Q4_1 => sdot_q4_1, sdot_q4_1_gemm;
     Q5_0 => sdot_q5_0, sdot_q5_0_gemm;
     Q8_0 => sdot_q8_0, sdot_q8_0_gemm;
+    Q2K => sdot_q2_k, sdot_q2_k_gemm;
+    Q3K => sdot_q3_k, sdot_q3_k_gemm;
     Q4K => sdot_q4_k, sdot_q4_k_gemm;
     Q6K => sdot_q6_k, sdot_q6_k_gemm;
 }
@@ -416,7 +423,7 @@ impl Kernel for Q4_1 {
 }
 
 mod kquants;
-use kquants::{Q4K, Q6K};
+use kquants::{Q2K, Q3K, Q4K, Q6K};
 
 #[cfg(test)]
 mod tests;

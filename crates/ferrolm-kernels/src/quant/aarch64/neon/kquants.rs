@@ -1,15 +1,19 @@
-//! NEON Q4_K and Q6_K kernels (weights with Q8_K activations: f32 `d`, 256 i8, 16 i16 sums of
-//! 16-value groups). A whole 256-value super-block is unpacked into sixteen registers once and
-//! reused for every activation row of the tile.
+//! NEON Q2_K, Q3_K, Q4_K and Q6_K kernels (weights with Q8_K activations: f32 `d`, 256 i8, 16
+//! i16 sums of 16-value groups). A whole 256-value super-block is unpacked into sixteen
+//! registers once and reused for every activation row of the tile. Q2_K, Q3_K and Q6_K unpack
+//! into the same form ([`K16Block`]: sixteen 16-value sub-blocks, each with an integer scale)
+//! and share its accumulation; Q2_K adds its minimum term.
 //!
 //! Exactness: a Q4_K sub-block sum is at most 32 · 15 · 127 in magnitude, times a 6-bit scale,
 //! eight of them: below 2^25; a Q6_K 16-value sum is at most 16 · 32 · 127, times an i8 scale,
-//! sixteen of them: below 2^28. Both fit the i32 lanes.
+//! sixteen of them: below 2^28 (Q3_K's levels -4..=3 and scales -32..=31, and Q2_K's levels
+//! 0..=3 and scales 0..=15, stay far below). All fit the i32 lanes.
 
 use std::arch::aarch64::*;
 
 use super::{Acc, I8Dot, Kernel, f16_at, f32_at, ld_s8, ld_s16, ld_u8, nibbles};
 use crate::quant::QK_K;
+use crate::quant::q3_k::unpack_scales_q3k;
 use crate::quant::q8_act::Q8_K_BYTES;
 
 /// Q4_K (144 bytes: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and minimums, 128 nibble
@@ -89,27 +93,153 @@ impl Kernel for Q4K {
     }
 }
 
+/// A super-block as sixteen 16-value sub-blocks with integer scales: `d Σ_s sc_s Σ v_s x_s`.
+#[derive(Clone, Copy)]
+pub(super) struct K16Block {
+    d: f32,
+    /// Sub-block scales.
+    sc: [i32; 16],
+    /// `v[s]`: the signed levels of sub-block `s` (elements `16s..16s + 16`).
+    v: [int8x16_t; 16],
+}
+
+/// Adds `d_x · w` (a [`K16Block`] against the Q8_K block `bx`) to `acc`.
+#[inline(always)]
+fn acc_k16<D: I8Dot>(w: &K16Block, bx: &[u8], acc: &mut Acc) {
+    let x = &bx[4..4 + QK_K];
+    // SAFETY: register-only NEON intrinsic; NEON is enabled for this module.
+    let zero = unsafe { vdupq_n_s32(0) };
+    let mut sumi = zero;
+    for s in 0..16 {
+        let p = D::dot(zero, w.v[s], ld_s8(&x[16 * s..]));
+        // SAFETY: register-only NEON intrinsic; NEON is enabled for this module.
+        sumi = unsafe { vmlaq_n_s32(sumi, p, w.sc[s]) };
+    }
+    acc.add(f32_at(bx) * w.d, sumi);
+}
+
+/// The four 2-bit fields of each byte of `q`: `[q & 3, (q >> 2) & 3, (q >> 4) & 3, q >> 6]`.
+#[inline(always)]
+fn crumbs(q: uint8x16_t) -> [uint8x16_t; 4] {
+    // SAFETY: register-only NEON intrinsics; NEON is enabled for this module.
+    unsafe {
+        let m3 = vdupq_n_u8(3);
+        [
+            vandq_u8(q, m3),
+            vandq_u8(vshrq_n_u8::<2>(q), m3),
+            vandq_u8(vshrq_n_u8::<4>(q), m3),
+            vshrq_n_u8::<6>(q),
+        ]
+    }
+}
+
+/// Q2_K (84 bytes: 16 bytes of 4-bit scales and minimums, 64 bytes of 2-bit levels, f16 `d`,
+/// f16 `dmin`) · Q8_K: `Σ d_x (d Σ_s sc_s Σ q_w q_x - dmin Σ_s m_s bsum_s)`.
+pub(super) struct Q2K;
+
+/// An unpacked Q2_K super-block.
+#[derive(Clone, Copy)]
+pub(super) struct Q2KBlock {
+    /// Scales and levels (0..=3).
+    k16: K16Block,
+    dmin: f32,
+    /// Sub-block minimums, as i16 lanes (sub-blocks 0..8, 8..16).
+    mins: [int16x8_t; 2],
+}
+
+impl Kernel for Q2K {
+    const WB: usize = 84;
+    const XB: usize = Q8_K_BYTES;
+    type W = Q2KBlock;
+
+    #[inline(always)]
+    fn unpack(bw: &[u8]) -> Q2KBlock {
+        let mut v = [ld_s8(bw); 16];
+        // Byte `l` (0..32) of `qs[32h..]` holds in bits `2k..2k + 2` the element
+        // `128h + 32k + l`: sub-block `8h + 2k + l / 16`.
+        for h in 0..2 {
+            for m in 0..2 {
+                for (k, c) in crumbs(ld_u8(&bw[16 + 32 * h + 16 * m..])).into_iter().enumerate() {
+                    // SAFETY: register-only NEON intrinsic; NEON is enabled for this module.
+                    v[8 * h + 2 * k + m] = unsafe { vreinterpretq_s8_u8(c) };
+                }
+            }
+        }
+        // SAFETY: register-only NEON intrinsics; NEON is enabled for this module.
+        let mins = unsafe {
+            let m = vshrq_n_u8::<4>(ld_u8(bw));
+            let wide = |h: uint8x8_t| vreinterpretq_s16_u16(vmovl_u8(h));
+            [wide(vget_low_u8(m)), wide(vget_high_u8(m))]
+        };
+        let sc = std::array::from_fn(|s| i32::from(bw[s] & 0x0f));
+        Q2KBlock { k16: K16Block { d: f16_at(&bw[80..]), sc, v }, dmin: f16_at(&bw[82..]), mins }
+    }
+
+    #[inline(always)]
+    fn acc<D: I8Dot>(w: &Q2KBlock, bx: &[u8], acc: &mut Acc) {
+        acc_k16::<D>(&w.k16, bx, acc);
+        // SAFETY: register-only NEON intrinsics; NEON is enabled for this module. Each 16-value
+        // sum is below 2^11 and each minimum below 2^4: the products fit i32 lanes.
+        let mins = unsafe {
+            let (b0, b1) = (ld_s16(&bx[4 + QK_K..]), ld_s16(&bx[20 + QK_K..]));
+            let lo = vmlal_high_s16(vmull_s16(vget_low_s16(b0), vget_low_s16(w.mins[0])), b0, w.mins[0]);
+            vmlal_high_s16(vmlal_s16(lo, vget_low_s16(b1), vget_low_s16(w.mins[1])), b1, w.mins[1])
+        };
+        acc.add(-f32_at(bx) * w.dmin, mins);
+    }
+}
+
+/// Q3_K (110 bytes: 32 bytes of high bits, 64 bytes of 2-bit low bits, 12 bytes of 6-bit
+/// scales, f16 `d`) · Q8_K: `Σ d_x d Σ_s (scale_s - 32) Σ q_w q_x`, `q_w` in -4..=3.
+pub(super) struct Q3K;
+
+impl Kernel for Q3K {
+    const WB: usize = 110;
+    const XB: usize = Q8_K_BYTES;
+    type W = K16Block;
+
+    #[inline(always)]
+    fn unpack(bw: &[u8]) -> K16Block {
+        let mut v = [ld_s8(bw); 16];
+        // As Q2_K's levels, from `qs` at byte 32; the 32-value group `g = 4h + k` takes bit `g`
+        // of `hmask[l]` as its third bit, and the levels are offset by -4.
+        for h in 0..2 {
+            for m in 0..2 {
+                let hm = ld_u8(&bw[16 * m..]);
+                for (k, c) in crumbs(ld_u8(&bw[32 + 32 * h + 16 * m..])).into_iter().enumerate() {
+                    let g = (4 * h + k) as i8;
+                    // SAFETY: register-only NEON intrinsics; NEON is enabled for this module. A
+                    // negative shift count shifts right.
+                    v[8 * h + 2 * k + m] = unsafe {
+                        let four = vandq_u8(vshlq_u8(hm, vdupq_n_s8(2 - g)), vdupq_n_u8(4));
+                        vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(c, four)), vdupq_n_s8(4))
+                    };
+                }
+            }
+        }
+        let mut packed = [0u8; 12];
+        packed.copy_from_slice(&bw[96..108]);
+        let scales = unpack_scales_q3k(&packed);
+        K16Block { d: f16_at(&bw[108..]), sc: scales.map(i32::from), v }
+    }
+
+    #[inline(always)]
+    fn acc<D: I8Dot>(w: &K16Block, bx: &[u8], acc: &mut Acc) {
+        acc_k16::<D>(w, bx, acc);
+    }
+}
+
 /// Q6_K (210 bytes: 128 bytes of low nibbles, 64 bytes of high bit pairs, 16 i8 scales, f16
 /// `d`) · Q8_K: `Σ d_x d Σ_s scale_s Σ (q_w - 32) q_x` over the sixteen 16-value sub-blocks.
 pub(super) struct Q6K;
 
-/// An unpacked Q6_K super-block.
-#[derive(Clone, Copy)]
-pub(super) struct Q6KBlock {
-    d: f32,
-    /// Sub-block scales.
-    sc: [i32; 16],
-    /// `v[s]`: the 16 values of sub-block `s` (elements `16s..16s + 16`), minus 32.
-    v: [int8x16_t; 16],
-}
-
 impl Kernel for Q6K {
     const WB: usize = 210;
     const XB: usize = Q8_K_BYTES;
-    type W = Q6KBlock;
+    type W = K16Block;
 
     #[inline(always)]
-    fn unpack(bw: &[u8]) -> Q6KBlock {
+    fn unpack(bw: &[u8]) -> K16Block {
         let mut v = [ld_s8(bw); 16];
         // In half `h`, byte `l` (0..32) of `ql[64h..]`, `ql[64h + 32..]` and `qh[32h..]` builds
         // the elements `128h + 32k + l`, k = 0..4: sub-block `8h + 2k + l / 16`.
@@ -134,20 +264,11 @@ impl Kernel for Q6K {
                 }
             }
         }
-        Q6KBlock { d: f16_at(&bw[208..]), sc: std::array::from_fn(|s| i32::from(bw[192 + s] as i8)), v }
+        K16Block { d: f16_at(&bw[208..]), sc: std::array::from_fn(|s| i32::from(bw[192 + s] as i8)), v }
     }
 
     #[inline(always)]
-    fn acc<D: I8Dot>(w: &Q6KBlock, bx: &[u8], acc: &mut Acc) {
-        let x = &bx[4..4 + QK_K];
-        // SAFETY: register-only NEON intrinsic; NEON is enabled for this module.
-        let zero = unsafe { vdupq_n_s32(0) };
-        let mut sumi = zero;
-        for s in 0..16 {
-            let p = D::dot(zero, w.v[s], ld_s8(&x[16 * s..]));
-            // SAFETY: register-only NEON intrinsic; NEON is enabled for this module.
-            sumi = unsafe { vmlaq_n_s32(sumi, p, w.sc[s]) };
-        }
-        acc.add(f32_at(bx) * w.d, sumi);
+    fn acc<D: I8Dot>(w: &K16Block, bx: &[u8], acc: &mut Acc) {
+        acc_k16::<D>(w, bx, acc);
     }
 }

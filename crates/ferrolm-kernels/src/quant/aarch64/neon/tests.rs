@@ -6,8 +6,16 @@ use super::*;
 use crate::quant::VecDot;
 
 /// The weight types with NEON kernels.
-const NEON_TYPES: [GgmlType; 6] =
-    [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
+const NEON_TYPES: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+];
 
 /// The NEON levels this CPU supports.
 fn neon_levels() -> Vec<Isa> {
@@ -30,6 +38,8 @@ fn neon_levels_select_the_neon_kernels() {
 fn scale_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_1 | GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
         _ => &[0],
     }
