@@ -24,8 +24,10 @@ Flags, in four groups (the tables below):
   "off" behaviour then fail on their own.
 * Router mode (no model given): the suite's cache models (ROUTER_MODELS) are written into a
   models preset naming the local stand-ins, served with --models-preset.
-* Everything else (LoRA, multimodal,
-  MCP/tools, --tags, --spec-type, ...) is passed on as
+* Server tools and MCP servers (--tools, --mcp-servers-config, --mcp-servers-json,
+  --ui-mcp-proxy) are in SAME; --tools-runtime too, which ferrolm refuses (it has no container
+  or ssh runtime), so a test that needs one fails to start its server.
+* Everything else (LoRA, multimodal, --tags, --spec-type, ...) is passed on as
   is: ferrolm rejects the unknown flag and the test fails to start the server (an honest
   failure, never a silent pass).
 
@@ -62,12 +64,14 @@ MODEL_MAP = {
 
 # llama-server flags that take a value, and those that do not (to walk the command line).
 SAME_SWITCH = {"--metrics"}
-PASSED_SWITCH = {"--no-models-autoload", "--slots", "--no-slots", "--verbose", "--reranking"}
+PASSED_SWITCH = {"--no-models-autoload", "--slots", "--no-slots", "--verbose", "--reranking",
+                 "--no-ui", "--ui-mcp-proxy"}
 SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size", "--parallel",
               "--api-key", "--cache-ram", "--n-predict", "--chat-template-file",
               "--reasoning", "--reasoning-format", "--reasoning-budget", "--reasoning-budget-message",
               "--slot-save-path",
               "--models-max", "--models-dir", "--models-preset", "--sleep-idle-seconds",
+              "--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json",
               # ferrolm takes the template's text; a built-in name (chatml...) fails the start.
               "--chat-template"}
 RENAMED_VALUE = {

@@ -13,6 +13,8 @@ use ferrolm_server::{
     ConnLimits, ReloadFn, ServerConfig, derive_max_connections, raise_fd_limit, serve, serve_reloadable,
 };
 
+use ferrolm_server::api::{ServerToolsConfig, parse_mcp_servers};
+
 use crate::model_args::ModelArgs;
 use crate::sampling_args::SamplingArgs;
 use crate::speculative_args::ServeDraftArgs;
@@ -61,12 +63,12 @@ pub struct Args {
     api_key_file: Option<std::path::PathBuf>,
     /// Allow this origin by CORS (repeatable, or comma-separated as llama-server's
     /// `--cors-origins`; `*` for any, as llama-server by default; `localhost` for any origin on
-    /// this machine; `none`: no CORS headers).
+    /// this machine; `none`: no CORS headers). Default: `*`, or `localhost` with `--tools`,
+    /// MCP servers or `--agent`, as llama-server's.
     #[arg(
         long = "cors-origin",
         visible_alias = "cors-origins",
         value_delimiter = ',',
-        default_value = "*",
         help_heading = "Server"
     )]
     cors_origin: Vec<String>,
@@ -127,6 +129,8 @@ pub struct Args {
     /// Do not serve the chat page at `/` (404).
     #[arg(long = "no-ui", help_heading = "Server")]
     no_ui: bool,
+    #[command(flatten)]
+    server_tools: ServerToolsArgs,
     /// Whole chat and completion answers carry llama-server's `__verbose` object (the rendered
     /// prompt, the generation settings, timings), unless a request sets `verbose` false
     /// (llama-server's `--verbose`; logging is set with FERROLM_LOG).
@@ -329,8 +333,16 @@ impl Args {
 
     /// `--cors-origin`'s list: `none` alone turns CORS off; `*` without an API key is warned of,
     /// as llama-server does.
-    fn cors_origins(&self) -> anyhow::Result<Vec<String>> {
-        let list: Vec<String> = self.cors_origin.iter().map(|o| o.trim().to_string()).collect();
+    fn cors_origins(&self, tools: &ServerToolsConfig) -> anyhow::Result<Vec<String>> {
+        let mut list: Vec<String> = self.cors_origin.iter().map(|o| o.trim().to_string()).collect();
+        if list.is_empty() && (tools.any_tools() || self.server_tools.agent) {
+            tracing::warn!(
+                "server tools or MCP servers are enabled: CORS allows localhost only (--cors-origin)"
+            );
+            list.push("localhost".into());
+        } else if list.is_empty() {
+            list.push("*".into());
+        }
         if list.iter().any(|o| o == "none") {
             if list.len() > 1 {
                 bail!("--cors-origin none turns CORS off and cannot be combined with origins");
@@ -369,13 +381,14 @@ impl Args {
             names.push(default_id);
         }
         let model_id = names.remove(0);
+        let server_tools = self.server_tools.config()?;
         Ok(ServerConfig {
             host: self.host.clone(),
             port: self.port,
             model_id,
             aliases: names,
             api_key,
-            cors_origins: self.cors_origins()?,
+            cors_origins: self.cors_origins(&server_tools)?,
             cors_credentials: !self.no_cors_credentials,
             cors_methods: self.cors_methods.clone(),
             cors_headers: self.cors_headers.clone(),
@@ -415,6 +428,7 @@ impl Args {
                 n => bail!("--sleep-idle-seconds must be -1 (never) or at least 1, not {n}"),
             },
             web_ui: !self.no_ui,
+            server_tools,
             verbose: self.verbose,
             slots: !self.no_slots,
             embeddings_pooling: self.embeddings_pooling,
@@ -427,6 +441,86 @@ impl Args {
                 max_per_client: self.max_connections_per_client,
             },
         })
+    }
+}
+
+/// llama-server's experimental server tools, MCP servers and CORS proxy. Off by default; do not
+/// turn them on for a server that untrusted clients reach.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ServerToolsArgs {
+    /// Experimental: built-in tools run by `POST /tools` (comma-separated, or `all`): read_file,
+    /// file_glob_search, grep_search, exec_shell_command, write_file, edit_file, get_info. They
+    /// read, write and run anything the server's user may. CORS then defaults to localhost.
+    #[arg(long = "tools", value_delimiter = ',', help_heading = "Server tools")]
+    tools: Vec<String>,
+    /// llama-server's isolated tool runtimes (containers, ssh): not supported, refused.
+    #[arg(long = "tools-runtime", help_heading = "Server tools")]
+    tools_runtime: Option<String>,
+    /// Experimental: a JSON file of MCP servers in Cursor's format (`{"mcpServers": {NAME:
+    /// {"command", "args", "env", "cwd", "timeout_ms"}}}`), whose tools `/tools` offers as
+    /// NAME_TOOL. CORS then defaults to localhost.
+    #[arg(long = "mcp-servers-config", help_heading = "Server tools")]
+    mcp_servers_config: Option<std::path::PathBuf>,
+    /// Experimental: the same as inline JSON.
+    #[arg(long = "mcp-servers-json", help_heading = "Server tools")]
+    mcp_servers_json: Option<String>,
+    /// Experimental: serve `/cors-proxy?url=URL`, which forwards a request to any http URL
+    /// (for the web page's MCP clients).
+    #[arg(
+        long = "ui-mcp-proxy",
+        visible_alias = "webui-mcp-proxy",
+        overrides_with = "no_ui_mcp_proxy",
+        help_heading = "Server tools"
+    )]
+    ui_mcp_proxy: bool,
+    /// Do not serve `/cors-proxy` (the default).
+    #[arg(
+        long = "no-ui-mcp-proxy",
+        visible_alias = "no-webui-mcp-proxy",
+        overrides_with = "ui_mcp_proxy",
+        help_heading = "Server tools"
+    )]
+    no_ui_mcp_proxy: bool,
+    /// Experimental: every built-in tool and the CORS proxy (llama-server's `--agent`).
+    #[arg(long = "agent", help_heading = "Server tools")]
+    agent: bool,
+}
+
+impl ServerToolsArgs {
+    /// The server's tools configuration; a bad MCP configuration or tool name is an error here,
+    /// before the model loads.
+    fn config(&self) -> anyhow::Result<ServerToolsConfig> {
+        if let Some(rt) = &self.tools_runtime {
+            bail!(
+                "--tools-runtime {rt}: ferrolm has no isolated tool runtime (containers, ssh); \
+                 tools run on the host, as the server's user"
+            );
+        }
+        let mut mcp_servers = Vec::new();
+        if let Some(path) = &self.mcp_servers_config {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("--mcp-servers-config: cannot read {}", path.display()))?;
+            let list = parse_mcp_servers(&text)
+                .with_context(|| format!("--mcp-servers-config {}", path.display()))?;
+            mcp_servers.extend(list);
+        }
+        if let Some(text) = &self.mcp_servers_json {
+            for s in parse_mcp_servers(text).context("--mcp-servers-json")? {
+                if mcp_servers.iter().any(|m: &ferrolm_server::api::McpServerConfig| m.name == s.name) {
+                    tracing::warn!(server = %s.name, "MCP server named twice, the first kept");
+                } else {
+                    mcp_servers.push(s);
+                }
+            }
+        }
+        let mut tools: Vec<String> =
+            self.tools.iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()).collect();
+        if self.agent && !tools.iter().any(|t| t == "all") {
+            tools.push("all".into());
+        }
+        let cfg = ServerToolsConfig { tools, mcp_servers, cors_proxy: self.agent || self.ui_mcp_proxy };
+        cfg.check().map_err(|e| anyhow::anyhow!("--tools: {e}"))?;
+        Ok(cfg)
     }
 }
 
@@ -687,6 +781,48 @@ mod tests {
         let err = parse(&["--slot-save-path", arg]).expect("parses").server_config("m".into());
         assert!(err.expect_err("under a file").to_string().contains("--slot-save-path"));
         std::fs::remove_dir_all(&base).expect("clean up");
+    }
+
+    #[test]
+    fn server_tools_flags() {
+        let cfg = |args: &[&str]| parse(args).and_then(|a| a.server_config("m".into()));
+        let off = cfg(&[]).expect("config");
+        assert_eq!(off.server_tools, ServerToolsConfig::default());
+        let s = cfg(&["--tools", "read_file,grep_search", "--ui-mcp-proxy"]).expect("config");
+        assert_eq!(s.server_tools.tools, ["read_file", "grep_search"]);
+        assert!(s.server_tools.cors_proxy);
+        // Tools make CORS default to this machine's origins, unless an origin is given.
+        assert_eq!(s.cors_origins, ["localhost"]);
+        let s = cfg(&["--tools", "all", "--cors-origin", "*"]).expect("config");
+        assert_eq!(s.cors_origins, ["*"]);
+        let s = cfg(&["--agent"]).expect("config");
+        assert!(
+            s.server_tools.cors_proxy && s.server_tools.tools == ["all"] && s.cors_origins == ["localhost"]
+        );
+        let json = r#"{"mcpServers": {"echo": {"command": "python3", "args": ["e.py"], "timeout_ms": 500}}}"#;
+        let s = cfg(&["--mcp-servers-json", json]).expect("config");
+        assert_eq!(s.server_tools.mcp_servers.len(), 1);
+        assert_eq!(
+            (s.server_tools.mcp_servers[0].name.as_str(), s.cors_origins[0].as_str()),
+            ("echo", "localhost")
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("mcp.json");
+        std::fs::write(&file, json).expect("write");
+        let s = cfg(&["--mcp-servers-config", file.to_str().expect("utf8"), "--mcp-servers-json", json])
+            .expect("config");
+        assert_eq!(s.server_tools.mcp_servers.len(), 1, "the same name twice keeps the first");
+        for bad in [
+            vec!["--tools", "rm_rf"],
+            vec!["--tools-runtime", "docker:busybox"],
+            vec!["--mcp-servers-json", "not valid json"],
+            vec!["--mcp-servers-config", "/nonexistent/path.json"],
+        ] {
+            let err = cfg(&bad).expect_err("refused");
+            assert!(!format!("{err:#}").is_empty());
+        }
+        let err = format!("{:#}", cfg(&["--tools-runtime", "ssh:host"]).expect_err("refused"));
+        assert!(err.contains("no isolated tool runtime"), "{err}");
     }
 
     #[test]

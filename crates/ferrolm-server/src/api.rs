@@ -34,6 +34,7 @@ mod prompt;
 mod response;
 mod responses;
 mod routes;
+mod server_tools;
 mod sleep;
 mod slots;
 mod stream;
@@ -67,6 +68,9 @@ pub use multi::{
     CatalogEntry, LoadFn, ModelsConfig, check_catalog, read_models_preset, scan_models_dir, serve_models,
 };
 pub(crate) use routes::MAX_HEADERS;
+pub use server_tools::{
+    McpConfigError, McpServerConfig, ServerToolsConfig, builtin_tool_names, parse_mcp_servers,
+};
 
 use backend::{Backend, EngineBackend, SharedBackend};
 
@@ -150,6 +154,9 @@ pub struct ServerConfig {
     /// (llama-server's `--sleep-idle-seconds`; needs a way to reload it: [`serve_reloadable`],
     /// or a multi-model server). `None`: never.
     pub sleep_idle: Option<Duration>,
+    /// llama-server's experimental server tools, MCP servers and CORS proxy (`/tools`,
+    /// `/cors-proxy`); off by default.
+    pub server_tools: ServerToolsConfig,
 }
 
 impl Default for ServerConfig {
@@ -184,6 +191,7 @@ impl Default for ServerConfig {
             verbose: false,
             slots: true,
             sleep_idle: None,
+            server_tools: ServerToolsConfig::default(),
         }
     }
 }
@@ -401,10 +409,35 @@ pub(crate) async fn run_sleepy(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     let (shutdown_timeout, limits) = (cfg.shutdown_timeout, cfg.connections);
+    let tools = start_tools(&cfg).await?;
+    let shutdown = stop_tools_on(shutdown, tools.clone());
     let state = AppState::sleepy(backend, reload, Arc::new(cfg), response::unix_now());
     let backend = state.backend.clone();
-    let app = routes::router(state)?;
-    serve_app(listeners, app, &OneModel(backend), limits, shutdown_timeout, shutdown).await
+    let app = routes::router_with_tools(state, tools.clone())?;
+    let served = serve_app(listeners, app, &OneModel(backend), limits, shutdown_timeout, shutdown).await;
+    if let Some(t) = tools {
+        t.shutdown();
+    }
+    served
+}
+
+/// Starts the server tools and MCP servers of `cfg` (`None`: none configured).
+pub(crate) async fn start_tools(
+    cfg: &ServerConfig,
+) -> Result<Option<Arc<server_tools::ServerTools>>, ServerError> {
+    server_tools::ServerTools::start(&cfg.server_tools).await.map_err(ServerError::Config)
+}
+
+/// `shutdown`, which also stops running tool calls and the MCP servers the moment it
+/// completes, so that a slow call does not hold up the drain.
+pub(crate) async fn stop_tools_on(
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    tools: Option<Arc<server_tools::ServerTools>>,
+) {
+    shutdown.await;
+    if let Some(t) = tools {
+        t.shutdown();
+    }
 }
 
 /// What a graceful shutdown needs from what runs the requests: one model's engine, or every

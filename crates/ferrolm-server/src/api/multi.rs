@@ -608,8 +608,14 @@ pub async fn serve_models(
         autoload: models.autoload,
     };
     let listeners = super::bind(&cfg).await?;
-    let (app, state) = app(cfg, table)?;
-    super::serve_app(listeners, app, state.as_ref(), limits, shutdown_timeout, shutdown).await
+    let tools = super::start_tools(&cfg).await?;
+    let shutdown = super::stop_tools_on(shutdown, tools.clone());
+    let (app, state) = app_with_tools(cfg, table, tools.clone())?;
+    let served = super::serve_app(listeners, app, state.as_ref(), limits, shutdown_timeout, shutdown).await;
+    if let Some(t) = tools {
+        t.shutdown();
+    }
+    served
 }
 
 /// [`ModelsConfig`] with the load giving backends.
@@ -621,8 +627,18 @@ pub(crate) struct ModelTable {
     pub autoload: bool,
 }
 
-/// The multi-model server's router and state.
+/// The multi-model server's router and state, without server tools.
+#[cfg(test)]
 pub(crate) fn app(cfg: ServerConfig, t: ModelTable) -> Result<(Router, Arc<Models>), ServerError> {
+    app_with_tools(cfg, t, None)
+}
+
+/// The multi-model server's router and state; `tools` answer `/tools` when started.
+pub(crate) fn app_with_tools(
+    cfg: ServerConfig,
+    t: ModelTable,
+    tools: Option<Arc<super::server_tools::ServerTools>>,
+) -> Result<(Router, Arc<Models>), ServerError> {
     if t.max_loaded == 0 {
         return Err(ServerError::Config("--models-max must be at least 1".into()));
     }
@@ -644,7 +660,7 @@ pub(crate) fn app(cfg: ServerConfig, t: ModelTable) -> Result<(Router, Arc<Model
         next_ticket: AtomicU64::new(0),
         idle: Arc::new(Notify::new()),
     });
-    let app = routes::outer_layers(front(state.clone()), &cfg)?;
+    let app = routes::outer_layers(front(state.clone()), &cfg, tools)?;
     Ok((app, state))
 }
 

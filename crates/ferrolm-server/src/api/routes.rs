@@ -20,6 +20,7 @@ use super::error::ApiError;
 use super::json::{fields, parse_object, token_id, type_name};
 use super::params::{CommonFields, Vocab};
 use super::prompt::prompt_list;
+use super::server_tools::{self, ServerTools};
 use super::stream_session;
 use super::{
     AppState, ServerConfig, ServerError, anthropic, chat, completions, json_response, metrics, native,
@@ -34,9 +35,18 @@ const INDEX_HTML: &str = include_str!("../../static/index.html");
 const MAX_EMBED_INPUTS: usize = 2048;
 
 /// Builds the router: [`routes`] inside [`outer_layers`].
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn router(state: AppState) -> Result<Router, ServerError> {
+    router_with_tools(state, None)
+}
+
+/// [`router`] with the server tools (`/tools`) when started.
+pub(crate) fn router_with_tools(
+    state: AppState,
+    tools: Option<Arc<ServerTools>>,
+) -> Result<Router, ServerError> {
     let cfg = state.cfg.clone();
-    outer_layers(routes(state), &cfg)
+    outer_layers(routes(state), &cfg, tools)
 }
 
 /// Every route of one model's server, without the layers. With a sleeper, the task routes
@@ -100,9 +110,15 @@ async fn page(State(state): State<AppState>, uri: axum::http::Uri) -> Response {
 }
 
 /// The layers around a server's routes: API key, body limit, JSON errors for what the HTTP
-/// layer refuses, head limits and CORS.
-pub(crate) fn outer_layers(app: Router, cfg: &ServerConfig) -> Result<Router, ServerError> {
+/// layer refuses, head limits and CORS; inside them also `/tools` and `/cors-proxy` (403 when
+/// off).
+pub(crate) fn outer_layers(
+    app: Router,
+    cfg: &ServerConfig,
+    tools: Option<Arc<ServerTools>>,
+) -> Result<Router, ServerError> {
     let cors = CorsPolicy::from_config(cfg)?;
+    let app = app.merge(server_tools::routes(tools, cfg.server_tools.cors_proxy));
     let key: Option<Arc<str>> = cfg.api_key.as_deref().map(Arc::from);
     let mut app = app
         .layer(middleware::from_fn_with_state(key, auth))
