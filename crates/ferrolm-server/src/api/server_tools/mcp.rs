@@ -541,7 +541,7 @@ mod tests {
     }
 
     /// A fake server in sh: it answers `initialize`, sends a notification and a malformed line
-    /// before each reply, echoes `tools/call`'s id back, answers the tool `slow` after 2 s and
+    /// before each reply, echoes `tools/call`'s id back, answers the tool `slow` after 4 s and
     /// exits on the tool `die`.
     const FAKE: &str = r#"
 while IFS= read -r line; do
@@ -550,7 +550,7 @@ while IFS= read -r line; do
   case "$line" in
     *'"initialize"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"capabilities":{}}}\n' "$id" ;;
     *'"tools/list"'*) printf '{"jsonrpc":"2.0","id":%s,"result":{"tools":[{"name":"echo","description":"d","inputSchema":{"type":"object","properties":{}}}]}}\n' "$id" ;;
-    *'"slow"'*) sleep 2; printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[]}}\n' "$id" ;;
+    *'"slow"'*) sleep 4; printf '{"jsonrpc":"2.0","id":%s,"result":{"content":[]}}\n' "$id" ;;
     *'"die"'*) exit 1 ;;
     *) printf '{"jsonrpc":"2.0","method":"notifications/progress"}\nnot json\n{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"ok %s"}]}}\n' "$id" "$id" ;;
   esac
@@ -571,8 +571,8 @@ done
     #[tokio::test]
     async fn warmup_calls_timeouts_and_respawn() {
         let (tx, rx) = watch::channel(false);
-        let bad = McpServerConfig { name: "bad".into(), command: "/nonexistent/mcp".into(), ..fake(1500) };
-        let servers = McpServers::start(vec![fake(1500), bad], rx).await;
+        let bad = McpServerConfig { name: "bad".into(), command: "/nonexistent/mcp".into(), ..fake(2500) };
+        let servers = McpServers::start(vec![fake(2500), bad], rx).await;
         assert_eq!(servers.tools().len(), 1);
         assert_eq!((servers.tools()[0].server.as_str(), servers.tools()[0].name.as_str()), ("fake", "echo"));
         // The warmup process is gone; a call starts one. Ids 1 (initialize) and 2 (the call).
