@@ -44,26 +44,27 @@ fn decode_matvecs(c: &mut Criterion) {
     let model = Model::load(&path).expect("model loads");
     let pool = ThreadPool::new(THREADS).expect("spawn workers");
     let lw = &model.weights().layers[0];
+    let aw = lw.mixer.attention().expect("SmolLM2's layers attend");
     let d = model.config().n_embd;
     let x: Vec<f32> = (0..model.config().n_ff).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
     let mut xq = Vec::new();
     let mut g = c.benchmark_group("decode_op");
     g.warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(2));
-    let (wk, wv) = (lw.wk.as_ref().expect("layer 0 has keys"), lw.wv.as_ref().expect("layer 0 has values"));
-    let (mut q, mut k, mut v) = (vec![0f32; lw.wq.rows], vec![0f32; wk.rows], vec![0f32; wv.rows]);
+    let (wk, wv) = (aw.wk.as_ref().expect("layer 0 has keys"), aw.wv.as_ref().expect("layer 0 has values"));
+    let (mut q, mut k, mut v) = (vec![0f32; aw.wq.rows], vec![0f32; wk.rows], vec![0f32; wv.rows]);
     g.bench_function("qkv_576", |b| {
         b.iter(|| {
             let jobs = &mut [
-                MatmulJob { w: &lw.wq, out: &mut q },
+                MatmulJob { w: &aw.wq, out: &mut q },
                 MatmulJob { w: wk, out: &mut k },
                 MatmulJob { w: wv, out: &mut v },
             ];
             matmul_many(&pool, &x[..d], 1, jobs, &mut xq);
         })
     });
-    let mut y = vec![0f32; lw.wo.rows];
+    let mut y = vec![0f32; aw.wo.rows];
     g.bench_function("attn_output_576x576", |b| {
-        b.iter(|| matmul(&pool, &lw.wo, &x[..d], 1, &mut y, &mut xq))
+        b.iter(|| matmul(&pool, &aw.wo, &x[..d], 1, &mut y, &mut xq))
     });
     let Ffn::Dense(ffn) = &lw.ffn else { panic!("SmolLM2 has a dense FFN") };
     let mut down = vec![0f32; ffn.down.rows];

@@ -592,6 +592,9 @@ impl Engine {
                 cfg.n_slots
             )));
         }
+        if (req.lookup.is_some() || req.draft.is_some()) && self.inner.model.config().delta_net.is_some() {
+            return Err(SubmitError::Invalid(crate::decoder::speculative::NO_SPECULATION.into()));
+        }
         if let Some(l) = &req.lookup {
             l.validate().map_err(|e| SubmitError::Invalid(e.to_string()))?;
         }

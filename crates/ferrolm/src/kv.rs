@@ -286,6 +286,17 @@ pub(crate) enum Stored<'a> {
 /// Identifies one sequence (one conversation) in a batch and in the cache.
 pub type SeqId = u32;
 
+/// What a sequence's tokens left in a model's recurrent layers (Qwen 3.5's gated delta nets).
+/// Unlike keys and values it cannot be cut back: dropping any of the tokens it holds loses it,
+/// and the sequence can then only start again from position 0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecurrentState {
+    /// Logical position of the next token it can take.
+    pub next: u32,
+    /// One buffer per recurrent layer, in the model's layout. `[n_recurrent][state_len]`
+    pub layers: Vec<Vec<f32>>,
+}
+
 /// The cache of one sequence.
 #[derive(Debug, Clone)]
 pub struct SeqCache {
@@ -304,6 +315,8 @@ pub struct SeqCache {
     track_attention: bool,
     /// The last queries run through the model (SnapKV's observation window), when enabled.
     queries: Option<QueryLog>,
+    /// The recurrent layers' state after the sequence's tokens (hybrid models only).
+    recurrent: Option<RecurrentState>,
 }
 
 impl SeqCache {
@@ -317,7 +330,18 @@ impl SeqCache {
             scores: Vec::with_capacity(capacity),
             track_attention: false,
             queries: None,
+            recurrent: None,
         }
+    }
+
+    /// The recurrent layers' state, if the sequence has one.
+    pub fn recurrent(&self) -> Option<&RecurrentState> {
+        self.recurrent.as_ref()
+    }
+
+    /// The recurrent layers' state, for the forward pass to start, advance or drop.
+    pub fn recurrent_mut(&mut self) -> &mut Option<RecurrentState> {
+        &mut self.recurrent
     }
 
     /// Attention score of each slot (see [`EvictionPolicy`]). `[len]`
@@ -390,6 +414,9 @@ impl SeqCache {
     pub fn truncate_positions(&mut self, pos: u32) {
         let keep = self.positions.iter().take_while(|&&p| p < pos).count();
         self.truncate(keep);
+        if self.recurrent.as_ref().is_some_and(|r| r.next > pos) {
+            self.recurrent = None;
+        }
         if let Some(q) = &mut self.queries {
             q.forget_from(pos);
         }
@@ -403,9 +430,11 @@ impl SeqCache {
     }
 
     /// Replaces this sequence's contents by the first `n` slots of `src` (keys, values,
-    /// positions and scores), keeping this cache's capacity and its tracking settings. An
-    /// [`Error::InvalidInput`] when the two were made for different models or storage types, or
-    /// when `src` holds fewer than `n` slots or `n` exceeds this cache's capacity.
+    /// positions, scores and recurrent state), keeping this cache's capacity and its tracking
+    /// settings. An [`Error::InvalidInput`] when the two were made for different models or
+    /// storage types, when `src` holds fewer than `n` slots or `n` exceeds this cache's
+    /// capacity, or when `src` has a recurrent state that is not the one after exactly those `n`
+    /// tokens (it cannot be cut back).
     pub fn copy_prefix_from(&mut self, src: &SeqCache, n: usize) -> Result<()> {
         let same_shape = self.kv_dim == src.kv_dim
             && self.k.len() == src.k.len()
@@ -423,10 +452,16 @@ impl SeqCache {
                 self.capacity
             )));
         }
+        if src.recurrent.as_ref().is_some_and(|r| r.next as usize != n || src.contiguous_prefix() < n) {
+            return Err(Error::InvalidInput(format!(
+                "cannot copy {n} slots: the source's recurrent state is not the one after them"
+            )));
+        }
         self.truncate(0);
         if let Some(q) = &mut self.queries {
             q.forget_from(0);
         }
+        self.recurrent = src.recurrent.clone();
         self.positions.extend_from_slice(&src.positions[..n]);
         self.scores.extend_from_slice(&src.scores[..n]);
         let d = self.kv_dim;
@@ -524,8 +559,19 @@ impl SeqCache {
         }
     }
 
-    /// Drops every slot from `n` on (e.g. to rewind a conversation).
+    /// Drops every slot from `n` on (e.g. to rewind a conversation); a recurrent state that
+    /// holds any of their tokens is lost.
     pub fn truncate(&mut self, n: usize) {
+        if let (Some(r), Some(&p)) = (&self.recurrent, self.positions.get(n))
+            && r.next > p
+        {
+            self.recurrent = None;
+        }
+        self.drop_slots_from(n);
+    }
+
+    /// Drops the slots from `n` on, leaving the recurrent state alone (compaction).
+    fn drop_slots_from(&mut self, n: usize) {
         self.positions.truncate(n);
         self.scores.truncate(n);
         for layer in self.k.iter_mut().chain(self.v.iter_mut()) {
@@ -557,7 +603,8 @@ impl SeqCache {
             }
             w += 1;
         }
-        self.truncate(w);
+        // Evicted keys and values leave the recurrent state as it is: it still holds every token.
+        self.drop_slots_from(w);
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod convert;
+mod delta_net;
 mod embed;
 mod encoder;
 mod forward;
@@ -298,7 +299,7 @@ impl Model {
             scale: cfg.attn_scale,
             window: cfg.window_for_layer(il),
             softcap: cfg.attn_softcap,
-            sinks: self.weights.layers.get(il).and_then(|l| l.attn_sinks.as_deref()),
+            sinks: self.weights.layers.get(il).and_then(|l| l.mixer.attention()?.attn_sinks.as_deref()),
         }
     }
 

@@ -14,6 +14,11 @@
 /// decode step's matmul and attention paths, so its logits equal plain decoding's.
 pub const MAX_DRAFT: usize = 15;
 
+/// Why a model with recurrent layers does not speculate: rejected drafts are cut from the cache,
+/// and a recurrent state cannot be cut back.
+pub(crate) const NO_SPECULATION: &str = "speculative decoding is not supported for models with recurrent layers \
+     (Qwen 3.5): their state cannot drop rejected drafts";
+
 /// A verification pass in progress, and the drafted and kept counts of a generation.
 #[derive(Clone, Debug, Default)]
 pub struct Pass {

@@ -87,6 +87,11 @@ fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
 
 /// Serializes a sequence's state: `tokens`, `seq`'s cache and `logits` (may be empty).
 pub fn encode(id: &StateIdentity, tokens: &[u32], seq: &SeqCache, logits: &[f32]) -> Result<Vec<u8>> {
+    if seq.recurrent().is_some() {
+        return Err(Error::InvalidInput(
+            "saving the state of a model with recurrent layers (Qwen 3.5) is not supported".into(),
+        ));
+    }
     let len32 = |n: usize, what: &str| {
         u32::try_from(n).map_err(|_| Error::InvalidInput(format!("too many {what} to save ({n})")))
     };

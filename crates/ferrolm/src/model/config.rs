@@ -139,11 +139,14 @@ pub enum Arch {
     /// Nomic BERT MoE (nomic-embed-text-v2-moe): Nomic BERT's attention with BERT's GELU
     /// feed-forward, every second block a mixture of GELU experts.
     NomicBertMoe,
+    /// Qwen 3.5 (text): gated delta net layers (linear attention with a recurrent state)
+    /// between full-attention layers whose output is gated per head.
+    Qwen35,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 19] = [
+    pub const ALL: [Arch; 20] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -163,6 +166,7 @@ impl Arch {
         Arch::JinaBertV2,
         Arch::GptOss,
         Arch::NomicBertMoe,
+        Arch::Qwen35,
     ];
 
     /// The `general.architecture` name.
@@ -187,6 +191,7 @@ impl Arch {
             Arch::JinaBertV2 => "jina-bert-v2",
             Arch::GptOss => "gpt-oss",
             Arch::NomicBertMoe => "nomic-bert-moe",
+            Arch::Qwen35 => "qwen35",
         }
     }
 
@@ -300,6 +305,122 @@ pub struct ModelConfig {
     pub kv_source: Vec<usize>,
     /// A weightless RMSNorm of each value head before it is cached (Gemma 4).
     pub v_norm: bool,
+    /// The query projection also gives a gate per query value: the attention output is
+    /// multiplied by its sigmoid (Qwen 3.5's full-attention layers; per head, `head_dim`
+    /// queries then `head_dim` gates).
+    pub attn_output_gate: bool,
+    /// The gated delta net layers (Qwen 3.5), when the model has them.
+    pub delta_net: Option<DeltaNetConfig>,
+    /// Multi-token-prediction blocks the file holds after the decoder's (Qwen 3.5's
+    /// `nextn_predict_layers`): not run, their tensors are ignored.
+    pub n_nextn_layers: usize,
+}
+
+/// The gated delta net layers of a hybrid model (Qwen 3.5): linear attention whose state, per
+/// value head a `[head_k_dim, head_v_dim]` matrix, carries everything before a token, after a
+/// short causal convolution of the queries, keys and values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeltaNetConfig {
+    /// Which layers are delta nets (the others attend). `[n_layer]`
+    pub layers: Vec<bool>,
+    /// Width of the causal depthwise convolution.
+    pub conv_kernel: usize,
+    /// Query and key heads.
+    pub n_k_heads: usize,
+    /// Value heads (a multiple of the key heads).
+    pub n_v_heads: usize,
+    /// Size of a query or key head.
+    pub head_k_dim: usize,
+    /// Size of a value head.
+    pub head_v_dim: usize,
+    /// Value head `h` uses key head `h / (n_v_heads / n_k_heads)` (Hugging Face's order);
+    /// otherwise `h % n_k_heads` (llama.cpp's converter reorders the value heads so).
+    pub grouped_heads: bool,
+}
+
+impl DeltaNetConfig {
+    /// Width of the convolved queries, keys and values: `2 n_k_heads head_k_dim + n_v_heads
+    /// head_v_dim`.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.n_k_heads * self.head_k_dim + self.n_v_heads * self.head_v_dim
+    }
+
+    /// Width of the values (and of the output gate).
+    pub fn v_dim(&self) -> usize {
+        self.n_v_heads * self.head_v_dim
+    }
+
+    /// The key head value head `h` uses.
+    pub fn k_head_of(&self, h: usize) -> usize {
+        if self.grouped_heads { h / (self.n_v_heads / self.n_k_heads) } else { h % self.n_k_heads }
+    }
+
+    /// Floats of one layer's recurrent state: the convolution's last `conv_kernel - 1` inputs,
+    /// then the delta rule's matrices.
+    pub fn state_len(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim() + self.n_v_heads * self.head_k_dim * self.head_v_dim
+    }
+
+    /// Checks the sizes against each other and against plausible limits.
+    fn validate(&self, n_layer: usize) -> Result<()> {
+        let sane = |v: usize| v > 0 && v <= 1 << 16;
+        if self.layers.len() != n_layer
+            || !(2..=64).contains(&self.conv_kernel)
+            || ![self.n_k_heads, self.n_v_heads, self.head_k_dim, self.head_v_dim].into_iter().all(sane)
+            || !self.n_v_heads.is_multiple_of(self.n_k_heads)
+            || self.state_len() > 1 << 28
+        {
+            return Err(Error::Config(format!(
+                "gated delta net: {} layers of {n_layer}, conv kernel {}, {} key heads of {}, {} value \
+                 heads of {} is not a valid shape",
+                self.layers.len(),
+                self.conv_kernel,
+                self.n_k_heads,
+                self.head_k_dim,
+                self.n_v_heads,
+                self.head_v_dim
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Qwen 3.5's gated delta net from the `{arch}.ssm.*` keys: which layers are recurrent (the
+/// `attention.recurrent_layers` flags, else every layer but each `full_attention_interval`-th).
+fn delta_net_from_gguf(f: &GgufFile, arch_name: &str, n_layer: usize) -> Result<DeltaNetConfig> {
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let req = |k: &str| opt_usize(f, &key(k))?.ok_or_else(|| Error::Config(format!("{} is missing", key(k))));
+    let layers = match f.opt_array(&key("attention.recurrent_layers"))? {
+        Some(arr) => {
+            let flags = arr.to_i64_vec().ok_or_else(|| {
+                Error::Config(format!("{} must be an array of bools", key("attention.recurrent_layers")))
+            })?;
+            flags.into_iter().take(n_layer).map(|v| v != 0).collect()
+        }
+        None => {
+            let every = opt_usize(f, &key("full_attention_interval"))?.unwrap_or(4).max(1);
+            (0..n_layer).map(|il| (il + 1) % every != 0).collect()
+        }
+    };
+    let (n_v_heads, inner) = (req("ssm.time_step_rank")?, req("ssm.inner_size")?);
+    let cfg = DeltaNetConfig {
+        layers,
+        conv_kernel: req("ssm.conv_kernel")?,
+        n_k_heads: req("ssm.group_count")?,
+        n_v_heads,
+        head_k_dim: req("ssm.state_size")?,
+        head_v_dim: inner.checked_div(n_v_heads).unwrap_or(0),
+        grouped_heads: f.opt_bool(&key("ssm.v_heads_grouped"))?.unwrap_or(false),
+    };
+    if cfg.v_dim() != inner {
+        return Err(Error::Config(format!(
+            "{} = {inner} is not a multiple of {} = {n_v_heads}",
+            key("ssm.inner_size"),
+            key("ssm.time_step_rank")
+        )));
+    }
+    cfg.validate(n_layer)?;
+    Ok(cfg)
 }
 
 /// Over what an RMSNorm of queries and keys normalises.
@@ -509,7 +630,11 @@ impl ModelConfig {
         let opt =
             |k: &str| -> Result<Option<usize>> { f.opt_u64(&key(k))?.map(|v| to_usize(k, v)).transpose() };
         let n_embd = req("embedding_length")?;
-        let n_layer = req("block_count")?;
+        // Multi-token-prediction blocks after the decoder's (Qwen 3.5) are not run.
+        let n_nextn = opt("nextn_predict_layers")?.unwrap_or(0);
+        let n_layer = req("block_count")?.checked_sub(n_nextn).ok_or_else(|| {
+            Error::Config(format!("{} exceeds {}", key("nextn_predict_layers"), key("block_count")))
+        })?;
         let n_head = req("attention.head_count")?;
         let n_head_kv_layers = match f.get(&key("attention.head_count_kv")) {
             Some(_) => per_layer_counts(f, &key("attention.head_count_kv"), n_layer)?,
@@ -600,6 +725,9 @@ impl ModelConfig {
             // Filled below, once `n_layer` is known to be sane.
             kv_source: Vec::new(),
             v_norm: false,
+            attn_output_gate: false,
+            delta_net: None,
+            n_nextn_layers: n_nextn,
         };
         // Every size is checked before anything is allocated from it (a per-layer table below).
         cfg.validate()?;
@@ -639,6 +767,11 @@ impl ModelConfig {
             }
             Arch::Qwen2 | Arch::Qwen2Moe => self.qkv_bias = true,
             Arch::Qwen3 | Arch::Qwen3Moe => self.qk_norm = Some(QkNorm::PerHead),
+            Arch::Qwen35 => {
+                self.qk_norm = Some(QkNorm::PerHead);
+                self.attn_output_gate = true;
+                self.delta_net = Some(delta_net_from_gguf(f, arch_name, n_layer)?);
+            }
             Arch::Olmoe => self.qk_norm = Some(QkNorm::Whole),
             Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}
             Arch::NomicBertMoe => {

@@ -111,6 +111,9 @@ pub fn convert_hf_to_gguf(
     let mut w = GgufWriter::new();
     let meta = |e: crate::format::gguf_write::GgufWriteError| Error::Config(format!("metadata: {e}"));
     for (k, v) in hf.metadata.metadata() {
+        if k.ends_with(".ssm.v_heads_grouped") {
+            continue; // how ferrolm reads the folder; the file gets llama.cpp's order (below)
+        }
         w.add(k.clone(), v.clone()).map_err(meta)?;
     }
     w.add("general.file_type", MetaValue::U32(file_type(outtype))).map_err(meta)?;
@@ -123,6 +126,7 @@ pub fn convert_hf_to_gguf(
     let mut types: Vec<(GgmlType, usize)> = Vec::new();
     let mut matrices = QuantizeSummary::new(outtype);
     let mut n_written = 0;
+    let v_heads = qwen35_heads(&hf);
     for (i, (name, t)) in hf.tensors.iter().enumerate() {
         progress(i + 1, total);
         let out = match expert_part(name) {
@@ -134,6 +138,10 @@ pub fn convert_hf_to_gguf(
             }
             None => {
                 let t = gguf_layout(layout, name, t);
+                let t = match v_heads {
+                    Some(h) => tiled_v_heads(name, &t, h)?,
+                    None => t,
+                };
                 split_gate_up(&hf, name, convert_one(name, &t, outtype, &mut matrices)?)
             }
         };
@@ -150,6 +158,61 @@ pub fn convert_hf_to_gguf(
     w.write(out).map_err(|e| Error::Config(format!("writing {}: {e}", out.display())))?;
     let bytes = std::fs::metadata(out).map(|m| m.len()).unwrap_or(0);
     Ok(ConvertReport { n_tensors: n_written, bytes, types, matrices })
+}
+
+/// A Qwen 3.5 folder's delta net heads, when it has more value heads than key heads (which
+/// llama.cpp's files store in another order): key heads, value heads, key and value head sizes.
+fn qwen35_heads(hf: &HfModel) -> Option<DeltaHeads> {
+    let get = |k: &str| {
+        hf.metadata.metadata().iter().find(|(n, _)| n.ends_with(k)).and_then(|(_, v)| match v {
+            MetaValue::U32(v) => Some(*v as usize),
+            _ => None,
+        })
+    };
+    let (nk, nv) = (get(".ssm.group_count")?, get(".ssm.time_step_rank")?);
+    let (dk, dv) = (get(".ssm.state_size")?, get(".ssm.inner_size")? / nv.max(1));
+    (nk > 0 && nv > nk).then_some(DeltaHeads { nk, nv, dk, dv })
+}
+
+/// Qwen 3.5's delta net heads (see [`qwen35_heads`]).
+#[derive(Clone, Copy)]
+struct DeltaHeads {
+    nk: usize,
+    nv: usize,
+    dk: usize,
+    dv: usize,
+}
+
+/// A Qwen 3.5 delta net tensor with its value heads in llama.cpp's order: the folder groups
+/// them by key head (`g · r + i`, `r = nv / nk`), llama.cpp's converter tiles them (`i · nk +
+/// g`), so that value head `h` uses key head `h % nk`. Other tensors as they are.
+fn tiled_v_heads(name: &str, t: &TensorRef, h: DeltaHeads) -> Result<TensorRef> {
+    let stem = name.split('.').nth(2).unwrap_or_default();
+    let es = t.ty.type_size();
+    if t.ty.block_size() != 1 {
+        return Err(Error::Config(format!("{name}: {} cannot have its heads reordered", t.ty.name())));
+    }
+    let cols = t.dims.first().copied().unwrap_or(1) as usize * es; // bytes of one row
+    let qk_rows = 2 * h.nk * h.dk;
+    // (bytes each reordering applies to separately, offset of the value heads in them, bytes of one head)
+    let (chunk, offset, unit) = match stem {
+        "attn_qkv" | "ssm_conv1d" => (t.data().len(), qk_rows * cols, h.dv * cols),
+        "attn_gate" => (t.data().len(), 0, h.dv * cols),
+        "ssm_beta" | "ssm_alpha" => (t.data().len(), 0, cols),
+        "ssm_a" | "ssm_dt" => (t.data().len(), 0, es),
+        "ssm_out" => (cols, 0, h.dv * es),
+        _ => return Ok(t.clone()),
+    };
+    let r = h.nv / h.nk;
+    let mut out = t.data().to_vec();
+    for (dst, src) in out.chunks_exact_mut(chunk).zip(t.data().chunks_exact(chunk)) {
+        for j in 0..h.nv {
+            let old = (j % h.nk) * r + j / h.nk;
+            let (d0, s0) = (offset + j * unit, offset + old * unit);
+            dst[d0..d0 + unit].copy_from_slice(&src[s0..s0 + unit]);
+        }
+    }
+    Ok(TensorRef::owned(t.ty, t.dims.clone(), out))
 }
 
 /// A tensor as GGUF stores it: for the architectures whose GGUF RoPE pairs adjacent dimensions

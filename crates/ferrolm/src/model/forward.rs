@@ -4,8 +4,9 @@
 //! `x += attn(norm(x))` and `x += ffn(norm(x))`, then norm and the LM head. Every buffer lives
 //! in a [`Workspace`] kept by the model between passes, so a decode step allocates nothing.
 
+use super::delta_net::{self, DeltaNetBuffers};
 use super::moe::{MoeBuffers, gated_ffn, moe_ffn};
-use super::weights::{Ffn, FfnWeights, PerLayerBlock};
+use super::weights::{AttentionWeights, Ffn, FfnWeights, Mixer, PerLayerBlock};
 use super::{Model, ModelConfig};
 use crate::backend::{Backend, HostRange, PassId};
 use crate::batch::BatchEntry;
@@ -69,6 +70,12 @@ pub(crate) struct Workspace {
     /// Experts beside a dense MLP (Gemma 4): their input, the router's input and their output.
     /// `[3, n, n_embd]`
     beside: [Vec<f32>; 3],
+    /// Gated queries (Qwen 3.5): per head its queries, then its gates. `[n, 2 q_dim]`
+    qgate: Vec<f32>,
+    /// Their gates, apart. `[n, q_dim]`
+    gates: Vec<f32>,
+    /// The gated delta net layers' buffers.
+    delta: DeltaNetBuffers,
 }
 
 impl Workspace {
@@ -306,10 +313,20 @@ impl Model {
             }
         }
 
-        if let Err(e) = self.compute_blocks(be, batch, kv, ws) {
-            // A backend failed mid-way: give the slots back, as if the pass never ran.
+        if let Some(dn) = &cfg.delta_net
+            && let Err(e) = delta_net::begin(dn, entries, kv)
+        {
             release_slots(entries, &ws.slots, kv);
             return Err(e);
+        }
+        if let Err(e) = self.compute_blocks(be, batch, kv, ws) {
+            // A backend failed mid-way: give the slots back, as if the pass never ran (a
+            // recurrent state the pass had begun to advance is dropped with them).
+            release_slots(entries, &ws.slots, kv);
+            return Err(e);
+        }
+        if cfg.delta_net.is_some() {
+            delta_net::end(entries, kv);
         }
         Ok(())
     }
@@ -355,7 +372,6 @@ impl Model {
         let n = entries.len();
         let (d, qd, kvd, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), dense_ff(cfg));
         self.rope_tables(be, entries, kv.capacity(), ws)?;
-        let slots = &ws.slots;
         // Token embeddings. [n, d]
         let x = buf(&mut ws.x, n * d);
         let ids = &mut ws.ids;
@@ -365,10 +381,6 @@ impl Model {
         self.per_layer_inputs(be, x, ids, (&mut ws.pl, &mut ws.pl_tok))?;
 
         let xn = buf(&mut ws.xn, n * d); // [n, d]
-        let q = buf(&mut ws.q, n * qd); // [n, n_head * head_dim]
-        let k = buf(&mut ws.k, n * kvd); // [n, n_head_kv * head_dim]
-        let v = buf(&mut ws.v, n * kvd); // [n, n_head_kv * head_dim]
-        let att = buf(&mut ws.att, n * qd); // [n, n_head * head_dim]
         let y = buf(&mut ws.y, n * d); // [n, d]
         let beside = if cfg.moe_beside_dense() { n * d } else { 0 };
         let [b0, b1, b2] = &mut ws.beside;
@@ -380,44 +392,38 @@ impl Model {
             moe_out: buf(b2, beside),        // [n, d]
             moe: &mut ws.moe,
         };
-        let (mass, q_seq, pos_seq, kv16) = (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq, &mut ws.kv16);
-        // Whether an eviction policy wants this batch's attention (H2O) or its queries (SnapKV).
-        let tracking = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention()));
-        let logging = entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some()));
         let (half, half_swa) = ((cfg.rope_dims / 2).max(1), (cfg.rope_dims_swa / 2).max(1));
         let has_local = has_local_rope(cfg);
-        let cs_global = &ws.cs_global[..n * half]; // [n, rope_dims / 2]
-        let cs_local = &ws.cs_local[..if has_local { n * half_swa } else { 0 }]; // [n, rope_dims_swa / 2]
+        let mut attn = AttnScratch {
+            q: buf(&mut ws.q, n * qd),     // [n, n_head * head_dim]
+            k: buf(&mut ws.k, n * kvd),    // [n, n_head_kv * head_dim]
+            v: buf(&mut ws.v, n * kvd),    // [n, n_head_kv * head_dim]
+            att: buf(&mut ws.att, n * qd), // [n, n_head * head_dim]
+            observe: (&mut ws.mass, &mut ws.q_seq, &mut ws.pos_seq),
+            kv16: &mut ws.kv16,
+            gated: (&mut ws.qgate, &mut ws.gates),
+            slots: &ws.slots,
+            // Whether an eviction policy wants this batch's attention (H2O) or its queries
+            // (SnapKV).
+            tracking: entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.tracks_attention())),
+            logging: entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some())),
+            cs_global: &ws.cs_global[..n * half], // [n, rope_dims / 2]
+            cs_local: &ws.cs_local[..if has_local { n * half_swa } else { 0 }], // [n, rope_dims_swa / 2]
+        };
+        let mut n_delta = 0;
 
         for (il, lw) in w.layers.iter().enumerate() {
-            // Attention.
             be.rms_norm(x, &lw.attn_norm, cfg.norm_eps, xn)?;
-            let cs: &[(f32, f32)] = if has_local && cfg.swa_layers[il] { cs_local } else { cs_global };
-            let own_kv = self.project_qkv(be, il, xn, n, (q, k, v), cs)?;
-            if own_kv {
-                store_kv(be, entries, slots, kv, il, (k, v), kvd, kv16)?;
-            }
-            if logging || tracking {
-                be.to_host(q)?;
-            }
-            if logging {
-                for (t, e) in entries.iter().enumerate() {
-                    kv.seq_mut(e.seq).observe_query(il, e.pos, &q[t * qd..(t + 1) * qd]);
+            match (&lw.mixer, &cfg.delta_net) {
+                (Mixer::Attention(aw), _) => self.attention_layer(be, il, aw, batch, kv, xn, y, &mut attn)?,
+                (Mixer::DeltaNet(dw), Some(dn)) => {
+                    let at = (n_delta, cfg.norm_eps);
+                    delta_net::delta_net(be, dw, dn, at, entries, kv, xn, y, &mut ws.delta)?;
+                    n_delta += 1;
                 }
-            }
-            // A KV-shared layer attends over its source layer's keys and values.
-            let (shape, src) = (self.attention_shape(il), cfg.kv_source.get(il).copied().unwrap_or(il));
-            be.attention(shape, entries, batch.prompt_chunks(), kv, src, q, att)?;
-            if tracking {
-                report_attention(be, shape, entries, kv, src, q, cfg.n_layer, (mass, q_seq, pos_seq))?;
-            }
-            let hdl = cfg.layer_head_dim(il);
-            if hdl != cfg.head_dim {
-                unpad_heads(be, att, cfg.head_dim, hdl)?;
-            }
-            be.matmul(&lw.wo, &att[..n * cfg.n_head * hdl], n, y)?;
-            if let Some(b) = &lw.wo_bias {
-                be.add_bias(y, b)?;
+                (Mixer::DeltaNet(_), None) => {
+                    return Err(Error::Config("delta net weights in a model configured without them".into()));
+                }
             }
             self.residual_add(be, lw.post_attn_norm.as_deref(), x, y)?;
 
@@ -437,30 +443,91 @@ impl Model {
         Ok(())
     }
 
+    /// Attention layer `il` over the normalised rows `xn` (`[n, n_embd]`), its output projected
+    /// into `y` (`[n, n_embd]`): queries, keys and values, the cache, what eviction policies
+    /// observe, Qwen 3.5's output gates.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_layer(
+        &self,
+        be: &dyn Backend,
+        il: usize,
+        aw: &AttentionWeights,
+        batch: &Batch,
+        kv: &mut KvCache,
+        xn: &[f32],
+        y: &mut [f32],
+        s: &mut AttnScratch<'_>,
+    ) -> Result<()> {
+        let cfg = &self.config;
+        let entries = batch.entries();
+        let (n, qd, kvd) = (entries.len(), cfg.q_dim(), cfg.kv_dim());
+        let cs = if !s.cs_local.is_empty() && cfg.swa_layers[il] { s.cs_local } else { s.cs_global };
+        let own_kv = self.project_qkv(be, il, aw, xn, n, s, cs)?;
+        if own_kv {
+            store_kv(be, entries, s.slots, kv, il, (s.k, s.v), kvd, s.kv16)?;
+        }
+        if s.logging || s.tracking {
+            be.to_host(s.q)?;
+        }
+        if s.logging {
+            for (t, e) in entries.iter().enumerate() {
+                kv.seq_mut(e.seq).observe_query(il, e.pos, &s.q[t * qd..(t + 1) * qd]);
+            }
+        }
+        // A KV-shared layer attends over its source layer's keys and values.
+        let (shape, src) = (self.attention_shape(il), cfg.kv_source.get(il).copied().unwrap_or(il));
+        be.attention(shape, entries, batch.prompt_chunks(), kv, src, s.q, s.att)?;
+        if s.tracking {
+            let (mass, q_seq, pos_seq) = &mut s.observe;
+            report_attention(be, shape, entries, kv, src, s.q, cfg.n_layer, (mass, q_seq, pos_seq))?;
+        }
+        let hdl = cfg.layer_head_dim(il);
+        if hdl != cfg.head_dim {
+            unpad_heads(be, s.att, cfg.head_dim, hdl)?;
+        }
+        let att = &mut s.att[..n * cfg.n_head * hdl];
+        if cfg.attn_output_gate {
+            be.to_host(att)?;
+            for (a, &g) in att.iter_mut().zip(s.gated.1.iter()) {
+                *a /= 1.0 + (-g).exp();
+            }
+            be.host_wrote(att)?;
+        }
+        be.matmul(&aw.wo, att, n, y)?;
+        if let Some(b) = &aw.wo_bias {
+            be.add_bias(y, b)?;
+        }
+        Ok(())
+    }
+
     /// Layer `il`'s queries, keys and values of the normalised rows `xn` (`[n, n_embd]`) into
     /// `q` (`[n, n_head * head_dim]`), `k` and `v` (`[n, n_head_kv * head_dim]`): projected,
     /// biased, normalised and rotated (`cs`: the layer's RoPE table) at the layer's own head
     /// size, then zero-padded to `head_dim` when that is larger, and each key/value head repeated
     /// up to `n_head_kv` heads when the layer has fewer. Keys and values only for a layer with
     /// its own (returns whether it has them).
+    #[allow(clippy::too_many_arguments)]
     fn project_qkv(
         &self,
         be: &dyn Backend,
         il: usize,
+        aw: &AttentionWeights,
         xn: &[f32],
         n: usize,
-        (q, k, v): (&mut [f32], &mut [f32], &mut [f32]),
+        s: &mut AttnScratch<'_>,
         cs: &[(f32, f32)],
     ) -> Result<bool> {
         let cfg = &self.config;
-        let lw = &self.weights.layers[il];
         let (hdl, n_kv) = (cfg.layer_head_dim(il), cfg.layer_n_head_kv(il));
         let (ql, kvl) = (n * cfg.n_head * hdl, n * n_kv * hdl);
-        let (qs, ks, vs) = (&mut q[..ql], &mut k[..kvl], &mut v[..kvl]);
-        let own_kv = match (&lw.wk, &lw.wv) {
+        let (qs, ks, vs) = (&mut s.q[..ql], &mut s.k[..kvl], &mut s.v[..kvl]);
+        let gated = cfg.attn_output_gate;
+        let qgate = buf(s.gated.0, if gated { 2 * ql } else { 0 }); // [n, n_head, 2, head_dim]
+        let q_out = if gated { &mut *qgate } else { &mut *qs };
+        let own_kv = match (&aw.wk, &aw.wv) {
             (Some(wk), Some(wv)) => {
                 let mut jobs = [
-                    MatmulJob { w: &lw.wq, out: qs },
+                    MatmulJob { w: &aw.wq, out: q_out },
                     MatmulJob { w: wk, out: ks },
                     MatmulJob { w: wv, out: vs },
                 ];
@@ -469,29 +536,36 @@ impl Model {
             }
             (Some(wk), None) => {
                 // The keys, before their norm and rotation, are also the values.
-                be.matmul_many(xn, n, &mut [MatmulJob { w: &lw.wq, out: qs }, MatmulJob { w: wk, out: ks }])?;
+                be.matmul_many(
+                    xn,
+                    n,
+                    &mut [MatmulJob { w: &aw.wq, out: q_out }, MatmulJob { w: wk, out: ks }],
+                )?;
                 be.to_host(ks)?;
                 vs.copy_from_slice(ks);
                 be.host_wrote(vs)?;
                 true
             }
             (None, _) => {
-                be.matmul(&lw.wq, xn, n, qs)?;
+                be.matmul(&aw.wq, xn, n, q_out)?;
                 false
             }
         };
-        if let Some([bq, bk, bv]) = &lw.qkv_bias {
+        if gated {
+            split_gates(be, qgate, qs, buf(s.gated.1, ql), hdl)?;
+        }
+        if let Some([bq, bk, bv]) = &aw.qkv_bias {
             be.add_bias(qs, bq)?;
             be.add_bias(ks, bk)?;
             be.add_bias(vs, bv)?;
         }
-        if let Some(qn) = &lw.q_norm {
+        if let Some(qn) = &aw.q_norm {
             be.rms_norm_inplace(qs, qn, cfg.norm_eps)?;
         }
-        if let (Some(kn), true) = (&lw.k_norm, own_kv) {
+        if let (Some(kn), true) = (&aw.k_norm, own_kv) {
             be.rms_norm_inplace(ks, kn, cfg.norm_eps)?;
         }
-        if let (Some(vn), true) = (&lw.v_norm, own_kv) {
+        if let (Some(vn), true) = (&aw.v_norm, own_kv) {
             be.rms_norm_inplace(vs, vn, cfg.norm_eps)?;
         }
         if cfg.rope_layers[il] {
@@ -502,12 +576,12 @@ impl Model {
         }
         let hd = cfg.head_dim;
         if hdl != hd {
-            spread_heads(be, q, n * cfg.n_head, hdl, (1, hd))?;
+            spread_heads(be, s.q, n * cfg.n_head, hdl, (1, hd))?;
         }
         let rep = cfg.n_head_kv / n_kv;
         if own_kv && (hdl != hd || rep != 1) {
-            spread_heads(be, k, n * n_kv, hdl, (rep, hd))?;
-            spread_heads(be, v, n * n_kv, hdl, (rep, hd))?;
+            spread_heads(be, s.k, n * n_kv, hdl, (rep, hd))?;
+            spread_heads(be, s.v, n * n_kv, hdl, (rep, hd))?;
         }
         Ok(own_kv)
     }
@@ -604,6 +678,54 @@ impl Model {
             }
         }
     }
+}
+
+/// A pass's scratch for the attention layers.
+struct AttnScratch<'a> {
+    /// Queries. `[n, n_head * head_dim]`
+    q: &'a mut [f32],
+    /// Keys. `[n, n_head_kv * head_dim]`
+    k: &'a mut [f32],
+    /// Values. `[n, n_head_kv * head_dim]`
+    v: &'a mut [f32],
+    /// Attention output. `[n, n_head * head_dim]`
+    att: &'a mut [f32],
+    /// What H2O's observation needs: attention mass, one sequence's queries and positions.
+    observe: (&'a mut Vec<f32>, &'a mut Vec<f32>, &'a mut Vec<u32>),
+    /// The batch's keys and values as f16. `[2, n, kv_dim]`
+    kv16: &'a mut Vec<f16>,
+    /// Qwen 3.5's gated queries as projected (`[n, 2 q_dim]`), and their gates (`[n, q_dim]`).
+    gated: (&'a mut Vec<f32>, &'a mut Vec<f32>),
+    /// KV slot of each batch entry. `[n]`
+    slots: &'a [usize],
+    /// Whether an eviction policy wants the attention (H2O).
+    tracking: bool,
+    /// Whether an eviction policy wants the queries (SnapKV).
+    logging: bool,
+    /// RoPE tables of the global layers (`[n, rope_dims / 2]`) and of the sliding ones (empty
+    /// when they rotate alike).
+    cs_global: &'a [(f32, f32)],
+    cs_local: &'a [(f32, f32)],
+}
+
+/// Splits gated queries (`qgate`: per token and head, `hd` queries then `hd` gates) into the
+/// queries `q` and the gates `gates` (`[n, n_head * hd]` each), on the host.
+fn split_gates(
+    be: &dyn Backend,
+    qgate: &mut [f32],
+    q: &mut [f32],
+    gates: &mut [f32],
+    hd: usize,
+) -> Result<()> {
+    be.to_host(qgate)?;
+    for ((pair, qh), gh) in
+        qgate.chunks_exact(2 * hd).zip(q.chunks_exact_mut(hd)).zip(gates.chunks_exact_mut(hd))
+    {
+        qh.copy_from_slice(&pair[..hd]);
+        gh.copy_from_slice(&pair[hd..]);
+    }
+    be.host_wrote(q)?;
+    Ok(())
 }
 
 /// A pass's scratch for the feed-forward networks.

@@ -75,7 +75,7 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         "experts.down_proj" => Some("ffn_down_exps.weight"),
         _ => None,
     };
-    if let Some(g) = gemma4_moe {
+    if let Some(g) = gemma4_moe.or_else(|| delta_net_name(name)) {
         return Some(format!("blk.{layer}.{g}"));
     }
     let (stem, suffix) = name.rsplit_once('.')?;
@@ -85,7 +85,8 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
     let gemma_sandwich = matches!(arch, Arch::Gemma2 | Arch::Gemma3 | Arch::Gemma4);
     let g = match stem {
         "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" if gemma_sandwich => "post_attention_norm",
+        // Qwen 3.5's files name its pre-FFN norm so, as llama.cpp's converter does.
+        "post_attention_layernorm" if gemma_sandwich || arch == Arch::Qwen35 => "post_attention_norm",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" => "ffn_norm",
         "post_feedforward_layernorm" => "post_ffw_norm",
@@ -109,6 +110,36 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         _ => return None,
     };
     Some(format!("blk.{layer}.{g}.{suffix}"))
+}
+
+/// The GGUF name (after `blk.N.`) of a Qwen 3.5 gated delta net tensor of a layer.
+fn delta_net_name(name: &str) -> Option<&'static str> {
+    Some(match name.strip_prefix("linear_attn.")? {
+        "in_proj_qkv.weight" => "attn_qkv.weight",
+        "in_proj_z.weight" => "attn_gate.weight",
+        "in_proj_b.weight" => "ssm_beta.weight",
+        "in_proj_a.weight" => "ssm_alpha.weight",
+        "out_proj.weight" => "ssm_out.weight",
+        "norm.weight" => "ssm_norm.weight",
+        "conv1d.weight" => "ssm_conv1d.weight",
+        "dt_bias" => "ssm_dt.bias",
+        "A_log" => "ssm_a",
+        _ => return None,
+    })
+}
+
+/// The tensor as llama.cpp's converter writes a Qwen 3.5 delta net's `A_log` (`-exp(A_log)`)
+/// and convolution (`[channels, 1, kernel]` squeezed to `[channels, kernel]`); others as they are.
+fn delta_net_tensor(name: &str, t: TensorRef) -> Result<TensorRef> {
+    if name.ends_with(".ssm_a") {
+        let v: Vec<f32> = t.to_f32(name)?.iter().map(|a| -a.exp()).collect();
+        return Ok(TensorRef::from_f32(t.dims.clone(), &v));
+    }
+    if name.ends_with(".ssm_conv1d.weight") && t.dims.len() == 3 && t.dims[1] == 1 {
+        let dims = vec![t.dims[0], t.dims[2]];
+        return Ok(TensorRef { dims, ..t });
+    }
+    Ok(t)
 }
 
 /// The GGUF stem of a mixture-of-experts tensor stem of a layer: routers, per-expert
@@ -301,9 +332,15 @@ impl HfModel {
                 continue;
             }
             let Some(t) = tensor_ref(&set, hf_name)? else { continue };
-            // Gemma 4 stores its norms as the multipliers themselves.
-            let shifted = layout.arch.is_gemma() && layout.arch != Arch::Gemma4;
+            // Gemma 4 stores its norms as the multipliers themselves; Qwen 3.5 its own as Gemma
+            // does, but for the delta nets' gated norm.
+            let shifted = match layout.arch {
+                Arch::Gemma4 => false,
+                Arch::Qwen35 => !name.ends_with("ssm_norm.weight"),
+                a => a.is_gemma(),
+            };
             let t = if shifted && name.ends_with("norm.weight") { shifted_norm(&name, &t)? } else { t };
+            let t = if layout.arch == Arch::Qwen35 { delta_net_tensor(&name, t)? } else { t };
             map.insert(name, t);
         }
         if !layout.tied && !map.contains("output.weight") {

@@ -10,6 +10,7 @@ use std::ops::Range;
 use ferrolm_kernels::{GgmlType, quant};
 
 use super::config::{Arch, ModelConfig, MoeConfig, QkNorm};
+pub use super::delta_net::DeltaNetWeights;
 use super::encoder::EncoderWeights;
 use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
@@ -33,9 +34,38 @@ impl WeightBytes for Storage {
 /// The weights of one transformer block.
 #[derive(Debug)]
 pub struct LayerWeights {
-    /// RMSNorm before attention. `[n_embd]`
+    /// RMSNorm before attention (or the layer's other token mixer). `[n_embd]`
     pub attn_norm: Vec<f32>,
-    /// Query projection. `[q_dim, n_embd]`
+    /// What mixes the tokens: attention, or a gated delta net (Qwen 3.5's recurrent layers).
+    pub mixer: Mixer,
+    /// Norm of the attention output before the residual add (Gemma 2/3). `[n_embd]`
+    pub post_attn_norm: Option<Vec<f32>>,
+    /// RMSNorm before the FFN. `[n_embd]`
+    pub ffn_norm: Vec<f32>,
+    /// The feed-forward network: one gated FFN, or a mixture of experts.
+    pub ffn: Ffn,
+    /// Norm of the FFN output before the residual add (Gemma 2/3). `[n_embd]`
+    pub post_ffn_norm: Option<Vec<f32>>,
+    /// The block's per-layer-embedding branch (Gemma 4).
+    pub per_layer: Option<PerLayerBlock>,
+    /// Multiplies the block's output (Gemma 4's `layer_output_scale`).
+    pub out_scale: Option<f32>,
+}
+
+/// A block's token mixer.
+#[derive(Debug)]
+pub enum Mixer {
+    /// Attention over the KV cache.
+    Attention(Box<AttentionWeights>),
+    /// A gated delta net (linear attention with a recurrent state).
+    DeltaNet(Box<DeltaNetWeights>),
+}
+
+/// The weights of a block's attention.
+#[derive(Debug)]
+pub struct AttentionWeights {
+    /// Query projection (Qwen 3.5: per head its queries, then as many output gates).
+    /// `[q_dim, n_embd]` (`[2 q_dim, n_embd]` with gates)
     pub wq: Weight,
     /// Key projection (none in a layer that attends over another layer's keys, Gemma 4).
     /// `[kv_dim, n_embd]`
@@ -55,20 +85,35 @@ pub struct LayerWeights {
     pub q_norm: Option<Vec<f32>>,
     /// Per-head key norm (Qwen 3, Gemma 3). `[head_dim]`
     pub k_norm: Option<Vec<f32>>,
-    /// Norm of the attention output before the residual add (Gemma 2/3). `[n_embd]`
-    pub post_attn_norm: Option<Vec<f32>>,
-    /// RMSNorm before the FFN. `[n_embd]`
-    pub ffn_norm: Vec<f32>,
-    /// The feed-forward network: one gated FFN, or a mixture of experts.
-    pub ffn: Ffn,
-    /// Norm of the FFN output before the residual add (Gemma 2/3). `[n_embd]`
-    pub post_ffn_norm: Option<Vec<f32>>,
     /// Ones: the weightless RMSNorm of each value head (Gemma 4). `[head_dim]`
     pub v_norm: Option<Vec<f32>>,
-    /// The block's per-layer-embedding branch (Gemma 4).
-    pub per_layer: Option<PerLayerBlock>,
-    /// Multiplies the block's output (Gemma 4's `layer_output_scale`).
-    pub out_scale: Option<f32>,
+}
+
+impl AttentionWeights {
+    /// Every matrix with its name's stem.
+    fn matrices(&self) -> Vec<(String, &Weight)> {
+        let attn = [("attn_q", Some(&self.wq)), ("attn_k", self.wk.as_ref()), ("attn_v", self.wv.as_ref())];
+        let mut out: Vec<(String, &Weight)> =
+            attn.into_iter().filter_map(|(n, w)| Some((n.to_string(), w?))).collect();
+        out.push(("attn_output".to_string(), &self.wo));
+        out
+    }
+
+    /// The norm weights and biases.
+    fn constants(&self) -> impl Iterator<Item = &[f32]> {
+        let v = [&self.q_norm, &self.k_norm, &self.wo_bias, &self.attn_sinks, &self.v_norm];
+        v.into_iter().flatten().chain(self.qkv_bias.iter().flatten()).map(Vec::as_slice)
+    }
+}
+
+impl Mixer {
+    /// The attention weights, for an attention layer.
+    pub fn attention(&self) -> Option<&AttentionWeights> {
+        match self {
+            Mixer::Attention(a) => Some(a),
+            Mixer::DeltaNet(_) => None,
+        }
+    }
 }
 
 /// A block's per-layer-embedding branch (Gemma 4): `x += norm(proj(gelu(gate · x) ⊙ e_l))`,
@@ -98,10 +143,10 @@ pub struct PerLayerEmbeddings {
 impl LayerWeights {
     /// Every matrix of the block with its name's stem (`attn_q`, `ffn_gate.3`, `inp_gate`, …).
     fn matrices(&self) -> Vec<(String, &Weight)> {
-        let attn = [("attn_q", Some(&self.wq)), ("attn_k", self.wk.as_ref()), ("attn_v", self.wv.as_ref())];
-        let mut out: Vec<(String, &Weight)> =
-            attn.into_iter().filter_map(|(n, w)| Some((n.to_string(), w?))).collect();
-        out.push(("attn_output".to_string(), &self.wo));
+        let mut out = match &self.mixer {
+            Mixer::Attention(a) => a.matrices(),
+            Mixer::DeltaNet(d) => d.matrices(),
+        };
         out.extend(self.ffn.matrices());
         if let Some(p) = &self.per_layer {
             out.push(("inp_gate".to_string(), &p.gate));
@@ -115,21 +160,15 @@ impl LayerWeights {
         let norms = [
             Some(&self.attn_norm),
             Some(&self.ffn_norm),
-            self.q_norm.as_ref(),
-            self.k_norm.as_ref(),
             self.post_attn_norm.as_ref(),
             self.post_ffn_norm.as_ref(),
-            self.wo_bias.as_ref(),
-            self.attn_sinks.as_ref(),
-            self.v_norm.as_ref(),
             self.per_layer.as_ref().map(|p| &p.post_norm),
         ];
-        norms
-            .into_iter()
-            .flatten()
-            .chain(self.qkv_bias.iter().flatten())
-            .map(Vec::as_slice)
-            .chain(self.ffn.constants())
+        let mixer: Vec<&[f32]> = match &self.mixer {
+            Mixer::Attention(a) => a.constants().collect(),
+            Mixer::DeltaNet(_) => Vec::new(), // its vectors are used on the host
+        };
+        norms.into_iter().flatten().map(Vec::as_slice).chain(mixer).chain(self.ffn.constants())
     }
 }
 
@@ -383,6 +422,19 @@ impl Loader<'_> {
         Ok(t)
     }
 
+    /// Marks every tensor of blocks `blocks` as bound without binding it (multi-token-prediction
+    /// blocks, which ferrolm does not run).
+    fn skip_blocks(&self, blocks: Range<usize>) {
+        let mut used = self.used.borrow_mut();
+        for (name, _) in self.tensors.iter() {
+            let block =
+                name.strip_prefix("blk.").and_then(|r| r.split_once('.')).and_then(|(b, _)| b.parse().ok());
+            if block.is_some_and(|b: usize| blocks.contains(&b)) {
+                used.insert(name.to_string());
+            }
+        }
+    }
+
     /// Fails on the first tensor of the table that nothing bound. llama.cpp refuses such files
     /// too ("wrong number of tensors; expected N, got M"): a stray tensor means the file's
     /// metadata and its tensors disagree (a wrong `block_count`, a foreign architecture), and
@@ -497,7 +549,7 @@ impl Loader<'_> {
     }
 
     /// A float tensor of `n` rows of `width` values (GGUF dims `[width, n]`), as one vector.
-    fn vectors(&self, name: &str, n: usize, width: usize) -> Result<Vec<f32>> {
+    pub(super) fn vectors(&self, name: &str, n: usize, width: usize) -> Result<Vec<f32>> {
         let t = self.get(name)?;
         if t.dims != [width as u64, n as u64] {
             return Err(Error::TensorShape {
@@ -545,15 +597,50 @@ impl Loader<'_> {
         Ok(FfnWeights { gate, up, down: self.matrix(&n("ffn_down"), d, ff)? })
     }
 
-    /// The weights of block `i`: attention (per-layer head sizes, KV-shared layers without keys
-    /// and values), norms, the feed-forward network and Gemma 4's per-layer branch.
+    /// The weights of block `i`: its token mixer (attention or a gated delta net), norms, the
+    /// feed-forward network and Gemma 4's per-layer branch.
     fn layer(&self, i: usize, cfg: &ModelConfig) -> Result<LayerWeights> {
+        let d = cfg.n_embd;
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
+            (Some(self.vector(&n("post_attention_norm"), d)?), Some(self.vector(&n("post_ffw_norm"), d)?))
+        } else if matches!(cfg.arch, Arch::GptOss | Arch::Qwen35) {
+            (None, None) // their `post_attention_norm` is the FFN's input norm (below)
+        } else {
+            (self.opt_vector(&n("post_attention_norm"), d)?, self.opt_vector(&n("post_ffw_norm"), d)?)
+        };
+        let mixer = match &cfg.delta_net {
+            Some(dn) if dn.layers[i] => Mixer::DeltaNet(Box::new(DeltaNetWeights::load(self, i, d, dn)?)),
+            _ => Mixer::Attention(Box::new(self.attention(i, cfg)?)),
+        };
+        // gpt-oss's and Qwen 3.5's files name the pre-FFN norm after the attention.
+        let ffn_norm = match cfg.arch {
+            Arch::GptOss if !self.tensors.contains(&n("ffn_norm")) => "post_attention_norm",
+            Arch::Qwen35 => "post_attention_norm",
+            _ => "ffn_norm",
+        };
+        Ok(LayerWeights {
+            attn_norm: self.vector(&n("attn_norm"), d)?,
+            mixer,
+            post_attn_norm,
+            ffn_norm: self.vector(&n(ffn_norm), d)?,
+            ffn: self.ffn(i, cfg)?,
+            post_ffn_norm,
+            per_layer: self.per_layer_block(i, cfg)?,
+            out_scale: self.out_scale(i)?,
+        })
+    }
+
+    /// The attention weights of block `i`: per-layer head sizes, KV-shared layers without keys
+    /// and values, keys as values, biases, norms, sinks, Qwen 3.5's gated queries.
+    fn attention(&self, i: usize, cfg: &ModelConfig) -> Result<AttentionWeights> {
         let d = cfg.n_embd;
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         // Gemma 4's sliding layers have narrower heads than its global ones, and its global
         // ones may have fewer key/value heads.
         let hd = cfg.layer_head_dim(i);
         let (q, kv) = (cfg.n_head * hd, cfg.layer_n_head_kv(i) * hd);
+        let q_rows = if cfg.attn_output_gate { 2 * q } else { q };
         // A layer attending over another layer's keys has no key or value weights.
         let own_kv = cfg.kv_source.get(i) == Some(&i);
         let (q_norm, k_norm) = match cfg.qk_norm {
@@ -566,15 +653,8 @@ impl Loader<'_> {
             }
             None => (None, None),
         };
-        let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
-            (Some(self.vector(&n("post_attention_norm"), d)?), Some(self.vector(&n("post_ffw_norm"), d)?))
-        } else if cfg.arch == Arch::GptOss {
-            (None, None) // its `post_attention_norm` is the FFN's input norm (below)
-        } else {
-            (self.opt_vector(&n("post_attention_norm"), d)?, self.opt_vector(&n("post_ffw_norm"), d)?)
-        };
         let (wq, wk, wv) = if self.tensors.contains(&n("attn_qkv")) {
-            let [wq, wk, wv] = self.split_rows(&n("attn_qkv"), [q, kv, kv], d)?;
+            let [wq, wk, wv] = self.split_rows(&n("attn_qkv"), [q_rows, kv, kv], d)?;
             (wq, Some(wk), Some(wv))
         } else if own_kv {
             // Gemma 4's global layers may use their keys as values.
@@ -583,11 +663,10 @@ impl Loader<'_> {
             } else {
                 Some(self.matrix(&n("attn_v"), kv, d)?)
             };
-            (self.matrix(&n("attn_q"), q, d)?, Some(self.matrix(&n("attn_k"), kv, d)?), wv)
+            (self.matrix(&n("attn_q"), q_rows, d)?, Some(self.matrix(&n("attn_k"), kv, d)?), wv)
         } else {
-            (self.matrix(&n("attn_q"), q, d)?, None, None)
+            (self.matrix(&n("attn_q"), q_rows, d)?, None, None)
         };
-        let ffn = self.ffn(i, cfg)?;
         let qkv_bias = if cfg.qkv_bias {
             let b = |s: &str| format!("blk.{i}.{s}.bias");
             Some([
@@ -598,8 +677,7 @@ impl Loader<'_> {
         } else {
             None
         };
-        Ok(LayerWeights {
-            attn_norm: self.vector(&n("attn_norm"), d)?,
+        Ok(AttentionWeights {
             wq,
             wk,
             wv,
@@ -613,19 +691,7 @@ impl Loader<'_> {
             attn_sinks: if cfg.attn_sinks { Some(self.vector(&n("attn_sinks"), cfg.n_head)?) } else { None },
             q_norm,
             k_norm,
-            post_attn_norm,
-            // gpt-oss's file names its pre-FFN norm after the attention.
-            ffn_norm: match cfg.arch {
-                Arch::GptOss if !self.tensors.contains(&n("ffn_norm")) => {
-                    self.vector(&n("post_attention_norm"), d)?
-                }
-                _ => self.vector(&n("ffn_norm"), d)?,
-            },
-            ffn,
-            post_ffn_norm,
             v_norm: cfg.v_norm.then(|| vec![1.0; hd]),
-            per_layer: self.per_layer_block(i, cfg)?,
-            out_scale: self.out_scale(i)?,
         })
     }
 
@@ -791,6 +857,7 @@ impl ModelWeights {
             token_embd.clone()
         };
         let layers = (0..cfg.n_layer).map(|i| l.layer(i, cfg)).collect::<Result<Vec<_>>>()?;
+        l.skip_blocks(cfg.n_layer..cfg.n_layer + cfg.n_nextn_layers);
         let per_layer = l.per_layer_embeddings(cfg)?;
         let half = cfg.rope_dims / 2;
         let rope_factors = RopeFactors {

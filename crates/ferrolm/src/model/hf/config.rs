@@ -204,6 +204,32 @@ fn proportional_factors(partial: f64, head_dim: usize) -> Vec<f32> {
     (0..head_dim / 2).map(|i| if i < n_rot { 1.0 } else { 1e30 }).collect()
 }
 
+/// Qwen 3.5's gated delta net keys as llama.cpp's converter writes them, and
+/// `ssm.v_heads_grouped`: the folder keeps the value heads in Hugging Face's order (the
+/// converter reorders them, ferrolm reads them as stored).
+fn qwen35_keys(c: &Cfg<'_>, n_layer: usize, put: &mut impl FnMut(&str, MetaValue)) -> Result<()> {
+    let recurrent: Vec<bool> = match c.get("layer_types").and_then(Value::as_array) {
+        Some(types) => types.iter().map(|t| t.as_str() == Some("linear_attention")).collect(),
+        None => {
+            let every = c.opt_usize("full_attention_interval")?.unwrap_or(4).max(1);
+            (0..n_layer).map(|il| (il + 1) % every != 0).collect()
+        }
+    };
+    let u32v = |n: usize| MetaValue::U32(n.min(u32::MAX as usize) as u32);
+    let (n_v, dv) = (c.usize("linear_num_value_heads")?, c.usize("linear_value_head_dim")?);
+    put("ssm.conv_kernel", u32v(c.usize("linear_conv_kernel_dim")?));
+    put("ssm.state_size", u32v(c.usize("linear_key_head_dim")?));
+    put("ssm.group_count", u32v(c.usize("linear_num_key_heads")?));
+    put("ssm.time_step_rank", u32v(n_v));
+    put("ssm.inner_size", u32v(n_v * dv));
+    put("attention.recurrent_layers", MetaValue::Array(MetaArray::Bool(recurrent)));
+    put("ssm.v_heads_grouped", MetaValue::Bool(true));
+    if c.opt_bool("attention_bias")? == Some(true) {
+        return Err(Error::Config("config.json: Qwen 3.5 with attention biases is not supported".into()));
+    }
+    Ok(())
+}
+
 /// Gemma 4's keys beyond Gemma 3's (`dims`: vocabulary size, key/value heads, the sliding
 /// layers' head size; `swa`: which layers are sliding), and errors for the variants ferrolm does
 /// not run yet. Per-layer arrays replace the scalar keys written before them.
@@ -354,15 +380,17 @@ pub fn sentence_transformers_pooling(dir: &std::path::Path) -> Option<u32> {
     })
 }
 
-/// The text decoder's config of a multimodal Gemma 4 folder (`Gemma4ForConditionalGeneration`:
-/// `text_config`, with the top level's `tie_word_embeddings` when it has none of its own); the
-/// vision and audio towers' tensors are not read.
-fn gemma4_text_config(c: &Cfg<'_>) -> Result<Value> {
+/// The text decoder's config of a multimodal folder (Gemma 4's, Qwen 3.5's
+/// `*ForConditionalGeneration`: `text_config` as model type `text_type`, with the top level's
+/// `tie_word_embeddings` when it has none of its own); the vision and audio towers' tensors are
+/// not read.
+fn text_config(c: &Cfg<'_>, text_type: &str) -> Result<Value> {
     let Some(Value::Object(text)) = c.get("text_config") else {
-        return Err(Error::Config("config.json: model_type 'gemma4' without a 'text_config' object".into()));
+        let top = c.get("model_type").and_then(Value::as_str).unwrap_or_default();
+        return Err(Error::Config(format!("config.json: model_type '{top}' without a 'text_config' object")));
     };
     let mut text = text.clone();
-    text.insert("model_type".into(), Value::String("gemma4_text".into()));
+    text.insert("model_type".into(), Value::String(text_type.into()));
     if let (None, Some(tied)) = (text.get("tie_word_embeddings"), c.get("tie_word_embeddings")) {
         text.insert("tie_word_embeddings".into(), tied.clone());
     }
@@ -379,7 +407,8 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         .ok_or_else(|| Error::Config("config.json: missing 'model_type'".into()))?;
     let arch = match model_type {
         "bert" => return translate_bert(&c, name),
-        "gemma4" => return translate(&gemma4_text_config(&c)?, name),
+        "gemma4" => return translate(&text_config(&c, "gemma4_text")?, name),
+        "qwen3_5" => return translate(&text_config(&c, "qwen3_5_text")?, name),
         "llama" | "mistral" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
@@ -396,6 +425,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "granite" => Arch::Granite,
         "granitemoe" | "granitemoeshared" => Arch::GraniteMoe,
         "gpt_oss" => Arch::GptOss,
+        "qwen3_5_text" => Arch::Qwen35,
         other => return Err(Error::UnsupportedArchitecture(format!("{other} (config.json model_type)"))),
     };
     let a = arch.name();
@@ -546,7 +576,9 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
             v.iter()
                 .map(|t| match t.as_str() {
                     Some("sliding_attention") => Ok(true),
+                    // Qwen 3.5's recurrent layers (`qwen35_keys`) attend in no window either.
                     Some("full_attention") => Ok(false),
+                    Some("linear_attention") if arch == Arch::Qwen35 => Ok(false),
                     _ => Err(Error::Config(format!("config.json: unknown layer type {t}"))),
                 })
                 .collect::<Result<_>>()?,
@@ -617,6 +649,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                 put("attention.sliding_window", u32v(w, "sliding_window")?);
             }
         }
+        Arch::Qwen35 => qwen35_keys(&c, n_layer, &mut put)?,
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
             if c.opt_bool("use_sliding_window")?.unwrap_or(false) {
                 return Err(Error::Config(

@@ -1,0 +1,396 @@
+//! Gated delta net layers (Qwen 3.5's linear attention).
+//!
+//! For each token, a causal depthwise convolution (SiLU after it) over its projected queries,
+//! keys and values and those of the `K - 1` tokens before; then, per value head, a
+//! `[head_k_dim, head_v_dim]` state `S` updated by the gated delta rule
+//!
+//! ```text
+//! S ← exp(g) · S;   S ← S + k ⊗ β (v − Sᵀk);   o = Sᵀq
+//! ```
+//!
+//! with `q` and `k` L2-normalised per head (`q` also divided by `√head_k_dim`), `β = σ(b)`,
+//! `g = a · softplus(α + dt_bias)` (`a < 0`); the output is RMS-normalised per head, multiplied by
+//! `silu(z)` and projected back.
+//!
+//! The projections run on the backend over the whole batch; the convolution and the recurrence
+//! run on the host, token after token, in each sequence's [`RecurrentState`]: one buffer per
+//! delta net layer holding the last `K - 1` convolution inputs (`[K - 1, conv_dim]`, oldest
+//! first), then the states (`[n_v_heads, head_k_dim, head_v_dim]`).
+//!
+//! A state is valid for exactly the tokens it has taken. [`begin`] checks before a pass that
+//! each sequence's first new token continues its state (or starts one at position 0) and marks
+//! the states in use; [`end`] records where each stands after the pass. A pass that fails in
+//! between leaves the marks, so the caller's truncation back to the old length drops the
+//! half-updated states ([`crate::kv::SeqCache::truncate_positions`]).
+
+use super::config::DeltaNetConfig;
+use super::forward::buf;
+use super::weights::{Loader, Weight};
+use crate::backend::Backend;
+use crate::batch::BatchEntry;
+use crate::kv::{KvCache, RecurrentState};
+use crate::ops::MatmulJob;
+use crate::{Error, Result};
+
+/// Marks a state in use by a pass: no position continues it until [`end`] sets its next one.
+const IN_PASS: u32 = u32::MAX;
+
+/// The weights of one gated delta net layer.
+#[derive(Debug)]
+pub struct DeltaNetWeights {
+    /// Queries, keys and values before the convolution. `[conv_dim, n_embd]`
+    pub qkv: Weight,
+    /// Output gate `z`. `[v_dim, n_embd]`
+    pub gate: Weight,
+    /// `β`'s logits. `[n_v_heads, n_embd]`
+    pub beta: Weight,
+    /// The decay's input `α`. `[n_v_heads, n_embd]`
+    pub alpha: Weight,
+    /// Convolution taps, oldest input first. `[conv_dim, conv_kernel]`
+    pub conv: Vec<f32>,
+    /// Added to `α`. `[n_v_heads]`
+    pub dt_bias: Vec<f32>,
+    /// Decay rates `a = −exp(A_log)`. `[n_v_heads]`
+    pub a: Vec<f32>,
+    /// RMSNorm of each output head. `[head_v_dim]`
+    pub norm: Vec<f32>,
+    /// Output projection. `[n_embd, v_dim]`
+    pub out: Weight,
+}
+
+impl DeltaNetWeights {
+    /// Block `i`'s delta net from llama.cpp's tensor names (`attn_qkv`, `attn_gate`, `ssm_*`).
+    pub(super) fn load(l: &Loader<'_>, i: usize, d: usize, cfg: &DeltaNetConfig) -> Result<Self> {
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let (cd, vd, nv) = (cfg.conv_dim(), cfg.v_dim(), cfg.n_v_heads);
+        let a = l.vector(&format!("blk.{i}.ssm_a"), nv)?;
+        if let Some(h) = a.iter().position(|&a| a >= 0.0) {
+            return Err(Error::Config(format!("blk.{i}.ssm_a[{h}] = {} must be negative", a[h])));
+        }
+        Ok(Self {
+            qkv: l.matrix(&n("attn_qkv"), cd, d)?,
+            gate: l.matrix(&n("attn_gate"), vd, d)?,
+            beta: l.matrix(&n("ssm_beta"), nv, d)?,
+            alpha: l.matrix(&n("ssm_alpha"), nv, d)?,
+            conv: l.vectors(&n("ssm_conv1d"), cd, cfg.conv_kernel)?,
+            dt_bias: l.vector(&format!("blk.{i}.ssm_dt.bias"), nv)?,
+            a,
+            norm: l.vector(&n("ssm_norm"), cfg.head_v_dim)?,
+            out: l.matrix(&n("ssm_out"), d, vd)?,
+        })
+    }
+
+    /// Every matrix with its name's stem.
+    pub(super) fn matrices(&self) -> Vec<(String, &Weight)> {
+        let m = [("attn_qkv", &self.qkv), ("attn_gate", &self.gate), ("ssm_beta", &self.beta)];
+        let m2 = [("ssm_alpha", &self.alpha), ("ssm_out", &self.out)];
+        m.into_iter().chain(m2).map(|(n, w)| (n.to_string(), w)).collect()
+    }
+}
+
+/// The buffers of the delta net layers, grown to the largest batch seen and reused.
+#[derive(Debug, Default)]
+pub(crate) struct DeltaNetBuffers {
+    /// Projected queries, keys and values. `[n, conv_dim]`
+    qkv: Vec<f32>,
+    /// Output gates. `[n, v_dim]`
+    z: Vec<f32>,
+    /// `β`'s logits. `[n, n_v_heads]`
+    beta: Vec<f32>,
+    /// `α`. `[n, n_v_heads]`
+    alpha: Vec<f32>,
+    /// Gated, normalised outputs. `[n, v_dim]`
+    o: Vec<f32>,
+    /// One token's convolved queries, keys and values. `[conv_dim]`
+    conv: Vec<f32>,
+    /// One head's `Sᵀk`, then its delta. `[head_v_dim]`
+    delta: Vec<f32>,
+}
+
+/// Checks that each sequence of the batch continues its recurrent state (a sequence whose first
+/// new token has position 0 gets a zero state) and marks the states in use. An
+/// [`Error::InvalidInput`] for a sequence that lost its state (it must start again from 0).
+pub(crate) fn begin(cfg: &DeltaNetConfig, entries: &[BatchEntry], kv: &mut KvCache) -> Result<()> {
+    let n_layers = cfg.layers.iter().filter(|&&r| r).count();
+    for (t, e) in entries.iter().enumerate() {
+        if entries[..t].iter().any(|p| p.seq == e.seq) {
+            continue; // not the sequence's first token in the batch
+        }
+        let state = kv.seq_mut(e.seq).recurrent_mut();
+        match state {
+            Some(s) if s.next == e.pos => s.next = IN_PASS,
+            None if e.pos == 0 => {
+                let layers = vec![vec![0.0; cfg.state_len()]; n_layers];
+                *state = Some(RecurrentState { next: IN_PASS, layers });
+            }
+            _ => {
+                let at = state.as_ref().map_or("no state".to_string(), |s| format!("a state at {}", s.next));
+                return Err(Error::InvalidInput(format!(
+                    "sequence {} has {at} and cannot continue at position {}: a model with \
+                     recurrent layers cannot drop tokens, the sequence must start again from 0",
+                    e.seq, e.pos
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Records where each sequence of the batch stands after the pass: one past its last token.
+pub(crate) fn end(entries: &[BatchEntry], kv: &mut KvCache) {
+    for e in entries {
+        if let Some(s) = kv.seq_mut(e.seq).recurrent_mut() {
+            s.next = if s.next == IN_PASS { e.pos + 1 } else { s.next.max(e.pos + 1) };
+        }
+    }
+}
+
+/// Delta net layer number `ordinal` (among the model's delta net layers) over the normalised
+/// rows `xn` (`[n, n_embd]`) of the batch, its output into `y` (`[n, n_embd]`), each token
+/// advancing its sequence's state.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn delta_net(
+    be: &dyn Backend,
+    w: &DeltaNetWeights,
+    cfg: &DeltaNetConfig,
+    (ordinal, eps): (usize, f32),
+    entries: &[BatchEntry],
+    kv: &mut KvCache,
+    xn: &[f32],
+    y: &mut [f32],
+    b: &mut DeltaNetBuffers,
+) -> Result<()> {
+    let n = entries.len();
+    let (cd, vd, nv) = (cfg.conv_dim(), cfg.v_dim(), cfg.n_v_heads);
+    let qkv = buf(&mut b.qkv, n * cd); // [n, conv_dim]
+    let z = buf(&mut b.z, n * vd); // [n, v_dim]
+    let beta = buf(&mut b.beta, n * nv); // [n, n_v_heads]
+    let alpha = buf(&mut b.alpha, n * nv); // [n, n_v_heads]
+    // Backends take at most three matrices a call.
+    be.matmul_many(xn, n, &mut [MatmulJob { w: &w.qkv, out: qkv }, MatmulJob { w: &w.gate, out: z }])?;
+    be.matmul_many(xn, n, &mut [MatmulJob { w: &w.beta, out: beta }, MatmulJob { w: &w.alpha, out: alpha }])?;
+    for out in [&mut *qkv, &mut *z, &mut *beta, &mut *alpha] {
+        be.to_host(out)?;
+    }
+    let o = buf(&mut b.o, n * vd); // [n, v_dim]
+    let scratch = (buf(&mut b.conv, cd), buf(&mut b.delta, cfg.head_v_dim));
+    for (t, e) in entries.iter().enumerate() {
+        let state = kv
+            .seq_mut(e.seq)
+            .recurrent_mut()
+            .as_mut()
+            .and_then(|s| s.layers.get_mut(ordinal))
+            .ok_or_else(|| Error::InvalidInput(format!("sequence {} has no recurrent state", e.seq)))?;
+        let token = Token {
+            qkv: &qkv[t * cd..(t + 1) * cd],
+            beta: &beta[t * nv..(t + 1) * nv],
+            alpha: &alpha[t * nv..(t + 1) * nv],
+        };
+        let out = &mut o[t * vd..(t + 1) * vd];
+        step(cfg, w, state, token, out, (&mut *scratch.0, &mut *scratch.1));
+        gated_norm(out, &z[t * vd..(t + 1) * vd], &w.norm, eps);
+    }
+    be.host_wrote(o)?;
+    be.matmul(&w.out, o, n, y)?;
+    Ok(())
+}
+
+/// One token's projections.
+struct Token<'a> {
+    /// `[conv_dim]`
+    qkv: &'a [f32],
+    /// `[n_v_heads]`
+    beta: &'a [f32],
+    /// `[n_v_heads]`
+    alpha: &'a [f32],
+}
+
+/// One token through the convolution and the delta rule: `state` (one layer's) advances, the
+/// heads' outputs `Sᵀq` go to `o` (`[v_dim]`). `scratch`: `[conv_dim]` and `[head_v_dim]`.
+fn step(
+    cfg: &DeltaNetConfig,
+    w: &DeltaNetWeights,
+    state: &mut [f32],
+    x: Token<'_>,
+    o: &mut [f32],
+    (conv, delta): (&mut [f32], &mut [f32]),
+) {
+    let (cd, kk) = (cfg.conv_dim(), cfg.conv_kernel);
+    let (hist, s) = state.split_at_mut((kk - 1) * cd); // [K - 1, conv_dim], [n_v, dk, dv]
+    for (c, out) in conv.iter_mut().enumerate() {
+        let taps = &w.conv[c * kk..(c + 1) * kk];
+        let past: f32 = (0..kk - 1).map(|j| taps[j] * hist[j * cd + c]).sum();
+        let v = past + taps[kk - 1] * x.qkv[c];
+        *out = v / (1.0 + (-v).exp());
+    }
+    hist.copy_within(cd.., 0);
+    hist[(kk - 2) * cd..].copy_from_slice(x.qkv);
+
+    let (dk, dv, nk) = (cfg.head_k_dim, cfg.head_v_dim, cfg.n_k_heads);
+    let (qs, rest) = conv.split_at_mut(nk * dk);
+    let (ks, vs) = rest.split_at_mut(nk * dk);
+    let q_scale = (dk as f32).sqrt().recip();
+    for (q, k) in qs.chunks_exact_mut(dk).zip(ks.chunks_exact_mut(dk)) {
+        l2_normalise(q, q_scale);
+        l2_normalise(k, 1.0);
+    }
+    for h in 0..cfg.n_v_heads {
+        let kh = cfg.k_head_of(h);
+        let (q, k, v) = (&qs[kh * dk..(kh + 1) * dk], &ks[kh * dk..(kh + 1) * dk], &vs[h * dv..(h + 1) * dv]);
+        let beta = 1.0 / (1.0 + (-x.beta[h]).exp());
+        let decay = (w.a[h] * softplus(x.alpha[h] + w.dt_bias[h])).exp();
+        let sh = &mut s[h * dk * dv..(h + 1) * dk * dv]; // [dk, dv]
+        delta.fill(0.0);
+        for (row, &ki) in sh.chunks_exact_mut(dv).zip(k) {
+            for (sij, m) in row.iter_mut().zip(delta.iter_mut()) {
+                *sij *= decay;
+                *m += *sij * ki;
+            }
+        }
+        for (m, &vj) in delta.iter_mut().zip(v) {
+            *m = (vj - *m) * beta;
+        }
+        let oh = &mut o[h * dv..(h + 1) * dv];
+        oh.fill(0.0);
+        for ((row, &ki), &qi) in sh.chunks_exact_mut(dv).zip(k).zip(q) {
+            for ((sij, &dj), oj) in row.iter_mut().zip(delta.iter()).zip(oh.iter_mut()) {
+                *sij += ki * dj;
+                *oj += *sij * qi;
+            }
+        }
+    }
+}
+
+/// `x · scale / ‖x‖` (with FLA's `1e-6` inside the root).
+fn l2_normalise(x: &mut [f32], scale: f32) {
+    let ss: f32 = x.iter().map(|v| v * v).sum();
+    let f = scale / (ss + 1e-6).sqrt();
+    x.iter_mut().for_each(|v| *v *= f);
+}
+
+/// PyTorch's softplus: `ln(1 + eˣ)`, `x` itself above 20.
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 { x } else { x.exp().ln_1p() }
+}
+
+/// Each head of `o` (`[n_v_heads, head_v_dim]`) RMS-normalised, times `norm` and `silu(z)`.
+fn gated_norm(o: &mut [f32], z: &[f32], norm: &[f32], eps: f32) {
+    let dv = norm.len();
+    for (oh, zh) in o.chunks_exact_mut(dv).zip(z.chunks_exact(dv)) {
+        let ms = oh.iter().map(|v| v * v).sum::<f32>() / dv as f32;
+        let r = (ms + eps).sqrt().recip();
+        for ((v, &w), &g) in oh.iter_mut().zip(norm).zip(zh) {
+            *v = *v * r * w * (g / (1.0 + (-g).exp()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrolm_kernels::GgmlType;
+
+    /// A zero F32 matrix (the steps under test do not read the projections).
+    fn zeros(rows: usize, cols: usize) -> Weight {
+        Weight::owned(GgmlType::F32, rows, cols, vec![0; rows * cols * 4])
+    }
+
+    fn cfg(grouped: bool) -> DeltaNetConfig {
+        DeltaNetConfig {
+            layers: vec![true],
+            conv_kernel: 3,
+            n_k_heads: 1,
+            n_v_heads: 2,
+            head_k_dim: 2,
+            head_v_dim: 2,
+            grouped_heads: grouped,
+        }
+    }
+
+    #[test]
+    fn value_heads_share_key_heads_grouped_or_tiled() {
+        let mut c = cfg(true);
+        c.n_k_heads = 2;
+        c.n_v_heads = 4;
+        assert_eq!((0..4).map(|h| c.k_head_of(h)).collect::<Vec<_>>(), [0, 0, 1, 1]);
+        c.grouped_heads = false;
+        assert_eq!((0..4).map(|h| c.k_head_of(h)).collect::<Vec<_>>(), [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn softplus_and_l2_norm_match_their_definitions() {
+        assert!((softplus(0.0) - 2f32.ln()).abs() < 1e-7);
+        assert_eq!(softplus(30.0), 30.0);
+        let mut x = [3.0, 4.0];
+        l2_normalise(&mut x, 2.0);
+        assert!((x[0] - 1.2).abs() < 1e-5 && (x[1] - 1.6).abs() < 1e-5, "{x:?}");
+    }
+
+    /// Two tokens by hand: the convolution sees the first token as history for the second, and
+    /// the second's output reads the state the first left, decayed.
+    #[test]
+    fn two_steps_follow_the_delta_rule() {
+        let c = cfg(true);
+        let cd = c.conv_dim(); // q 2, k 2, v 4
+        // Taps [0, 0.5, 1]: out_t = x_t + 0.5 x_{t-1}, then SiLU.
+        let conv = (0..cd).flat_map(|_| [0.0, 0.5, 1.0]).collect();
+        let w = DeltaNetWeights {
+            qkv: zeros(cd, 1),
+            gate: zeros(4, 1),
+            beta: zeros(2, 1),
+            alpha: zeros(2, 1),
+            conv,
+            dt_bias: vec![0.0, 0.0],
+            a: vec![-1.0, -2.0],
+            norm: vec![1.0, 1.0],
+            out: zeros(1, 4),
+        };
+        let mut state = vec![0.0; c.state_len()];
+        let silu = |v: f32| v / (1.0 + (-v).exp());
+        let x1 = [1.0, 0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 4.0];
+        let x2 = [0.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5];
+        let (b, a) = ([0.0, 0.0], [0.0, 0.0]);
+        let mut o = [0.0; 4];
+        let (mut cs, mut ds) = (vec![0.0; cd], vec![0.0; 2]);
+        step(&c, &w, &mut state, Token { qkv: &x1, beta: &b, alpha: &a }, &mut o, (&mut cs, &mut ds));
+        // Brute force: the same two tokens from the formulas in the module doc.
+        let mut s_ref = [[[0.0f32; 2]; 2]; 2]; // [head][i][j]
+        let mut want = [0.0; 4];
+        let mut prev = [0.0f32; 8];
+        for x in [x1, x2] {
+            let conv: Vec<f32> = (0..8).map(|i| silu(x[i] + 0.5 * prev[i])).collect();
+            prev = x;
+            let norm = |v: &[f32], s: f32| {
+                let r = (v.iter().map(|a| a * a).sum::<f32>() + 1e-6).sqrt();
+                v.iter().map(|a| a * s / r).collect::<Vec<_>>()
+            };
+            let q = norm(&conv[0..2], 1.0 / 2f32.sqrt());
+            let k = norm(&conv[2..4], 1.0);
+            for h in 0..2 {
+                let v = &conv[4 + 2 * h..6 + 2 * h];
+                let decay = (w.a[h] * 2f32.ln()).exp(); // softplus(0) = ln 2
+                let beta = 0.5; // σ(0)
+                let s = &mut s_ref[h];
+                s.iter_mut().flatten().for_each(|x| *x *= decay);
+                let mem: Vec<f32> = (0..2).map(|j| s[0][j] * k[0] + s[1][j] * k[1]).collect();
+                for i in 0..2 {
+                    for j in 0..2 {
+                        s[i][j] += k[i] * (v[j] - mem[j]) * beta;
+                    }
+                }
+                for j in 0..2 {
+                    want[2 * h + j] = s[0][j] * q[0] + s[1][j] * q[1];
+                }
+            }
+            if x == x1 {
+                for (g, w) in o.iter().zip(&want) {
+                    assert!((g - w).abs() < 1e-6, "first token: {o:?} vs {want:?}");
+                }
+            }
+        }
+        step(&c, &w, &mut state, Token { qkv: &x2, beta: &b, alpha: &a }, &mut o, (&mut cs, &mut ds));
+        for (g, w) in o.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-6, "second token: {o:?} vs {want:?}");
+        }
+    }
+}
