@@ -303,6 +303,9 @@ class Spec:
     # back what it was given (Gemma 4's global_head_dim, which the converter needs, and the empty
     # per_layer_config that would make a reload ignore it)
     hf_config_extra: dict[str, Any] = field(default_factory=dict)
+    # extra arguments of convert_hf_to_gguf.py (Qwen 3.5 without multi-token-prediction layers
+    # needs --no-mtp)
+    convert_args: list[str] = field(default_factory=list)
 
 
 BASE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, rms_norm_eps=1e-5,
@@ -555,6 +558,32 @@ MODELS: list[Spec] = [
                 "experts.down_proj [4, 64, 32] (ffn_down_exps). Two layers and four experts: "
                 "every routing decision of a prompt must clear the router gaps, and with more "
                 "of them no prompt of 20 tokens did."]),
+    Spec("qwen35", "Qwen3_5TextConfig", "Qwen3_5ForCausalLM", "bpe-qwen2",
+         dict(BASE, num_hidden_layers=4, intermediate_size=96, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32, tie_word_embeddings=False,
+              layer_types=["linear_attention", "linear_attention", "linear_attention",
+                           "full_attention"],
+              linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+              linear_num_key_heads=2, linear_num_value_heads=4, rms_norm_eps=1e-6,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                               "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+                               "mrope_interleaved": True}),
+         seed=3501, convert_args=["--no-mtp"],
+         notes=["Qwen 3.5 (model_type qwen3_5_text, GGUF arch `qwen35`): layers 0-2 gated "
+                "delta net (linear attention with a recurrent state), layer 3 full attention.",
+                "Gated delta net: in_proj_qkv -> a causal depthwise conv (kernel 4, no bias) "
+                "over q, k, v with SiLU; q and k L2-normalised per head (q also / sqrt(16)); "
+                "beta = sigmoid(in_proj_b x), g = -exp(A_log) softplus(in_proj_a x + dt_bias); "
+                "per value head S <- S exp(g) + k (beta (v - S^T k))^T, o = S^T q; then an "
+                "RMSNorm of o times silu(in_proj_z x) (weight as is), out_proj. Two key heads, "
+                "four value heads: value head h uses key head h / 2 (GGUF: llama.cpp's "
+                "converter reorders the value heads so that head j uses key head j % 2).",
+                "Full attention: q_proj gives per head 32 query values then 32 gate values; "
+                "q/k RMSNorm per head; RoPE (NeoX) on the first 8 of 32 dims (partial 0.25, "
+                "base 1e7; mrope sections [2, 1, 1] give every section the text position); "
+                "attention output times sigmoid(gate) before o_proj.",
+                "Norms other than the delta net's gated one are zero-centred (x (1 + w)); the "
+                "converter adds 1, and writes A_log as ssm_a = -exp(A_log)."]),
     # ---- mixture-of-experts models and SmolLM3 ----
     Spec("qwen3moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "bpe-qwen2",
          dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -787,6 +816,12 @@ def randomize(model: torch.nn.Module, seed: int, emb_std: float,
                 # twice the other routers' spread: every routing of a 20-token prompt and its 8
                 # greedy tokens must clear MIN_ROUTER_LOGIT_GAP
                 p.copy_(6.0 / math.sqrt(p.shape[1]) * r)
+            elif name.endswith(".A_log"):  # Qwen 3.5: decay rates A = exp(A_log) around 1
+                p.copy_(0.5 * r)
+            elif name.endswith(".dt_bias"):  # Qwen 3.5: added to the decay's input
+                p.copy_(0.5 * r)
+            elif name.endswith("conv1d.weight"):  # Qwen 3.5: depthwise causal conv [C, 1, K]
+                p.copy_(1.5 / math.sqrt(p.shape[-1]) * r)
             elif name.endswith("router.proj.weight"):
                 # Gemma 4's router sees rms_norm(x) * scale / sqrt(d), a vector of norm ~1: its
                 # logits have the weights' spread, N(0, 2^2)
@@ -1011,14 +1046,16 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def convert(llamacpp: Path, hf_dir: Path, out: Path, name: str, bpe_pre: str | None,
-            log: Path) -> list[str]:
+            log: Path, outtype: str = "bf16", model_name: str | None = None,
+            extra_args: list[str] | None = None) -> list[str]:
     env = dict(os.environ)
     env["LLAMACPP_DIR"] = str(llamacpp)
     env["PYTHONPATH"] = os.pathsep.join([str(llamacpp / "gguf-py"), str(llamacpp)])
     if bpe_pre:
         env["FERROLM_BPE_PRE"] = bpe_pre
     cmd = [sys.executable, "-c", CONVERT_WRAPPER, str(hf_dir), "--outfile", str(out),
-           "--outtype", "bf16", "--model-name", f"ferrolm-conformance-{name}"]
+           "--outtype", outtype, "--model-name", model_name or f"ferrolm-conformance-{name}"]
+    cmd += extra_args or []
     with open(log, "w") as f:
         r = subprocess.run(cmd, env=env, stdout=f, stderr=subprocess.STDOUT)
     text = log.read_text()
@@ -1112,7 +1149,8 @@ def gen_model(spec: Spec, llamacpp: Path, work: Path, summary: list[str]) -> dic
 
     gguf_path = mdir / "model.gguf"
     log = work / f"convert-{spec.name}.log"
-    conv_msgs = convert(llamacpp, hf, gguf_path, spec.name, tok.bpe_pre, log)
+    conv_msgs = convert(llamacpp, hf, gguf_path, spec.name, tok.bpe_pre, log,
+                        extra_args=spec.convert_args)
     kv, tensors = gguf_summary(gguf_path)
     arch = kv["general.architecture"]
     window_key = f"{arch}.attention.sliding_window"

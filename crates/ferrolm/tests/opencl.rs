@@ -126,15 +126,18 @@ fn run(model: &ferrolm::model::Model, tokens: &[u32], n: usize) -> (Vec<f32>, Ve
 }
 
 #[test]
-fn mixtures_of_experts_granite_smollm3_gpt_oss_and_gemma4_match_the_cpu() {
+fn the_tiny_conformance_architectures_match_the_cpu() {
     // The tiny conformance models: experts routed on the host around GPU matmuls, Granite's
     // scale operator, layers without RoPE, gpt-oss's attention sinks, biases and SwiGLU, Gemma
-    // 4's mixed head sizes, KV-shared layers, per-layer embeddings and experts beside its MLP.
+    // 4's mixed head sizes, KV-shared layers, per-layer embeddings and experts beside its MLP,
+    // Qwen 3.5's gated delta nets (on the host, around GPU matmuls) and gated attention.
     if opencl().is_none() {
         return;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
-    for name in ["qwen2moe", "qwen3moe", "granitemoeshared", "smollm3", "gpt-oss", "gemma4", "gemma4moe"] {
+    for name in
+        ["qwen2moe", "qwen3moe", "granitemoeshared", "smollm3", "gpt-oss", "gemma4", "gemma4moe", "qwen35"]
+    {
         let path = root.join(name).join("model.gguf");
         let cpu = ferrolm::model::Model::load(&path).unwrap();
         let mut gpu = ferrolm::model::Model::load(&path).unwrap();
