@@ -670,6 +670,11 @@ impl KvCache {
         self.seq_mut(id).push_slot(pos)
     }
 
+    /// Every sequence's cache, by id.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (SeqId, &mut SeqCache)> {
+        self.seqs.iter_mut().map(|(&id, s)| (id, s))
+    }
+
     /// Takes a sequence's cache out (to keep it elsewhere, e.g. in a prefix cache).
     pub fn take_seq(&mut self, id: SeqId) -> Option<SeqCache> {
         self.seqs.remove(&id)

@@ -28,7 +28,7 @@ use super::forward::buf;
 use super::weights::{Loader, Weight};
 use crate::backend::Backend;
 use crate::batch::BatchEntry;
-use crate::kv::{KvCache, RecurrentState};
+use crate::kv::{KvCache, RecurrentState, SeqId};
 use crate::ops::MatmulJob;
 use crate::{Error, Result};
 
@@ -91,20 +91,21 @@ impl DeltaNetWeights {
 /// The buffers of the delta net layers, grown to the largest batch seen and reused.
 #[derive(Debug, Default)]
 pub(crate) struct DeltaNetBuffers {
-    /// Projected queries, keys and values. `[n, conv_dim]`
+    /// Projected queries, keys and values, then (in place) convolved and normalised.
+    /// `[n, conv_dim]`
     qkv: Vec<f32>,
     /// Output gates. `[n, v_dim]`
     z: Vec<f32>,
-    /// `β`'s logits. `[n, n_v_heads]`
+    /// `β`'s logits, then `β`. `[n, n_v_heads]`
     beta: Vec<f32>,
-    /// `α`. `[n, n_v_heads]`
+    /// `α`, then the decay `exp(g)`. `[n, n_v_heads]`
     alpha: Vec<f32>,
-    /// Gated, normalised outputs. `[n, v_dim]`
+    /// Outputs by sequence and head (`[seq][head][token][head_v_dim]`), then by token. `[n, v_dim]`
     o: Vec<f32>,
-    /// One token's convolved queries, keys and values. `[conv_dim]`
-    conv: Vec<f32>,
-    /// One head's `Sᵀk`, then its delta. `[head_v_dim]`
-    delta: Vec<f32>,
+    /// One token's projections before the convolution. `[conv_dim]`
+    raw: Vec<f32>,
+    /// The batch's sequences and, for each, its tokens' indices in the batch.
+    seqs: Vec<(SeqId, Vec<usize>)>,
 }
 
 /// Checks that each sequence of the batch continues its recurrent state (a sequence whose first
@@ -147,7 +148,8 @@ pub(crate) fn end(entries: &[BatchEntry], kv: &mut KvCache) {
 
 /// Delta net layer number `ordinal` (among the model's delta net layers) over the normalised
 /// rows `xn` (`[n, n_embd]`) of the batch, its output into `y` (`[n, n_embd]`), each token
-/// advancing its sequence's state.
+/// advancing its sequence's state. The convolution runs token by token; the recurrence of each
+/// (sequence, value head) pair is independent of the others and they run on the worker pool.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn delta_net(
     be: &dyn Backend,
@@ -172,91 +174,180 @@ pub(crate) fn delta_net(
     for out in [&mut *qkv, &mut *z, &mut *beta, &mut *alpha] {
         be.to_host(out)?;
     }
-    let o = buf(&mut b.o, n * vd); // [n, v_dim]
-    let scratch = (buf(&mut b.conv, cd), buf(&mut b.delta, cfg.head_v_dim));
+    for (bt, at) in beta.chunks_exact_mut(nv).zip(alpha.chunks_exact_mut(nv)) {
+        for h in 0..nv {
+            bt[h] = 1.0 / (1.0 + (-bt[h]).exp());
+            at[h] = (w.a[h] * softplus(at[h] + w.dt_bias[h])).exp();
+        }
+    }
+    let raw = buf(&mut b.raw, cd);
     for (t, e) in entries.iter().enumerate() {
-        let state = kv
-            .seq_mut(e.seq)
-            .recurrent_mut()
-            .as_mut()
-            .and_then(|s| s.layers.get_mut(ordinal))
-            .ok_or_else(|| Error::InvalidInput(format!("sequence {} has no recurrent state", e.seq)))?;
-        let token = Token {
-            qkv: &qkv[t * cd..(t + 1) * cd],
-            beta: &beta[t * nv..(t + 1) * nv],
-            alpha: &alpha[t * nv..(t + 1) * nv],
-        };
-        let out = &mut o[t * vd..(t + 1) * vd];
-        step(cfg, w, state, token, out, (&mut *scratch.0, &mut *scratch.1));
-        gated_norm(out, &z[t * vd..(t + 1) * vd], &w.norm, eps);
+        let hist = &mut layer_state(kv, e.seq, ordinal)?[..(cfg.conv_kernel - 1) * cd];
+        raw.copy_from_slice(&qkv[t * cd..(t + 1) * cd]);
+        convolve(cfg, w, hist, raw, &mut qkv[t * cd..(t + 1) * cd]);
+    }
+    group_by_sequence(entries, &mut b.seqs);
+    let o = buf(&mut b.o, n * vd); // [seq][head][token][dv], then [n, v_dim]
+    recur(cfg, ordinal, kv, &b.seqs, (qkv, beta, alpha), o)?;
+    by_token(o, &b.seqs, nv, cfg.head_v_dim, &mut b.raw);
+    let o = &mut b.o[..n * vd];
+    for (t, ot) in o.chunks_exact_mut(vd).enumerate() {
+        gated_norm(ot, &z[t * vd..(t + 1) * vd], &w.norm, eps);
     }
     be.host_wrote(o)?;
     be.matmul(&w.out, o, n, y)?;
     Ok(())
 }
 
-/// One token's projections.
-struct Token<'a> {
-    /// `[conv_dim]`
-    qkv: &'a [f32],
-    /// `[n_v_heads]`
-    beta: &'a [f32],
-    /// `[n_v_heads]`
-    alpha: &'a [f32],
+/// Layer `ordinal`'s state of sequence `seq`.
+fn layer_state(kv: &mut KvCache, seq: SeqId, ordinal: usize) -> Result<&mut [f32]> {
+    kv.seq_mut(seq)
+        .recurrent_mut()
+        .as_mut()
+        .and_then(|s| s.layers.get_mut(ordinal))
+        .map(Vec::as_mut_slice)
+        .ok_or_else(|| Error::InvalidInput(format!("sequence {seq} has no recurrent state")))
 }
 
-/// One token through the convolution and the delta rule: `state` (one layer's) advances, the
-/// heads' outputs `Sᵀq` go to `o` (`[v_dim]`). `scratch`: `[conv_dim]` and `[head_v_dim]`.
-fn step(
+/// The batch's sequences in order of first appearance, each with its tokens' indices.
+fn group_by_sequence(entries: &[BatchEntry], seqs: &mut Vec<(SeqId, Vec<usize>)>) {
+    seqs.iter_mut().for_each(|(_, v)| v.clear());
+    let mut used = 0;
+    for (t, e) in entries.iter().enumerate() {
+        match seqs[..used].iter_mut().find(|(id, _)| *id == e.seq) {
+            Some((_, v)) => v.push(t),
+            None => {
+                if used == seqs.len() {
+                    seqs.push((e.seq, Vec::new()));
+                }
+                seqs[used].0 = e.seq;
+                seqs[used].1.push(t);
+                used += 1;
+            }
+        }
+    }
+    seqs.truncate(used);
+}
+
+/// The delta rule of every (sequence, value head) pair over its tokens, on the worker pool:
+/// outputs into `o` as `[seq][head][token][head_v_dim]`. `x`: the convolved, normalised
+/// queries, keys and values (`[n, conv_dim]`), `β` and the decays (`[n, n_v_heads]`).
+fn recur(
     cfg: &DeltaNetConfig,
-    w: &DeltaNetWeights,
-    state: &mut [f32],
-    x: Token<'_>,
+    ordinal: usize,
+    kv: &mut KvCache,
+    seqs: &[(SeqId, Vec<usize>)],
+    x: (&[f32], &[f32], &[f32]),
     o: &mut [f32],
-    (conv, delta): (&mut [f32], &mut [f32]),
-) {
+) -> Result<()> {
+    let (dk, dv, nv, cd) = (cfg.head_k_dim, cfg.head_v_dim, cfg.n_v_heads, cfg.conv_dim());
+    let skip = (cfg.conv_kernel - 1) * cd; // the convolution history before the states
+    // One unit of work per (sequence, head): its state `[dk, dv]`, its outputs `[tokens, dv]`.
+    let mut outs: Vec<Option<&mut [f32]>> = Vec::with_capacity(seqs.len());
+    let mut rest = o;
+    for (_, toks) in seqs {
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(nv * toks.len() * dv);
+        outs.push(Some(mine));
+        rest = tail;
+    }
+    let mut units = Vec::with_capacity(seqs.len() * nv);
+    for (seq, cache) in kv.iter_mut() {
+        let Some(si) = seqs.iter().position(|(id, _)| *id == seq) else { continue };
+        let missing = || Error::InvalidInput(format!("sequence {seq} has no recurrent state"));
+        let state =
+            cache.recurrent_mut().as_mut().and_then(|s| s.layers.get_mut(ordinal)).ok_or_else(missing)?;
+        let out = outs[si].take().ok_or_else(missing)?;
+        let per_head = out.chunks_exact_mut(seqs[si].1.len() * dv);
+        for (h, (s, out)) in state[skip..].chunks_exact_mut(dk * dv).zip(per_head).enumerate() {
+            units.push((si, h, std::sync::Mutex::new((s, out))));
+        }
+    }
+    if units.len() != seqs.len() * nv {
+        return Err(Error::InvalidInput("a sequence of the batch has no cache".into()));
+    }
+    let pool = crate::threads::pool();
+    crate::threads::parallel_for(&pool, units.len(), |u| {
+        let (si, h, unit) = &units[u];
+        let mut guard = unit.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (s, out) = &mut *guard;
+        let kh = cfg.k_head_of(*h);
+        let mut mem = vec![0.0f32; dv];
+        for (&t, oh) in seqs[*si].1.iter().zip(out.chunks_exact_mut(dv)) {
+            let xt = &x.0[t * cd..(t + 1) * cd];
+            let q = &xt[kh * dk..(kh + 1) * dk];
+            let k = &xt[(cfg.n_k_heads + kh) * dk..(cfg.n_k_heads + kh + 1) * dk];
+            let v = &xt[2 * cfg.n_k_heads * dk + h * dv..][..dv];
+            let gates = (x.1[t * nv + h], x.2[t * nv + h]);
+            delta_rule(s, (q, k, v), gates, oh, &mut mem);
+        }
+    });
+    Ok(())
+}
+
+/// Reorders the outputs from `[seq][head][token][dv]` to `[token][head][dv]` in place
+/// (`scratch` grows to a copy).
+fn by_token(o: &mut [f32], seqs: &[(SeqId, Vec<usize>)], nv: usize, dv: usize, scratch: &mut Vec<f32>) {
+    scratch.clear();
+    scratch.extend_from_slice(o);
+    let mut at = 0;
+    for (_, toks) in seqs {
+        for h in 0..nv {
+            for &t in toks {
+                o[(t * nv + h) * dv..][..dv].copy_from_slice(&scratch[at..at + dv]);
+                at += dv;
+            }
+        }
+    }
+}
+
+/// One token's causal depthwise convolution of `x` (`[conv_dim]`, the token's projections)
+/// with the history `hist` (`[K - 1, conv_dim]`, oldest first, then advanced by `x`), SiLU,
+/// and the queries and keys L2-normalised per head (the queries also / `√head_k_dim`), into
+/// `out`.
+fn convolve(cfg: &DeltaNetConfig, w: &DeltaNetWeights, hist: &mut [f32], x: &[f32], out: &mut [f32]) {
     let (cd, kk) = (cfg.conv_dim(), cfg.conv_kernel);
-    let (hist, s) = state.split_at_mut((kk - 1) * cd); // [K - 1, conv_dim], [n_v, dk, dv]
-    for (c, out) in conv.iter_mut().enumerate() {
+    for (c, o) in out.iter_mut().enumerate() {
         let taps = &w.conv[c * kk..(c + 1) * kk];
         let past: f32 = (0..kk - 1).map(|j| taps[j] * hist[j * cd + c]).sum();
-        let v = past + taps[kk - 1] * x.qkv[c];
-        *out = v / (1.0 + (-v).exp());
+        let v = past + taps[kk - 1] * x[c];
+        *o = v / (1.0 + (-v).exp());
     }
     hist.copy_within(cd.., 0);
-    hist[(kk - 2) * cd..].copy_from_slice(x.qkv);
-
-    let (dk, dv, nk) = (cfg.head_k_dim, cfg.head_v_dim, cfg.n_k_heads);
-    let (qs, rest) = conv.split_at_mut(nk * dk);
-    let (ks, vs) = rest.split_at_mut(nk * dk);
+    hist[(kk - 2) * cd..].copy_from_slice(x);
+    let (dk, nk) = (cfg.head_k_dim, cfg.n_k_heads);
+    let (qs, rest) = out.split_at_mut(nk * dk);
     let q_scale = (dk as f32).sqrt().recip();
-    for (q, k) in qs.chunks_exact_mut(dk).zip(ks.chunks_exact_mut(dk)) {
+    for (q, k) in qs.chunks_exact_mut(dk).zip(rest[..nk * dk].chunks_exact_mut(dk)) {
         l2_normalise(q, q_scale);
         l2_normalise(k, 1.0);
     }
-    for h in 0..cfg.n_v_heads {
-        let kh = cfg.k_head_of(h);
-        let (q, k, v) = (&qs[kh * dk..(kh + 1) * dk], &ks[kh * dk..(kh + 1) * dk], &vs[h * dv..(h + 1) * dv]);
-        let beta = 1.0 / (1.0 + (-x.beta[h]).exp());
-        let decay = (w.a[h] * softplus(x.alpha[h] + w.dt_bias[h])).exp();
-        let sh = &mut s[h * dk * dv..(h + 1) * dk * dv]; // [dk, dv]
-        delta.fill(0.0);
-        for (row, &ki) in sh.chunks_exact_mut(dv).zip(k) {
-            for (sij, m) in row.iter_mut().zip(delta.iter_mut()) {
-                *sij *= decay;
-                *m += *sij * ki;
-            }
+}
+
+/// One head's delta rule for one token: `S ← decay · S; S ← S + k ⊗ β (v − Sᵀk)`, then
+/// `out = Sᵀq`. `s`: `[dk, dv]`; `mem`: `[dv]` scratch.
+fn delta_rule(
+    s: &mut [f32],
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    (beta, decay): (f32, f32),
+    out: &mut [f32],
+    mem: &mut [f32],
+) {
+    let dv = v.len();
+    mem.fill(0.0);
+    for (row, &ki) in s.chunks_exact_mut(dv).zip(k) {
+        for (sij, m) in row.iter_mut().zip(mem.iter_mut()) {
+            *sij *= decay;
+            *m += *sij * ki;
         }
-        for (m, &vj) in delta.iter_mut().zip(v) {
-            *m = (vj - *m) * beta;
-        }
-        let oh = &mut o[h * dv..(h + 1) * dv];
-        oh.fill(0.0);
-        for ((row, &ki), &qi) in sh.chunks_exact_mut(dv).zip(k).zip(q) {
-            for ((sij, &dj), oj) in row.iter_mut().zip(delta.iter()).zip(oh.iter_mut()) {
-                *sij += ki * dj;
-                *oj += *sij * qi;
-            }
+    }
+    for (m, &vj) in mem.iter_mut().zip(v) {
+        *m = (vj - *m) * beta;
+    }
+    out.fill(0.0);
+    for ((row, &ki), &qi) in s.chunks_exact_mut(dv).zip(k).zip(q) {
+        for ((sij, &dj), oj) in row.iter_mut().zip(mem.iter()).zip(out.iter_mut()) {
+            *sij += ki * dj;
+            *oj += *sij * qi;
         }
     }
 }
@@ -349,15 +440,28 @@ mod tests {
         let silu = |v: f32| v / (1.0 + (-v).exp());
         let x1 = [1.0, 0.0, 0.0, 1.0, 1.0, 2.0, 3.0, 4.0];
         let x2 = [0.0, 1.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5];
-        let (b, a) = ([0.0, 0.0], [0.0, 0.0]);
-        let mut o = [0.0; 4];
-        let (mut cs, mut ds) = (vec![0.0; cd], vec![0.0; 2]);
-        step(&c, &w, &mut state, Token { qkv: &x1, beta: &b, alpha: &a }, &mut o, (&mut cs, &mut ds));
-        // Brute force: the same two tokens from the formulas in the module doc.
         let mut s_ref = [[[0.0f32; 2]; 2]; 2]; // [head][i][j]
-        let mut want = [0.0; 4];
         let mut prev = [0.0f32; 8];
         for x in [x1, x2] {
+            // The production path: convolution, then each head's delta rule (β = σ(0),
+            // decay = exp(a · softplus(0))).
+            let (hist, s) = state.split_at_mut((c.conv_kernel - 1) * cd);
+            let mut xc = vec![0.0; cd];
+            convolve(&c, &w, hist, &x, &mut xc);
+            let mut got = [0.0; 4];
+            let mut mem = [0.0; 2];
+            for h in 0..2 {
+                let (q, k, v) = (&xc[0..2], &xc[2..4], &xc[4 + 2 * h..6 + 2 * h]);
+                let decay = (w.a[h] * softplus(0.0)).exp();
+                delta_rule(
+                    &mut s[4 * h..4 * h + 4],
+                    (q, k, v),
+                    (0.5, decay),
+                    &mut got[2 * h..2 * h + 2],
+                    &mut mem,
+                );
+            }
+            // Brute force from the formulas in the module doc.
             let conv: Vec<f32> = (0..8).map(|i| silu(x[i] + 0.5 * prev[i])).collect();
             prev = x;
             let norm = |v: &[f32], s: f32| {
@@ -366,31 +470,44 @@ mod tests {
             };
             let q = norm(&conv[0..2], 1.0 / 2f32.sqrt());
             let k = norm(&conv[2..4], 1.0);
+            let mut want = [0.0; 4];
             for h in 0..2 {
                 let v = &conv[4 + 2 * h..6 + 2 * h];
                 let decay = (w.a[h] * 2f32.ln()).exp(); // softplus(0) = ln 2
-                let beta = 0.5; // σ(0)
-                let s = &mut s_ref[h];
-                s.iter_mut().flatten().for_each(|x| *x *= decay);
-                let mem: Vec<f32> = (0..2).map(|j| s[0][j] * k[0] + s[1][j] * k[1]).collect();
+                let sr = &mut s_ref[h];
+                sr.iter_mut().flatten().for_each(|x| *x *= decay);
+                let mem: Vec<f32> = (0..2).map(|j| sr[0][j] * k[0] + sr[1][j] * k[1]).collect();
                 for i in 0..2 {
                     for j in 0..2 {
-                        s[i][j] += k[i] * (v[j] - mem[j]) * beta;
+                        sr[i][j] += k[i] * (v[j] - mem[j]) * 0.5;
                     }
                 }
                 for j in 0..2 {
-                    want[2 * h + j] = s[0][j] * q[0] + s[1][j] * q[1];
+                    want[2 * h + j] = sr[0][j] * q[0] + sr[1][j] * q[1];
                 }
             }
-            if x == x1 {
-                for (g, w) in o.iter().zip(&want) {
-                    assert!((g - w).abs() < 1e-6, "first token: {o:?} vs {want:?}");
-                }
+            for (g, w) in got.iter().zip(&want) {
+                assert!((g - w).abs() < 1e-6, "{got:?} vs {want:?}");
             }
         }
-        step(&c, &w, &mut state, Token { qkv: &x2, beta: &b, alpha: &a }, &mut o, (&mut cs, &mut ds));
-        for (g, w) in o.iter().zip(&want) {
-            assert!((g - w).abs() < 1e-6, "second token: {o:?} vs {want:?}");
-        }
+    }
+
+    #[test]
+    fn outputs_return_to_token_order() {
+        // Two sequences interleaved in the batch: tokens 0, 2 of sequence 7, token 1 of 9.
+        let seqs = vec![(7, vec![0, 2]), (9, vec![1])];
+        let (nv, dv) = (2, 1);
+        // [seq][head][token][dv]: seq 7: head 0: t0, t2; head 1: t0, t2; seq 9: head 0: t1; head 1: t1.
+        let mut o = vec![0.0, 20.0, 1.0, 21.0, 10.0, 11.0];
+        by_token(&mut o, &seqs, nv, dv, &mut Vec::new());
+        assert_eq!(o, [0.0, 1.0, 10.0, 11.0, 20.0, 21.0]);
+        let mut grouped = Vec::new();
+        let entries: Vec<BatchEntry> = [7, 9, 7]
+            .iter()
+            .enumerate()
+            .map(|(i, &seq)| BatchEntry { seq, pos: i as u32, token: 0, logits: false })
+            .collect();
+        group_by_sequence(&entries, &mut grouped);
+        assert_eq!(grouped, seqs);
     }
 }
