@@ -297,6 +297,13 @@ pub struct RecurrentState {
     pub layers: Vec<Vec<f32>>,
 }
 
+impl RecurrentState {
+    /// Bytes its buffers hold.
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(|l| l.len() * std::mem::size_of::<f32>()).sum()
+    }
+}
+
 /// The cache of one sequence.
 #[derive(Debug, Clone)]
 pub struct SeqCache {

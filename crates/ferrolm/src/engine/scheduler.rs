@@ -20,7 +20,7 @@ use super::{
 };
 use crate::batch::{Batch, Logits};
 use crate::decoder::{Decoder, FinishReason};
-use crate::kv::{CacheManager, KvCache, SeqCache, SeqId};
+use crate::kv::{CacheManager, KvCache, RecurrentState, SeqCache, SeqId};
 use crate::model::{Model, Pooling};
 use crate::sequence::{Outputs, Sequence};
 use crate::sysmem::Releaser;
@@ -668,7 +668,9 @@ impl Worker {
             if valid > 0 {
                 old.truncate(valid);
                 old.shrink_to_fit();
-                let bytes = valid * self.kv.bytes_per_token();
+                // Keys and values, and a recurrent state (Qwen 3.5) if the conversation has one.
+                let bytes =
+                    valid * self.kv.bytes_per_token() + old.recurrent().map_or(0, RecurrentState::bytes);
                 self.prefix.insert(tokens[..valid].to_vec(), old, bytes);
                 if self.prefix.peek_len(&tokens[..valid]) == valid {
                     self.slot_tokens[slot] = tokens[..valid].to_vec();
