@@ -584,6 +584,49 @@ MODELS: list[Spec] = [
                 "attention output times sigmoid(gate) before o_proj.",
                 "Norms other than the delta net's gated one are zero-centred (x (1 + w)); the "
                 "converter adds 1, and writes A_log as ssm_a = -exp(A_log)."]),
+    Spec("qwen35moe", "Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", "bpe-qwen2",
+         dict(BASE, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32, tie_word_embeddings=False,
+              layer_types=["linear_attention", "full_attention"],
+              linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+              linear_num_key_heads=2, linear_num_value_heads=4, rms_norm_eps=1e-6,
+              num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+              shared_expert_intermediate_size=48,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                               "partial_rotary_factor": 0.25, "mrope_section": [2, 1, 1],
+                               "mrope_interleaved": True}),
+         seed=3502, convert_args=["--no-mtp"],
+         notes=["Qwen 3.5 MoE (model_type qwen3_5_moe_text, GGUF arch `qwen35moe`): the "
+                "layers of `qwen35` (here a delta net, then attention) with every "
+                "feed-forward a mixture: 4 SwiGLU experts of width 32, top 2 of a "
+                "softmax over all 4 router logits (mlp.gate, GGUF ffn_gate_inp), the two "
+                "weights always renormalised to sum 1, plus a shared SwiGLU expert of width "
+                "48 times sigmoid(shared_expert_gate . x) (GGUF ffn_gate_inp_shexp).",
+                "Experts stored fused as mlp.experts.gate_up_proj [4, 64, 64] (gate rows "
+                "first) and mlp.experts.down_proj [4, 64, 32]. Two layers: with four, no "
+                "20-token prompt cleared the router-gap rule."]),
+    Spec("qwen3next", "Qwen3NextConfig", "Qwen3NextForCausalLM", "bpe-qwen2",
+         dict(BASE, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=32, tie_word_embeddings=False,
+              layer_types=["linear_attention", "full_attention"],
+              linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+              linear_num_key_heads=2, linear_num_value_heads=4, rms_norm_eps=1e-6,
+              num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+              shared_expert_intermediate_size=48, norm_topk_prob=True,
+              decoder_sparse_step=1, mlp_only_layers=[],
+              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                               "partial_rotary_factor": 0.25}),
+         seed=3503, convert_args=["--no-mtp"],
+         notes=["Qwen3-Next (model_type qwen3_next, GGUF arch `qwen3next`): Qwen 3.5 MoE's "
+                "blocks (`qwen35moe` above) with fused delta net projections: in_proj_qkvz "
+                "holds, for each key head, its query (16 rows), its key (16), then the values "
+                "(2 x 16) and output gates (2 x 16) of its two value heads; in_proj_ba holds "
+                "for each key head the beta rows of its value heads, then their alpha rows. "
+                "Value head h uses key head h / 2 (llama.cpp keeps this grouped order: its "
+                "converter splits in_proj_qkvz into attn_qkv and attn_gate and keeps "
+                "ssm_ba (beta and alpha) fused; ferrolm reads the folder's fused tensors as they are).",
+                "RoPE without sections (NeoX) on 8 of the 32 dims; top 2 of 4 experts "
+                "renormalised, a shared expert of width 48 gated by a sigmoid."]),
     # ---- mixture-of-experts models and SmolLM3 ----
     Spec("qwen3moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "bpe-qwen2",
          dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,

@@ -135,9 +135,18 @@ fn the_tiny_conformance_architectures_match_the_cpu() {
         return;
     }
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conformance");
-    for name in
-        ["qwen2moe", "qwen3moe", "granitemoeshared", "smollm3", "gpt-oss", "gemma4", "gemma4moe", "qwen35"]
-    {
+    for name in [
+        "qwen2moe",
+        "qwen3moe",
+        "granitemoeshared",
+        "smollm3",
+        "gpt-oss",
+        "gemma4",
+        "gemma4moe",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+    ] {
         let path = root.join(name).join("model.gguf");
         let cpu = ferrolm::model::Model::load(&path).unwrap();
         let mut gpu = ferrolm::model::Model::load(&path).unwrap();

@@ -142,11 +142,17 @@ pub enum Arch {
     /// Qwen 3.5 (text): gated delta net layers (linear attention with a recurrent state)
     /// between full-attention layers whose output is gated per head.
     Qwen35,
+    /// Qwen 3.5 MoE (text): Qwen 3.5's layers with softmax-routed experts (top k renormalised)
+    /// and a shared expert gated by a sigmoid.
+    Qwen35Moe,
+    /// Qwen3-Next: Qwen 3.5 MoE's layers as first released (fused projections in its files,
+    /// value heads grouped by key head).
+    Qwen3Next,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 20] = [
+    pub const ALL: [Arch; 22] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -167,6 +173,8 @@ impl Arch {
         Arch::GptOss,
         Arch::NomicBertMoe,
         Arch::Qwen35,
+        Arch::Qwen35Moe,
+        Arch::Qwen3Next,
     ];
 
     /// The `general.architecture` name.
@@ -192,6 +200,8 @@ impl Arch {
             Arch::GptOss => "gpt-oss",
             Arch::NomicBertMoe => "nomic-bert-moe",
             Arch::Qwen35 => "qwen35",
+            Arch::Qwen35Moe => "qwen35moe",
+            Arch::Qwen3Next => "qwen3next",
         }
     }
 
@@ -209,6 +219,12 @@ impl Arch {
     /// Whether this is a bidirectional encoder (BERT family): it embeds text, it does not generate.
     pub fn is_encoder(self) -> bool {
         matches!(self, Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 | Arch::NomicBertMoe)
+    }
+
+    /// Whether this is Qwen 3.5 (dense or with experts) or Qwen3-Next: gated delta net layers,
+    /// zero-centred norms, the pre-FFN norm named `post_attention_norm`.
+    pub fn is_qwen_hybrid(self) -> bool {
+        matches!(self, Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next)
     }
 
     /// Whether this is one of the Gemma family (GeGLU, embeddings scaled by √n_embd).
@@ -529,7 +545,8 @@ fn kv_sources(swa_layers: &[bool], n_shared: usize) -> Result<Vec<usize>> {
 /// llama.cpp's per-architecture defaults where a key is absent: softmax routing, top-k weights
 /// normalised for Mixtral (`llama`), Qwen 3 MoE and Granite MoE but not for Qwen 2 MoE and OLMoE.
 /// Gemma 4's experts (beside its dense MLP) route as llama.cpp's graph does whatever the keys say:
-/// softmax, the k weights normalised, unscaled.
+/// softmax, the k weights normalised, unscaled; Qwen 3.5 MoE's and Qwen3-Next's too, but scaled
+/// by the key.
 fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Result<Option<MoeConfig>> {
     let key = |k: &str| format!("{arch_name}.{k}");
     let count = |k: &str| -> Result<Option<usize>> {
@@ -540,7 +557,14 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     let n_expert = count("expert_count")?.unwrap_or(0);
     let is_moe_arch = matches!(
         arch,
-        Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe | Arch::GptOss | Arch::NomicBertMoe
+        Arch::Qwen2Moe
+            | Arch::Qwen3Moe
+            | Arch::Olmoe
+            | Arch::GraniteMoe
+            | Arch::GptOss
+            | Arch::NomicBertMoe
+            | Arch::Qwen35Moe
+            | Arch::Qwen3Next
     );
     if n_expert == 0 {
         if is_moe_arch {
@@ -570,7 +594,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     let gating = match count("expert_gating_func")? {
         // llama.cpp's gpt-oss graph routes this way whatever the key says.
         _ if arch == Arch::GptOss => Gating::SoftmaxWeight,
-        _ if arch == Arch::Gemma4 => Gating::Softmax,
+        _ if matches!(arch, Arch::Gemma4 | Arch::Qwen35Moe | Arch::Qwen3Next) => Gating::Softmax,
         None | Some(1) => Gating::Softmax,
         Some(2) => Gating::Sigmoid,
         Some(3) => Gating::SoftmaxWeight,
@@ -585,7 +609,8 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
     let norm_topk = match f.opt_bool(&key("expert_weights_norm"))? {
         // The k weights of a softmax over the k already sum to one.
         _ if gating == Gating::SoftmaxWeight => false,
-        _ if arch == Arch::Gemma4 => true,
+        // llama.cpp's gemma4, qwen35moe and qwen3next graphs renormalise whatever the key says.
+        _ if matches!(arch, Arch::Gemma4 | Arch::Qwen35Moe | Arch::Qwen3Next) => true,
         Some(b) => b,
         None => default_norm,
     };
@@ -767,10 +792,13 @@ impl ModelConfig {
             }
             Arch::Qwen2 | Arch::Qwen2Moe => self.qkv_bias = true,
             Arch::Qwen3 | Arch::Qwen3Moe => self.qk_norm = Some(QkNorm::PerHead),
-            Arch::Qwen35 => {
+            Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => {
                 self.qk_norm = Some(QkNorm::PerHead);
                 self.attn_output_gate = true;
-                self.delta_net = Some(delta_net_from_gguf(f, arch_name, n_layer)?);
+                let mut dn = delta_net_from_gguf(f, arch_name, n_layer)?;
+                // llama.cpp's qwen3next graph repeats each key head for its value heads in turn.
+                dn.grouped_heads |= arch == Arch::Qwen3Next;
+                self.delta_net = Some(dn);
             }
             Arch::Olmoe => self.qk_norm = Some(QkNorm::Whole),
             Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}

@@ -126,7 +126,8 @@ pub fn convert_hf_to_gguf(
     let mut types: Vec<(GgmlType, usize)> = Vec::new();
     let mut matrices = QuantizeSummary::new(outtype);
     let mut n_written = 0;
-    let v_heads = qwen35_heads(&hf);
+    // llama.cpp's converter reorders Qwen 3.5's value heads, not Qwen3-Next's.
+    let v_heads = if layout.arch == Arch::Qwen3Next { None } else { qwen35_heads(&hf) };
     for (i, (name, t)) in hf.tensors.iter().enumerate() {
         progress(i + 1, total);
         let out = match expert_part(name) {

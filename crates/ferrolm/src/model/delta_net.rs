@@ -67,11 +67,30 @@ impl DeltaNetWeights {
         if let Some(h) = a.iter().position(|&a| a >= 0.0) {
             return Err(Error::Config(format!("blk.{i}.ssm_a[{h}] = {} must be negative", a[h])));
         }
+        let (qkv, gate) = match l.tensors.contains(&n("ssm_in")) {
+            // Qwen3-Next's files before llama.cpp split it (and its Hugging Face folders).
+            true => {
+                let (qkv, z) = qkvz_rows(cfg);
+                let name = n("ssm_in");
+                (l.matrix_rows(&name, cd + vd, d, &qkv)?, l.matrix_rows(&name, cd + vd, d, &z)?)
+            }
+            false => (l.matrix(&n("attn_qkv"), cd, d)?, l.matrix(&n("attn_gate"), vd, d)?),
+        };
+        let (beta, alpha) = match l.tensors.contains(&n("ssm_ba")) {
+            // Qwen3-Next: for each key head, `β`'s rows of its value heads, then their `α`'s.
+            true => {
+                let r = nv / cfg.n_k_heads;
+                let rows = |off: usize| (0..nv).map(|h| h / r * 2 * r + off + h % r).collect::<Vec<_>>();
+                let name = n("ssm_ba");
+                (l.matrix_rows(&name, 2 * nv, d, &rows(0))?, l.matrix_rows(&name, 2 * nv, d, &rows(r))?)
+            }
+            false => (l.matrix(&n("ssm_beta"), nv, d)?, l.matrix(&n("ssm_alpha"), nv, d)?),
+        };
         Ok(Self {
-            qkv: l.matrix(&n("attn_qkv"), cd, d)?,
-            gate: l.matrix(&n("attn_gate"), vd, d)?,
-            beta: l.matrix(&n("ssm_beta"), nv, d)?,
-            alpha: l.matrix(&n("ssm_alpha"), nv, d)?,
+            qkv,
+            gate,
+            beta,
+            alpha,
             conv: l.vectors(&n("ssm_conv1d"), cd, cfg.conv_kernel)?,
             dt_bias: l.vector(&format!("blk.{i}.ssm_dt.bias"), nv)?,
             a,
@@ -86,6 +105,19 @@ impl DeltaNetWeights {
         let m2 = [("ssm_alpha", &self.alpha), ("ssm_out", &self.out)];
         m.into_iter().chain(m2).map(|(n, w)| (n.to_string(), w)).collect()
     }
+}
+
+/// The rows of Qwen3-Next's fused `[q, k, v, z]` projection (`ssm_in`, Hugging Face's
+/// `in_proj_qkvz`: for each key head its query, its key, then the values and gates of its value
+/// heads) that give `attn_qkv` (all queries, all keys, all values) and those that give
+/// `attn_gate`.
+fn qkvz_rows(cfg: &DeltaNetConfig) -> (Vec<usize>, Vec<usize>) {
+    let (nk, dk) = (cfg.n_k_heads, cfg.head_k_dim);
+    let rv = cfg.v_dim() / nk; // value (and gate) rows of one key head
+    let group = 2 * dk + 2 * rv;
+    let part = |off: usize, len: usize| (0..nk).flat_map(move |g| g * group + off..g * group + off + len);
+    let qkv = part(0, dk).chain(part(dk, dk)).chain(part(2 * dk, rv)).collect();
+    (qkv, part(2 * dk + rv, rv).collect())
 }
 
 /// The buffers of the delta net layers, grown to the largest batch seen and reused.
@@ -406,6 +438,16 @@ mod tests {
         assert_eq!((0..4).map(|h| c.k_head_of(h)).collect::<Vec<_>>(), [0, 0, 1, 1]);
         c.grouped_heads = false;
         assert_eq!((0..4).map(|h| c.k_head_of(h)).collect::<Vec<_>>(), [0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn qwen3_next_fused_rows_split_into_qkv_and_gates() {
+        // Two key heads of 1 row each, 4 value heads of 1 row: per key head [q, k, v, v, z, z].
+        let mut c = cfg(true);
+        (c.n_k_heads, c.n_v_heads, c.head_k_dim, c.head_v_dim) = (2, 4, 1, 1);
+        let (qkv, z) = qkvz_rows(&c);
+        assert_eq!(qkv, [0, 6, 1, 7, 2, 3, 8, 9]);
+        assert_eq!(z, [4, 5, 10, 11]);
     }
 
     #[test]

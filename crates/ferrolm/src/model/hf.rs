@@ -65,9 +65,12 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
     let rest = hf.strip_prefix("model.layers.")?;
     let (layer, name) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
-    let gemma4_moe = match name {
+    let fused = match name {
         "layer_scalar" => Some("layer_output_scale.weight"),
-        // Gemma 4's experts beside the dense MLP: fused 3-D parameters without `.weight`.
+        // Qwen 3.5 MoE's experts: fused 3-D parameters without `.weight`, gate rows first.
+        "mlp.experts.gate_up_proj" => Some("ffn_gate_up_exps.weight"),
+        "mlp.experts.down_proj" => Some("ffn_down_exps.weight"),
+        // Gemma 4's experts beside the dense MLP: the same, and its router's scales.
         "router.proj.weight" => Some("ffn_gate_inp.weight"),
         "router.scale" => Some("ffn_gate_inp.scale"),
         "router.per_expert_scale" => Some("ffn_down_exps.scale"),
@@ -75,7 +78,7 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         "experts.down_proj" => Some("ffn_down_exps.weight"),
         _ => None,
     };
-    if let Some(g) = gemma4_moe.or_else(|| delta_net_name(name)) {
+    if let Some(g) = fused.or_else(|| delta_net_name(name)) {
         return Some(format!("blk.{layer}.{g}"));
     }
     let (stem, suffix) = name.rsplit_once('.')?;
@@ -86,7 +89,7 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
     let g = match stem {
         "input_layernorm" => "attn_norm",
         // Qwen 3.5's files name its pre-FFN norm so, as llama.cpp's converter does.
-        "post_attention_layernorm" if gemma_sandwich || arch == Arch::Qwen35 => "post_attention_norm",
+        "post_attention_layernorm" if gemma_sandwich || arch.is_qwen_hybrid() => "post_attention_norm",
         "post_attention_layernorm" => "ffn_norm",
         "pre_feedforward_layernorm" => "ffn_norm",
         "post_feedforward_layernorm" => "post_ffw_norm",
@@ -116,6 +119,9 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
 fn delta_net_name(name: &str) -> Option<&'static str> {
     Some(match name.strip_prefix("linear_attn.")? {
         "in_proj_qkv.weight" => "attn_qkv.weight",
+        // Qwen3-Next's fused projections, split as the loader reads them.
+        "in_proj_qkvz.weight" => "ssm_in.weight",
+        "in_proj_ba.weight" => "ssm_ba.weight",
         "in_proj_z.weight" => "attn_gate.weight",
         "in_proj_b.weight" => "ssm_beta.weight",
         "in_proj_a.weight" => "ssm_alpha.weight",
@@ -336,11 +342,11 @@ impl HfModel {
             // does, but for the delta nets' gated norm.
             let shifted = match layout.arch {
                 Arch::Gemma4 => false,
-                Arch::Qwen35 => !name.ends_with("ssm_norm.weight"),
+                a if a.is_qwen_hybrid() => !name.ends_with("ssm_norm.weight"),
                 a => a.is_gemma(),
             };
             let t = if shifted && name.ends_with("norm.weight") { shifted_norm(&name, &t)? } else { t };
-            let t = if layout.arch == Arch::Qwen35 { delta_net_tensor(&name, t)? } else { t };
+            let t = if layout.arch.is_qwen_hybrid() { delta_net_tensor(&name, t)? } else { t };
             map.insert(name, t);
         }
         if !layout.tied && !map.contains("output.weight") {

@@ -61,6 +61,28 @@ impl TensorRef {
         Ok(v)
     }
 
+    /// The rows `rows` of this 2-D tensor (GGUF dims `[cols, n_rows]`), in that order, as an
+    /// owned tensor of the same type (`name` for the error message).
+    pub fn gather_rows(&self, name: &str, rows: &[usize]) -> Result<TensorRef> {
+        let [cols, n_rows] = self.dims[..] else {
+            return Err(Error::Config(format!("{name}: {:?} is not a matrix", self.dims)));
+        };
+        let data = self.data();
+        let row_bytes = usize::try_from(n_rows)
+            .ok()
+            .filter(|&n| n > 0 && data.len().is_multiple_of(n))
+            .map(|n| data.len() / n)
+            .ok_or_else(|| Error::Config(format!("{name}: {n_rows} rows in {} bytes", data.len())))?;
+        let mut bytes = Vec::with_capacity(rows.len() * row_bytes);
+        for &r in rows {
+            if r as u64 >= n_rows {
+                return Err(Error::Config(format!("{name}: row {r} of {n_rows}")));
+            }
+            bytes.extend_from_slice(&data[r * row_bytes..(r + 1) * row_bytes]);
+        }
+        Ok(Self::owned(self.ty, vec![cols, rows.len() as u64], bytes))
+    }
+
     /// Number of elements.
     pub fn n_elements(&self) -> u64 {
         self.dims.iter().product()
@@ -129,5 +151,21 @@ impl TensorMap {
     /// Whether the table is empty.
     pub fn is_empty(&self) -> bool {
         self.tensors.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn gathered_rows_keep_their_bytes_and_out_of_range_rows_are_refused() {
+        let t = TensorRef::from_f32(vec![2, 3], &[0.0, 1.0, 10.0, 11.0, 20.0, 21.0]);
+        let g = t.gather_rows("t", &[2, 0]).unwrap();
+        assert_eq!(g.dims, [2, 2]);
+        assert_eq!(g.to_f32("g").unwrap(), [20.0, 21.0, 0.0, 1.0]);
+        assert!(t.gather_rows("t", &[3]).is_err());
+        assert!(TensorRef::from_f32(vec![4], &[0.0; 4]).gather_rows("v", &[0]).is_err());
     }
 }

@@ -467,6 +467,15 @@ impl Loader<'_> {
         Weight::new(t.storage.clone(), t.range.clone(), t.ty, rows, cols).ok_or_else(shape_err)
     }
 
+    /// The rows `pick` of the matrix `name` (`[rows, cols]`), in that order, copied.
+    pub(super) fn matrix_rows(&self, name: &str, rows: usize, cols: usize, pick: &[usize]) -> Result<Weight> {
+        self.matrix(name, rows, cols)?; // checks the shape
+        let t = self.get(name)?.gather_rows(name, pick)?;
+        let len = t.range.len();
+        Weight::new(t.storage, 0..len, t.ty, pick.len(), cols)
+            .ok_or_else(|| Error::Config(format!("{name}: rows {pick:?} do not form a matrix")))
+    }
+
     /// The `n` matrices `[rows, cols]` of a 3-D tensor (GGUF dims `[cols, rows, n]`), zero-copy.
     pub(super) fn matrices3(&self, name: &str, n: usize, rows: usize, cols: usize) -> Result<Vec<Weight>> {
         let t = self.get(name)?;
@@ -604,7 +613,7 @@ impl Loader<'_> {
         let n = |s: &str| format!("blk.{i}.{s}.weight");
         let (post_attn_norm, post_ffn_norm) = if cfg.post_norms {
             (Some(self.vector(&n("post_attention_norm"), d)?), Some(self.vector(&n("post_ffw_norm"), d)?))
-        } else if matches!(cfg.arch, Arch::GptOss | Arch::Qwen35) {
+        } else if cfg.arch == Arch::GptOss || cfg.arch.is_qwen_hybrid() {
             (None, None) // their `post_attention_norm` is the FFN's input norm (below)
         } else {
             (self.opt_vector(&n("post_attention_norm"), d)?, self.opt_vector(&n("post_ffw_norm"), d)?)
@@ -616,7 +625,7 @@ impl Loader<'_> {
         // gpt-oss's and Qwen 3.5's files name the pre-FFN norm after the attention.
         let ffn_norm = match cfg.arch {
             Arch::GptOss if !self.tensors.contains(&n("ffn_norm")) => "post_attention_norm",
-            Arch::Qwen35 => "post_attention_norm",
+            a if a.is_qwen_hybrid() => "post_attention_norm",
             _ => "ffn_norm",
         };
         Ok(LayerWeights {

@@ -39,9 +39,16 @@ fn experts(c: &Cfg<'_>, arch: Arch, model_type: &str, put: &mut impl FnMut(&str,
         Some(n) => Some(n),
         None => c.opt_usize("num_experts")?,
     };
-    let moe_arch =
-        matches!(arch, Arch::Qwen2Moe | Arch::Qwen3Moe | Arch::Olmoe | Arch::GraniteMoe | Arch::GptOss)
-            || model_type == "mixtral";
+    let moe_arch = matches!(
+        arch,
+        Arch::Qwen2Moe
+            | Arch::Qwen3Moe
+            | Arch::Olmoe
+            | Arch::GraniteMoe
+            | Arch::GptOss
+            | Arch::Qwen35Moe
+            | Arch::Qwen3Next
+    ) || model_type == "mixtral";
     let Some(n_expert) = n_expert.filter(|_| moe_arch) else {
         if moe_arch {
             return Err(Error::Config(format!("config.json: {model_type} without num_experts")));
@@ -71,8 +78,10 @@ fn experts(c: &Cfg<'_>, arch: Arch, model_type: &str, put: &mut impl FnMut(&str,
     if let Some(n) = shared.filter(|&n| n > 0) {
         put("expert_shared_feed_forward_length", u32v(n));
     }
-    // Mixtral and Granite MoE always normalise; the others say so in `norm_topk_prob`.
-    let always = model_type == "mixtral" || arch == Arch::GraniteMoe;
+    // Mixtral, Granite MoE, Qwen 3.5 MoE and Qwen3-Next (as llama.cpp runs it) always normalise;
+    // the others say so in `norm_topk_prob`.
+    let always =
+        model_type == "mixtral" || matches!(arch, Arch::GraniteMoe | Arch::Qwen35Moe | Arch::Qwen3Next);
     let norm = always || c.opt_bool("norm_topk_prob")?.unwrap_or(false);
     put("expert_weights_norm", MetaValue::Bool(norm));
     Ok(())
@@ -409,6 +418,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "bert" => return translate_bert(&c, name),
         "gemma4" => return translate(&text_config(&c, "gemma4_text")?, name),
         "qwen3_5" => return translate(&text_config(&c, "qwen3_5_text")?, name),
+        "qwen3_5_moe" => return translate(&text_config(&c, "qwen3_5_moe_text")?, name),
         "llama" | "mistral" => Arch::Llama,
         "qwen2" => Arch::Qwen2,
         "qwen3" => Arch::Qwen3,
@@ -426,6 +436,8 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "granitemoe" | "granitemoeshared" => Arch::GraniteMoe,
         "gpt_oss" => Arch::GptOss,
         "qwen3_5_text" => Arch::Qwen35,
+        "qwen3_5_moe_text" => Arch::Qwen35Moe,
+        "qwen3_next" => Arch::Qwen3Next,
         other => return Err(Error::UnsupportedArchitecture(format!("{other} (config.json model_type)"))),
     };
     let a = arch.name();
@@ -578,7 +590,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                     Some("sliding_attention") => Ok(true),
                     // Qwen 3.5's recurrent layers (`qwen35_keys`) attend in no window either.
                     Some("full_attention") => Ok(false),
-                    Some("linear_attention") if arch == Arch::Qwen35 => Ok(false),
+                    Some("linear_attention") if arch.is_qwen_hybrid() => Ok(false),
                     _ => Err(Error::Config(format!("config.json: unknown layer type {t}"))),
                 })
                 .collect::<Result<_>>()?,
@@ -649,7 +661,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                 put("attention.sliding_window", u32v(w, "sliding_window")?);
             }
         }
-        Arch::Qwen35 => qwen35_keys(&c, n_layer, &mut put)?,
+        Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35_keys(&c, n_layer, &mut put)?,
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
             if c.opt_bool("use_sliding_window")?.unwrap_or(false) {
                 return Err(Error::Config(
