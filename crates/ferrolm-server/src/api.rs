@@ -214,17 +214,20 @@ impl ServerConfig {
         requested.filter(|m| self.model_names().contains(m)).unwrap_or_else(|| self.model_id.clone())
     }
 
-    /// The most tokens a request generates: what it asked for, else `endpoint_default`, else
-    /// `--n-predict`; never more than `--n-predict`.
+    /// The most tokens a request generates, as llama-server decides it: the request's own
+    /// limit wins (even above `--n-predict`); a request without one, or with `n_predict: -1`
+    /// (`asked_default`), gets `--n-predict`; with no `--n-predict` either, `-1` runs until the
+    /// context is full (`asked`, the context) and no limit at all gets `endpoint_default`.
     pub(crate) fn generation_limit(
         &self,
         asked: Option<usize>,
+        asked_default: bool,
         endpoint_default: Option<usize>,
     ) -> Option<usize> {
         match (asked, self.n_predict) {
-            (Some(a), Some(cap)) => Some(a.min(cap)),
-            (Some(a), None) => Some(a),
-            (None, Some(cap)) => Some(cap),
+            (Some(_), Some(d)) if asked_default => Some(d),
+            (Some(a), _) => Some(a),
+            (None, Some(d)) => Some(d),
             (None, None) => endpoint_default,
         }
     }

@@ -547,7 +547,7 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<ChatJob, ApiError> 
         }
         _ => common.max_new_tokens(chat.max_tokens, backend.n_ctx(), false)?,
     };
-    let max = state.cfg.generation_limit(asked, None);
+    let max = state.cfg.generation_limit(asked, common.asks_server_default(), None);
     check_context(backend, prompt.len(), max)?;
     spec.params.max_tokens = max;
     let top = top_logprobs("top_logprobs", chat.top_logprobs)?;

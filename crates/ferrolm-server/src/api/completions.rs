@@ -76,7 +76,10 @@ pub(crate) fn prepare(state: &AppState, v: &Value) -> Result<CompletionJob, ApiE
     let echo = f.echo.unwrap_or(false);
     let prompts = prompts(backend, f.prompt.as_ref())?;
     let asked = common.max_new_tokens(f.max_tokens, backend.n_ctx(), echo)?;
-    let max = state.cfg.generation_limit(asked, Some(DEFAULT_MAX_TOKENS)).unwrap_or(DEFAULT_MAX_TOKENS);
+    let max = state
+        .cfg
+        .generation_limit(asked, common.asks_server_default(), Some(DEFAULT_MAX_TOKENS))
+        .unwrap_or(DEFAULT_MAX_TOKENS);
     for p in &prompts {
         check_context(backend, p.tokens.len(), Some(max))?;
     }

@@ -78,7 +78,7 @@ pub(crate) fn prepare_with(
     let mut spec =
         common.spec(&state.cfg.sampler, Vocab::of(backend), state.cfg.request_timeout(), state.cfg.draft)?;
     let asked = common.max_new_tokens(f.max_tokens, backend.n_ctx(), true)?;
-    let max = state.cfg.generation_limit(asked, None);
+    let max = state.cfg.generation_limit(asked, common.asks_server_default(), None);
     let prompts = make_prompts(max)?;
     for p in &prompts {
         check_context(backend, p.tokens.len(), max)?;

@@ -446,6 +446,11 @@ impl CommonFields {
         }
     }
 
+    /// `n_predict: -1`: the server's default limit (`--n-predict`), as llama-server reads it.
+    pub(crate) fn asks_server_default(&self) -> bool {
+        self.n_predict == Some(-1)
+    }
+
     /// The most tokens to generate: `n_predict` (llama-server's; -1 or absent: `max_tokens`),
     /// else `max_tokens` (OpenAI's), checked against the context; `None` when neither is given.
     pub(crate) fn max_new_tokens(

@@ -118,8 +118,11 @@ async fn streams_prompt_progress_and_timings_per_token() {
     assert!(chunks[..2].iter().all(|c| c.get("timings").is_none() && c.get("prompt_progress").is_none()));
 }
 
+/// `--n-predict` is the default limit; a request's own limit wins over it, above or below (as
+/// llama-server: "the per-request limit takes priority over the global one"), and
+/// `n_predict: -1` asks for the default.
 #[tokio::test]
-async fn server_n_predict_is_the_default_and_the_cap() {
+async fn server_n_predict_is_the_default_a_request_limit_wins() {
     let fake = Arc::new(Fake::reply("abcdef"));
     let app = app_with(fake.clone(), ServerConfig { n_predict: Some(3), ..config() });
     post(&app, "/completion", r#"{"prompt": "x"}"#).await;
@@ -127,8 +130,20 @@ async fn server_n_predict_is_the_default_and_the_cap() {
     post(&app, "/v1/completions", r#"{"prompt": "x", "max_tokens": 2}"#).await;
     post(&app, "/v1/chat/completions", r#"{"messages": [{"role": "user", "content": "x"}], "n_predict": 5}"#)
         .await;
+    post(&app, "/completion", r#"{"prompt": "x", "n_predict": -1}"#).await;
+    post(&app, "/v1/completions", r#"{"prompt": "x"}"#).await;
     let max: Vec<Option<usize>> = fake.requests().iter().map(|r| r.params.max_tokens).collect();
-    assert_eq!(max, vec![Some(3), Some(3), Some(2), Some(3)]);
+    assert_eq!(max, vec![Some(3), Some(10), Some(2), Some(5), Some(3), Some(3)]);
+
+    // Without --n-predict: -1 runs until the context is full, /v1/completions defaults to 16.
+    let fake = Arc::new(Fake::reply("abcdef"));
+    let plain = app_with(fake.clone(), config());
+    post(&plain, "/completion", r#"{"prompt": "x", "n_predict": -1}"#).await;
+    post(&plain, "/completion", r#"{"prompt": "x"}"#).await;
+    post(&plain, "/v1/completions", r#"{"prompt": "x"}"#).await;
+    let max: Vec<Option<usize>> = fake.requests().iter().map(|r| r.params.max_tokens).collect();
+    assert_eq!(max[0], Some(fake.n_ctx));
+    assert_eq!(max[1..], [None, Some(16)]);
 }
 
 #[tokio::test]
