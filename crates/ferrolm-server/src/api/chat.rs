@@ -147,8 +147,9 @@ fn tool_calls(i: usize, v: &Value) -> Result<Value, ApiError> {
 /// The request's messages as the template's.
 pub(crate) fn messages(v: Option<&Value>) -> Result<Vec<Message>, ApiError> {
     let items = match v {
-        Some(Value::Array(items)) if !items.is_empty() => items,
-        Some(Value::Array(_)) => return Err(ApiError::invalid_param("messages", "`messages` is empty")),
+        // An empty list is rendered as it is (the template's generation prompt alone), as
+        // llama-server does.
+        Some(Value::Array(items)) => items,
         None | Some(Value::Null) => {
             return Err(ApiError::invalid_param("messages", "`messages` is required"));
         }

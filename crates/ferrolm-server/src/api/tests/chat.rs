@@ -309,12 +309,27 @@ async fn tools_on_a_template_without_them_use_the_generic_format() {
         .assert_error(400, "invalid_request_error");
 }
 
+/// An empty `messages` renders the template without messages (its generation prompt alone), as
+/// llama-server does; Anthropic's `/v1/messages` too.
+#[tokio::test]
+async fn empty_messages_render_the_generation_prompt() {
+    let fake = Arc::new(Fake::reply("x"));
+    let app = app(fake.clone());
+    let a = post(&app, "/v1/chat/completions", r#"{"messages": []}"#).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.json()["choices"][0]["message"]["content"], "x");
+    let a = post(&app, "/v1/messages", r#"{"max_tokens": 5, "messages": []}"#).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.json()["type"], "message");
+    let prompts: Vec<String> = fake.requests().iter().map(|r| detok(&fake, &r.prompt)).collect();
+    assert_eq!(prompts, vec!["<s><|im_start|>assistant\n".to_string(); 2]);
+}
+
 #[tokio::test]
 async fn bad_requests_get_400s() {
     let fake = Arc::new(Fake::reply("x"));
     let app = app(fake.clone());
     let cases = [
-        (r#"{"messages": []}"#, Some("messages")),
         (r#"{}"#, Some("messages")),
         (r#"{"messages": "hi"}"#, Some("messages")),
         (r#"{"messages": [{"content": "x"}]}"#, Some("messages[0].role")),
