@@ -166,7 +166,9 @@ def explicit_cases():
     # Any model name is served (as llama-server); only looking one up by name can miss.
     add("model_unknown/get", "/v1/models/gpt-4", None, status=404, method="GET", code="model_not_found")
     # Messages.
-    for name, msgs in (("empty", []), ("missing", None), ("string", "hi"), ("number_item", [5]),
+    # An empty list renders the template's generation prompt alone, as llama-server does.
+    add("messages/empty_is_answered", CHAT, with_fields(CHAT, messages=[]), status=200)
+    for name, msgs in (("missing", None), ("string", "hi"), ("number_item", [5]),
                        ("no_role", [{"content": "hi"}]), ("role_robot", [{"role": "robot", "content": "hi"}]),
                        ("role_number", [{"role": 5, "content": "hi"}]), ("role_empty", [{"role": "", "content": "x"}]),
                        ("user_no_content", [{"role": "user"}]), ("content_number", [{"role": "user", "content": 5}]),
