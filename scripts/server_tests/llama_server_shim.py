@@ -17,7 +17,8 @@ Flags, in four groups (the tables below):
   --no-metrics.
 * RENAMED: ferrolm has it under another name (values translated where needed). --ctx-size is
   per slot in ferrolm but shared by all slots in llama-server (each of --parallel P slots gets
-  N/P, unless --kv-unified), so `-c N -np P` becomes `-c N/P`; --alias lists are split by commas.
+  N/P, unless --kv-unified), so `-c N -np P` becomes `-c N/P`; --alias lists are split by commas
+  and sorted (llama-server's id is the alphabetically first alias, ferrolm's the first given).
 * DROPPED: no observable effect on ferrolm (a feature it always has, or a performance/numerics
   knob), or a feature ferrolm always enables whose "off" switch the suite passes to every server
   (--no-jinja): dropping them keeps the suite runnable; the tests that check the
@@ -27,7 +28,7 @@ Flags, in four groups (the tables below):
 * Server tools and MCP servers (--tools, --mcp-servers-config, --mcp-servers-json,
   --ui-mcp-proxy) are in SAME; --tools-runtime too, which ferrolm refuses (it has no container
   or ssh runtime), so a test that needs one fails to start its server.
-* Everything else (LoRA, multimodal, --tags, --spec-type, ...) is passed on as
+* Everything else (LoRA, multimodal, --spec-type, ...) is passed on as
   is: ferrolm rejects the unknown flag and the test fails to start the server (an honest
   failure, never a silent pass).
 
@@ -72,6 +73,7 @@ SAME_VALUE = {"--port", "--host", "--temp", "--seed", "--threads", "--batch-size
               "--slot-save-path",
               "--models-max", "--models-dir", "--models-preset", "--sleep-idle-seconds",
               "--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json",
+              "--tags",
               # ferrolm takes the template's text; a built-in name (chatml...) fails the start.
               "--chat-template"}
 RENAMED_VALUE = {
@@ -90,7 +92,8 @@ RENAMED_SWITCH = {
 DROPPED_SWITCH = {
     "--cont-batching",   # ferrolm always batches continuously
     "--embedding",       # ferrolm always serves /v1/embeddings (llama-server then refuses completions)
-    "--kv-unified",      # only changes the --ctx-size split (handled above)
+    "--kv-unified",      # every slot may use the whole --ctx-size (handled above): ferrolm's
+                         # slots each get their own, so the pool never runs out for all at once
     "--swa-full",        # memory only: ferrolm keeps the full cache for sliding-window layers
     "--jinja", "--no-jinja",  # ferrolm always renders the GGUF's Jinja template
     "--no-mmproj",       # ferrolm loads no multimodal projector anyway
@@ -200,10 +203,11 @@ def translate(argv):
         else:
             out += ["--ctx-size", ctx]
 
+    # llama-server keeps its aliases in a sorted set and names the model by the first:
+    # ferrolm's id is its first --alias, so the names go over sorted.
     if "--alias" in values:
-        for name in values["--alias"].split(","):
-            if name.strip():
-                out += ["--alias", name.strip()]
+        for name in sorted({n.strip() for n in values["--alias"].split(",") if n.strip()}):
+            out += ["--alias", name]
 
     if "--cors-origins" in values:
         out += ["--cors-origins", values["--cors-origins"]]  # the same list, `localhost` included

@@ -55,6 +55,10 @@ pub struct Args {
     /// name or the file name without extension.
     #[arg(long = "alias", help_heading = "Server")]
     alias: Vec<String>,
+    /// Informational tags of the served model, comma-separated (listed in /v1/models as
+    /// llama-server's --tags; not used for routing).
+    #[arg(long = "tags", value_delimiter = ',', help_heading = "Server")]
+    tags: Vec<String>,
     /// Require `Authorization: Bearer KEY` (except on /health and /).
     #[arg(long = "api-key", conflicts_with = "api_key_file", help_heading = "Server")]
     api_key: Option<String>,
@@ -373,20 +377,31 @@ impl Args {
         if api_key.as_ref().is_some_and(String::is_empty) {
             bail!("the API key is empty");
         }
-        let mut names: Vec<String> = self.alias.iter().map(|a| a.trim().to_string()).collect();
-        if names.iter().any(String::is_empty) {
-            bail!("--alias must not be empty");
+        let mut names: Vec<String> = Vec::new();
+        for a in self.alias.iter().map(|a| a.trim().to_string()) {
+            if a.is_empty() {
+                bail!("--alias must not be empty");
+            }
+            if !names.contains(&a) {
+                names.push(a);
+            }
         }
-        if !names.contains(&default_id) {
-            names.push(default_id);
+        // The first alias is the id; without one, the model's own name (as llama-server, whose
+        // aliases then replace the file's name).
+        let model_id = names.first().cloned().unwrap_or(default_id);
+        let mut tags: Vec<String> = Vec::new();
+        for t in self.tags.iter().map(|t| t.trim().to_string()).filter(|t| !t.is_empty()) {
+            if !tags.contains(&t) {
+                tags.push(t);
+            }
         }
-        let model_id = names.remove(0);
         let server_tools = self.server_tools.config()?;
         Ok(ServerConfig {
             host: self.host.clone(),
             port: self.port,
             model_id,
             aliases: names,
+            tags,
             api_key,
             cors_origins: self.cors_origins(&server_tools)?,
             cors_credentials: !self.no_cors_credentials,
@@ -872,7 +887,9 @@ mod tests {
         assert_eq!(e.strategy, BatchStrategy::Balanced);
         let s = a.server_config("file-stem".into()).expect("server");
         assert_eq!(s.model_id, "my-model");
-        assert_eq!(s.aliases, vec!["other", "file-stem"]);
+        assert_eq!(s.aliases, vec!["my-model", "other"]);
+        let t = parse(&["--tags", "chat, fim,,chat", "--tags", "small"]).expect("tags");
+        assert_eq!(t.server_config("x".into()).expect("server").tags, vec!["chat", "fim", "small"]);
         assert_eq!((s.api_key.as_deref(), s.cors_origins.clone()), (Some("k"), vec!["*".to_string()]));
         assert_eq!(
             (s.max_body_bytes, s.timeout, s.shutdown_timeout),

@@ -88,8 +88,11 @@ pub struct ServerConfig {
     pub port: u16,
     /// The served model's id (`model` in requests and responses).
     pub model_id: String,
-    /// Other names the model answers to.
+    /// The names given with `--alias` (the id among them when it is one of them): other names
+    /// the model answers to, listed as its `aliases` in `/v1/models` (llama-server's field).
     pub aliases: Vec<String>,
+    /// `--tags`: informational labels listed as the model's `tags` in `/v1/models`.
+    pub tags: Vec<String>,
     /// When set, every route but `/health` and `/` needs `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
     /// Origins allowed by CORS (`*` for any, `localhost` for any origin on this machine);
@@ -166,6 +169,7 @@ impl Default for ServerConfig {
             port: 8080,
             model_id: "ferrolm".into(),
             aliases: Vec::new(),
+            tags: Vec::new(),
             api_key: None,
             cors_origins: Vec::new(),
             cors_credentials: true,
@@ -204,7 +208,13 @@ impl ServerConfig {
 
     /// The id and the aliases.
     pub fn model_names(&self) -> Vec<String> {
-        std::iter::once(self.model_id.clone()).chain(self.aliases.iter().cloned()).collect()
+        let mut names = vec![self.model_id.clone()];
+        for a in &self.aliases {
+            if !names.contains(a) {
+                names.push(a.clone());
+            }
+        }
+        names
     }
 
     /// The `model` a response names. A request may name any model, as with llama-server: the

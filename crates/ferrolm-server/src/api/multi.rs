@@ -435,6 +435,7 @@ impl Models {
         let cfg = ServerConfig {
             model_id: entry.id.clone(),
             aliases: Vec::new(),
+            tags: Vec::new(),
             model_path: Some(entry.path.display().to_string()),
             embeddings_pooling: Some(self.base.pooling_for(pooling)),
             ..(*self.base).clone()

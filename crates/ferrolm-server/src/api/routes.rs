@@ -358,10 +358,12 @@ fn model_entry(state: &AppState, id: &str) -> Value {
     })
 }
 
-/// The one served model, under its id, with its other names in `aliases`.
+/// The one served model, under its id, with its `--alias` names in `aliases` and its `--tags`
+/// in `tags`, as llama-server lists them.
 async fn models(State(state): State<AppState>) -> Response {
     let mut entry = model_entry(&state, &state.cfg.model_id);
     entry["aliases"] = json!(state.cfg.aliases);
+    entry["tags"] = json!(state.cfg.tags);
     json_response(StatusCode::OK, &json!({"object": "list", "data": [entry]}))
 }
 

@@ -231,6 +231,7 @@ async fn small_endpoints() {
     // One model, as llama-server lists it; its other names in `aliases`.
     assert_eq!(ids, vec!["smol"]);
     assert_eq!(v["data"][0]["aliases"], json!(["alias"]));
+    assert_eq!(v["data"][0]["tags"], json!([]));
     assert_eq!(v["data"][0]["object"], "model");
     assert_eq!(get(&app, "/v1/models/alias").await.json()["id"], "alias");
     get(&app, "/v1/models/gpt-4").await.assert_error(404, "invalid_request_error");
