@@ -627,6 +627,25 @@ MODELS: list[Spec] = [
                 "ssm_ba (beta and alpha) fused; ferrolm reads the folder's fused tensors as they are).",
                 "RoPE without sections (NeoX) on 8 of the 32 dims; top 2 of 4 experts "
                 "renormalised, a shared expert of width 48 gated by a sigmoid."]),
+    Spec("lfm2", "Lfm2Config", "Lfm2ForCausalLM", "bpe-qwen2",
+         dict(BASE, num_hidden_layers=4, intermediate_size=130, num_attention_heads=4,
+              num_key_value_heads=2, tie_word_embeddings=False, norm_eps=1e-5,
+              layer_types=["conv", "full_attention", "conv", "full_attention"],
+              conv_L_cache=3, conv_bias=False, block_auto_adjust_ff_dim=True,
+              block_ffn_dim_multiplier=1.0, block_multiple_of=32,
+              rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+         seed=3601,
+         notes=["LFM2 (model_type lfm2, GGUF arch `lfm2`): layers 0 and 2 short "
+                "convolutions, 1 and 3 attention. A convolution layer: in_proj gives B, C, x "
+                "(64 each); out_proj(C * conv(B * x)), conv a causal depthwise convolution of "
+                "width 3 (conv_L_cache) without bias or activation; its state is the last two "
+                "B * x of the sequence.",
+                "Attention: per-head RMSNorm q_layernorm/k_layernorm before RoPE (NeoX, base "
+                "1e6), GQA 4/2, out_proj. Norms operator_norm (before the mixer), ffn_norm, and "
+                "the final embedding_norm (GGUF token_embd_norm), all x * w.",
+                "Feed-forward SwiGLU (w1 gate, w3 up, w2 down) of width 96: intermediate_size "
+                "130, times 2/3 (block_auto_adjust_ff_dim) = 86, times "
+                "block_ffn_dim_multiplier 1.0, rounded up to block_multiple_of 32."]),
     # ---- mixture-of-experts models and SmolLM3 ----
     Spec("qwen3moe", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", "bpe-qwen2",
          dict(BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -863,7 +882,7 @@ def randomize(model: torch.nn.Module, seed: int, emb_std: float,
                 p.copy_(0.5 * r)
             elif name.endswith(".dt_bias"):  # Qwen 3.5: added to the decay's input
                 p.copy_(0.5 * r)
-            elif name.endswith("conv1d.weight"):  # Qwen 3.5: depthwise causal conv [C, 1, K]
+            elif name.endswith(("conv1d.weight", "conv.conv.weight")):  # Qwen 3.5, LFM2: [C, 1, K]
                 p.copy_(1.5 / math.sqrt(p.shape[-1]) * r)
             elif name.endswith("router.proj.weight"):
                 # Gemma 4's router sees rms_norm(x) * scale / sqrt(d), a vector of norm ~1: its

@@ -592,7 +592,7 @@ impl Engine {
                 cfg.n_slots
             )));
         }
-        if (req.lookup.is_some() || req.draft.is_some()) && self.inner.model.config().delta_net.is_some() {
+        if (req.lookup.is_some() || req.draft.is_some()) && self.inner.model.config().is_recurrent() {
             return Err(SubmitError::Invalid(crate::decoder::speculative::NO_SPECULATION.into()));
         }
         if let Some(l) = &req.lookup {

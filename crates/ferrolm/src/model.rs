@@ -9,6 +9,8 @@ mod forward;
 pub mod hf;
 mod moe;
 pub mod quantize;
+mod recurrent;
+mod short_conv;
 mod rerank;
 mod split;
 pub mod tensors;

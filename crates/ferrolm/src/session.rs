@@ -229,7 +229,7 @@ impl<'m> Session<'m> {
             // Everything is cached but the logits after the prompt are not: run its last token again.
             common -= 1;
         }
-        if common < cached.len() && self.model.config().delta_net.is_some() {
+        if common < cached.len() && self.model.config().is_recurrent() {
             // A recurrent state holds every cached token and cannot be cut back.
             common = 0;
         }
@@ -298,7 +298,7 @@ impl<'m> Session<'m> {
     /// bad settings or a draft model whose vocabulary is not this model's. See
     /// [`SpeculativeOptions`] and the module `session::speculative`.
     pub fn set_speculative(&mut self, opts: Option<SpeculativeOptions<'m>>) -> Result<()> {
-        if opts.is_some() && self.model.config().delta_net.is_some() {
+        if opts.is_some() && self.model.config().is_recurrent() {
             return Err(Error::InvalidInput(crate::decoder::speculative::NO_SPECULATION.into()));
         }
         self.spec = opts.map(|o| speculative::Speculator::new(o, self.model, &self.opts)).transpose()?;

@@ -130,7 +130,8 @@ fn the_tiny_conformance_architectures_match_the_cpu() {
     // The tiny conformance models: experts routed on the host around GPU matmuls, Granite's
     // scale operator, layers without RoPE, gpt-oss's attention sinks, biases and SwiGLU, Gemma
     // 4's mixed head sizes, KV-shared layers, per-layer embeddings and experts beside its MLP,
-    // Qwen 3.5's gated delta nets (on the host, around GPU matmuls) and gated attention.
+    // Qwen 3.5's gated delta nets and LFM2's short convolutions (on the host, around GPU
+    // matmuls) and gated attention.
     if opencl().is_none() {
         return;
     }

@@ -17,7 +17,7 @@ pub const MAX_DRAFT: usize = 15;
 /// Why a model with recurrent layers does not speculate: rejected drafts are cut from the cache,
 /// and a recurrent state cannot be cut back.
 pub(crate) const NO_SPECULATION: &str = "speculative decoding is not supported for models with recurrent layers \
-     (Qwen 3.5): their state cannot drop rejected drafts";
+     (Qwen 3.5, LFM2): their state cannot drop rejected drafts";
 
 /// A verification pass in progress, and the drafted and kept counts of a generation.
 #[derive(Clone, Debug, Default)]

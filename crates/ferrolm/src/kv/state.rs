@@ -89,7 +89,7 @@ fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
 pub fn encode(id: &StateIdentity, tokens: &[u32], seq: &SeqCache, logits: &[f32]) -> Result<Vec<u8>> {
     if seq.recurrent().is_some() {
         return Err(Error::InvalidInput(
-            "saving the state of a model with recurrent layers (Qwen 3.5) is not supported".into(),
+            "saving the state of a model with recurrent layers (Qwen 3.5, LFM2) is not supported".into(),
         ));
     }
     let len32 = |n: usize, what: &str| {

@@ -148,11 +148,14 @@ pub enum Arch {
     /// Qwen3-Next: Qwen 3.5 MoE's layers as first released (fused projections in its files,
     /// value heads grouped by key head).
     Qwen3Next,
+    /// LFM2: short gated causal convolutions (a recurrent state of a few tokens) between
+    /// attention layers with q/k norms.
+    Lfm2,
 }
 
 impl Arch {
     /// Every architecture, for listings and errors.
-    pub const ALL: [Arch; 22] = [
+    pub const ALL: [Arch; 23] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
@@ -175,6 +178,7 @@ impl Arch {
         Arch::Qwen35,
         Arch::Qwen35Moe,
         Arch::Qwen3Next,
+        Arch::Lfm2,
     ];
 
     /// The `general.architecture` name.
@@ -202,6 +206,7 @@ impl Arch {
             Arch::Qwen35 => "qwen35",
             Arch::Qwen35Moe => "qwen35moe",
             Arch::Qwen3Next => "qwen3next",
+            Arch::Lfm2 => "lfm2",
         }
     }
 
@@ -327,6 +332,8 @@ pub struct ModelConfig {
     pub attn_output_gate: bool,
     /// The gated delta net layers (Qwen 3.5), when the model has them.
     pub delta_net: Option<DeltaNetConfig>,
+    /// The short convolution layers (LFM2), when the model has them.
+    pub short_conv: Option<ShortConvConfig>,
     /// Multi-token-prediction blocks the file holds after the decoder's (Qwen 3.5's
     /// `nextn_predict_layers`): not run, their tensors are ignored.
     pub n_nextn_layers: usize,
@@ -352,6 +359,26 @@ pub struct DeltaNetConfig {
     /// Value head `h` uses key head `h / (n_v_heads / n_k_heads)` (Hugging Face's order);
     /// otherwise `h % n_k_heads` (llama.cpp's converter reorders the value heads so).
     pub grouped_heads: bool,
+}
+
+/// The short convolution layers of a hybrid model (LFM2): `out(C ⊙ conv(B ⊙ x))` with `B`, `C`
+/// and `x` one projection of the token, and a causal depthwise convolution whose state is its
+/// last `l_cache - 1` inputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShortConvConfig {
+    /// Which layers convolve (the others attend). `[n_layer]`
+    pub layers: Vec<bool>,
+    /// Width of the convolution (llama.cpp's `shortconv.l_cache`).
+    pub l_cache: usize,
+    /// Channels (the hidden size).
+    pub width: usize,
+}
+
+impl ShortConvConfig {
+    /// Floats of one layer's recurrent state: the convolution's last `l_cache - 1` inputs.
+    pub fn state_len(&self) -> usize {
+        (self.l_cache - 1) * self.width
+    }
 }
 
 impl DeltaNetConfig {
@@ -399,6 +426,35 @@ impl DeltaNetConfig {
         }
         Ok(())
     }
+}
+
+/// LFM2's short convolutions from `{arch}.shortconv.l_cache` and the layers without key/value
+/// heads, which then get the widest layer's count (their cache rows go unused).
+fn short_conv_from_gguf(
+    f: &GgufFile,
+    arch_name: &str,
+    n_head_kv_layers: &mut [usize],
+    n_embd: usize,
+) -> Result<ShortConvConfig> {
+    let key = |k: &str| format!("{arch_name}.{k}");
+    if f.opt_bool(&key("attention.causal"))? == Some(false) {
+        return Err(Error::Config(format!(
+            "{} = false: bidirectional LFM2 is not supported",
+            key("attention.causal")
+        )));
+    }
+    let l_cache = opt_usize(f, &key("shortconv.l_cache"))?
+        .ok_or_else(|| Error::Config(format!("{} is missing", key("shortconv.l_cache"))))?;
+    if !(2..=64).contains(&l_cache) {
+        return Err(Error::Config(format!(
+            "{} = {l_cache} must be between 2 and 64",
+            key("shortconv.l_cache")
+        )));
+    }
+    let layers: Vec<bool> = n_head_kv_layers.iter().map(|&h| h == 0).collect();
+    let widest = n_head_kv_layers.iter().copied().max().unwrap_or(0);
+    n_head_kv_layers.iter_mut().filter(|h| **h == 0).for_each(|h| *h = widest);
+    Ok(ShortConvConfig { layers, l_cache, width: n_embd })
 }
 
 /// Qwen 3.5's gated delta net from the `{arch}.ssm.*` keys: which layers are recurrent (the
@@ -661,11 +717,15 @@ impl ModelConfig {
             Error::Config(format!("{} exceeds {}", key("nextn_predict_layers"), key("block_count")))
         })?;
         let n_head = req("attention.head_count")?;
-        let n_head_kv_layers = match f.get(&key("attention.head_count_kv")) {
+        let mut n_head_kv_layers = match f.get(&key("attention.head_count_kv")) {
             Some(_) => per_layer_counts(f, &key("attention.head_count_kv"), n_layer)?,
             None => vec![n_head; n_layer.min(4097)],
         };
         let n_head_kv = n_head_kv_layers.iter().copied().max().unwrap_or(0);
+        let short_conv = match arch {
+            Arch::Lfm2 => Some(short_conv_from_gguf(f, arch_name, &mut n_head_kv_layers, n_embd)?),
+            _ => None,
+        };
         let n_ff_layers = per_layer_counts(f, &key("feed_forward_length"), n_layer)?;
         let n_ff = n_ff_layers.iter().copied().max().unwrap_or(0);
         let head_dim = match opt("attention.key_length")? {
@@ -752,6 +812,7 @@ impl ModelConfig {
             v_norm: false,
             attn_output_gate: false,
             delta_net: None,
+            short_conv,
             n_nextn_layers: n_nextn,
         };
         // Every size is checked before anything is allocated from it (a per-layer table below).
@@ -801,6 +862,7 @@ impl ModelConfig {
                 self.delta_net = Some(dn);
             }
             Arch::Olmoe => self.qk_norm = Some(QkNorm::Whole),
+            Arch::Lfm2 => self.qk_norm = Some(QkNorm::PerHead),
             Arch::Phi3 | Arch::Gemma | Arch::Bert | Arch::NomicBert | Arch::JinaBertV2 => {}
             Arch::NomicBertMoe => {
                 self.moe_every_n_layers = match opt("moe_every_n_layers")? {
@@ -1005,6 +1067,22 @@ impl ModelConfig {
     /// Key/value heads of layer `il`'s projections (before repetition to `n_head_kv`).
     pub fn layer_n_head_kv(&self, il: usize) -> usize {
         self.n_head_kv_layers.get(il).copied().unwrap_or(self.n_head_kv)
+    }
+
+    /// Whether some layers keep a recurrent state per sequence (gated delta nets, short
+    /// convolutions) instead of keys and values that can be cut back.
+    pub fn is_recurrent(&self) -> bool {
+        self.recurrent_state().is_some()
+    }
+
+    /// The recurrent layers' count and the floats of one layer's state, when there are some.
+    pub fn recurrent_state(&self) -> Option<(usize, usize)> {
+        let count = |layers: &[bool]| layers.iter().filter(|&&r| r).count();
+        match (&self.delta_net, &self.short_conv) {
+            (Some(dn), _) => Some((count(&dn.layers), dn.state_len())),
+            (None, Some(sc)) => Some((count(&sc.layers), sc.state_len())),
+            (None, None) => None,
+        }
     }
 
     /// Whether a block's experts run beside a dense MLP rather than in its place (Gemma 4's

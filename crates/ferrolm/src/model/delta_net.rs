@@ -17,23 +17,17 @@
 //! delta net layer holding the last `K - 1` convolution inputs (`[K - 1, conv_dim]`, oldest
 //! first), then the states (`[n_v_heads, head_k_dim, head_v_dim]`).
 //!
-//! A state is valid for exactly the tokens it has taken. [`begin`] checks before a pass that
-//! each sequence's first new token continues its state (or starts one at position 0) and marks
-//! the states in use; [`end`] records where each stands after the pass. A pass that fails in
-//! between leaves the marks, so the caller's truncation back to the old length drops the
-//! half-updated states ([`crate::kv::SeqCache::truncate_positions`]).
+//! [`super::recurrent`] checks before a pass that each sequence continues its state.
 
 use super::config::DeltaNetConfig;
 use super::forward::buf;
+use super::recurrent::{causal_conv, layer_state};
 use super::weights::{Loader, Weight};
 use crate::backend::Backend;
 use crate::batch::BatchEntry;
-use crate::kv::{KvCache, RecurrentState, SeqId};
+use crate::kv::{KvCache, SeqId};
 use crate::ops::MatmulJob;
 use crate::{Error, Result};
-
-/// Marks a state in use by a pass: no position continues it until [`end`] sets its next one.
-const IN_PASS: u32 = u32::MAX;
 
 /// The weights of one gated delta net layer.
 #[derive(Debug)]
@@ -140,44 +134,6 @@ pub(crate) struct DeltaNetBuffers {
     seqs: Vec<(SeqId, Vec<usize>)>,
 }
 
-/// Checks that each sequence of the batch continues its recurrent state (a sequence whose first
-/// new token has position 0 gets a zero state) and marks the states in use. An
-/// [`Error::InvalidInput`] for a sequence that lost its state (it must start again from 0).
-pub(crate) fn begin(cfg: &DeltaNetConfig, entries: &[BatchEntry], kv: &mut KvCache) -> Result<()> {
-    let n_layers = cfg.layers.iter().filter(|&&r| r).count();
-    for (t, e) in entries.iter().enumerate() {
-        if entries[..t].iter().any(|p| p.seq == e.seq) {
-            continue; // not the sequence's first token in the batch
-        }
-        let state = kv.seq_mut(e.seq).recurrent_mut();
-        match state {
-            Some(s) if s.next == e.pos => s.next = IN_PASS,
-            None if e.pos == 0 => {
-                let layers = vec![vec![0.0; cfg.state_len()]; n_layers];
-                *state = Some(RecurrentState { next: IN_PASS, layers });
-            }
-            _ => {
-                let at = state.as_ref().map_or("no state".to_string(), |s| format!("a state at {}", s.next));
-                return Err(Error::InvalidInput(format!(
-                    "sequence {} has {at} and cannot continue at position {}: a model with \
-                     recurrent layers cannot drop tokens, the sequence must start again from 0",
-                    e.seq, e.pos
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Records where each sequence of the batch stands after the pass: one past its last token.
-pub(crate) fn end(entries: &[BatchEntry], kv: &mut KvCache) {
-    for e in entries {
-        if let Some(s) = kv.seq_mut(e.seq).recurrent_mut() {
-            s.next = if s.next == IN_PASS { e.pos + 1 } else { s.next.max(e.pos + 1) };
-        }
-    }
-}
-
 /// Delta net layer number `ordinal` (among the model's delta net layers) over the normalised
 /// rows `xn` (`[n, n_embd]`) of the batch, its output into `y` (`[n, n_embd]`), each token
 /// advancing its sequence's state. The convolution runs token by token; the recurrence of each
@@ -229,16 +185,6 @@ pub(crate) fn delta_net(
     be.host_wrote(o)?;
     be.matmul(&w.out, o, n, y)?;
     Ok(())
-}
-
-/// Layer `ordinal`'s state of sequence `seq`.
-fn layer_state(kv: &mut KvCache, seq: SeqId, ordinal: usize) -> Result<&mut [f32]> {
-    kv.seq_mut(seq)
-        .recurrent_mut()
-        .as_mut()
-        .and_then(|s| s.layers.get_mut(ordinal))
-        .map(Vec::as_mut_slice)
-        .ok_or_else(|| Error::InvalidInput(format!("sequence {seq} has no recurrent state")))
 }
 
 /// The batch's sequences in order of first appearance, each with its tokens' indices.
@@ -337,15 +283,8 @@ fn by_token(o: &mut [f32], seqs: &[(SeqId, Vec<usize>)], nv: usize, dv: usize, s
 /// and the queries and keys L2-normalised per head (the queries also / `√head_k_dim`), into
 /// `out`.
 fn convolve(cfg: &DeltaNetConfig, w: &DeltaNetWeights, hist: &mut [f32], x: &[f32], out: &mut [f32]) {
-    let (cd, kk) = (cfg.conv_dim(), cfg.conv_kernel);
-    for (c, o) in out.iter_mut().enumerate() {
-        let taps = &w.conv[c * kk..(c + 1) * kk];
-        let past: f32 = (0..kk - 1).map(|j| taps[j] * hist[j * cd + c]).sum();
-        let v = past + taps[kk - 1] * x[c];
-        *o = v / (1.0 + (-v).exp());
-    }
-    hist.copy_within(cd.., 0);
-    hist[(kk - 2) * cd..].copy_from_slice(x);
+    causal_conv(&w.conv, cfg.conv_kernel, hist, x, out);
+    out.iter_mut().for_each(|v| *v /= 1.0 + (-*v).exp());
     let (dk, nk) = (cfg.head_k_dim, cfg.n_k_heads);
     let (qs, rest) = out.split_at_mut(nk * dk);
     let q_scale = (dk as f32).sqrt().recip();

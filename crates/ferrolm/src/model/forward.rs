@@ -6,6 +6,8 @@
 
 use super::delta_net::{self, DeltaNetBuffers};
 use super::moe::{MoeBuffers, gated_ffn, moe_ffn};
+use super::recurrent;
+use super::short_conv::{self, ShortConvBuffers};
 use super::weights::{AttentionWeights, Ffn, FfnWeights, Mixer, PerLayerBlock};
 use super::{Model, ModelConfig};
 use crate::backend::{Backend, HostRange, PassId};
@@ -76,6 +78,8 @@ pub(crate) struct Workspace {
     gates: Vec<f32>,
     /// The gated delta net layers' buffers.
     delta: DeltaNetBuffers,
+    /// The short convolution layers' buffers.
+    short_conv: ShortConvBuffers,
 }
 
 impl Workspace {
@@ -313,8 +317,8 @@ impl Model {
             }
         }
 
-        if let Some(dn) = &cfg.delta_net
-            && let Err(e) = delta_net::begin(dn, entries, kv)
+        if let Some(layout) = cfg.recurrent_state()
+            && let Err(e) = recurrent::begin(layout, entries, kv)
         {
             release_slots(entries, &ws.slots, kv);
             return Err(e);
@@ -325,8 +329,8 @@ impl Model {
             release_slots(entries, &ws.slots, kv);
             return Err(e);
         }
-        if cfg.delta_net.is_some() {
-            delta_net::end(entries, kv);
+        if cfg.is_recurrent() {
+            recurrent::end(entries, kv);
         }
         Ok(())
     }
@@ -410,19 +414,26 @@ impl Model {
             cs_global: &ws.cs_global[..n * half], // [n, rope_dims / 2]
             cs_local: &ws.cs_local[..if has_local { n * half_swa } else { 0 }], // [n, rope_dims_swa / 2]
         };
-        let mut n_delta = 0;
+        let mut n_recurrent = 0; // recurrent layers so far: the index of the next one's state
 
         for (il, lw) in w.layers.iter().enumerate() {
             be.rms_norm(x, &lw.attn_norm, cfg.norm_eps, xn)?;
             match (&lw.mixer, &cfg.delta_net) {
                 (Mixer::Attention(aw), _) => self.attention_layer(be, il, aw, batch, kv, xn, y, &mut attn)?,
                 (Mixer::DeltaNet(dw), Some(dn)) => {
-                    let at = (n_delta, cfg.norm_eps);
+                    let at = (n_recurrent, cfg.norm_eps);
                     delta_net::delta_net(be, dw, dn, at, entries, kv, xn, y, &mut ws.delta)?;
-                    n_delta += 1;
+                    n_recurrent += 1;
                 }
                 (Mixer::DeltaNet(_), None) => {
                     return Err(Error::Config("delta net weights in a model configured without them".into()));
+                }
+                (Mixer::ShortConv(cw), _) => {
+                    let sc = cfg.short_conv.as_ref().ok_or_else(|| {
+                        Error::Config("short convolution weights in a model configured without them".into())
+                    })?;
+                    short_conv::short_conv(be, cw, sc, n_recurrent, entries, kv, xn, y, &mut ws.short_conv)?;
+                    n_recurrent += 1;
                 }
             }
             self.residual_add(be, lw.post_attn_norm.as_deref(), x, y)?;

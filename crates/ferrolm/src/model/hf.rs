@@ -52,6 +52,8 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
     let fixed = match hf.as_str() {
         "model.embed_tokens.weight" => Some("token_embd.weight"),
         "model.norm.weight" => Some("output_norm.weight"),
+        // LFM2's final norm, under llama.cpp's name for it.
+        "model.embedding_norm.weight" => Some("token_embd_norm.weight"),
         "lm_head.weight" => Some("output.weight"),
         // Gemma 4's per-layer embeddings.
         "model.embed_tokens_per_layer.weight" => Some("per_layer_token_embd.weight"),
@@ -107,6 +109,18 @@ fn gguf_name(arch: Arch, hf: &str) -> Option<String> {
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
         "mlp.gate_up_proj" => "ffn_up",
+        // LFM2's norms, attention and MLP, and its short convolutions.
+        "operator_norm" => "attn_norm",
+        "ffn_norm" => "ffn_norm",
+        "self_attn.q_layernorm" => "attn_q_norm",
+        "self_attn.k_layernorm" => "attn_k_norm",
+        "self_attn.out_proj" => "attn_output",
+        "feed_forward.w1" => "ffn_gate",
+        "feed_forward.w3" => "ffn_up",
+        "feed_forward.w2" => "ffn_down",
+        "conv.in_proj" => "shortconv.in_proj",
+        "conv.conv" => "shortconv.conv",
+        "conv.out_proj" => "shortconv.out_proj",
         "per_layer_input_gate" => "inp_gate",
         "per_layer_projection" => "proj",
         "post_per_layer_input_norm" => "post_norm",
@@ -135,13 +149,15 @@ fn delta_net_name(name: &str) -> Option<&'static str> {
 }
 
 /// The tensor as llama.cpp's converter writes a Qwen 3.5 delta net's `A_log` (`-exp(A_log)`)
-/// and convolution (`[channels, 1, kernel]` squeezed to `[channels, kernel]`); others as they are.
-fn delta_net_tensor(name: &str, t: TensorRef) -> Result<TensorRef> {
+/// and its or LFM2's convolution (`[channels, 1, kernel]` squeezed to `[channels, kernel]`);
+/// others as they are.
+fn recurrent_tensor(name: &str, t: TensorRef) -> Result<TensorRef> {
     if name.ends_with(".ssm_a") {
         let v: Vec<f32> = t.to_f32(name)?.iter().map(|a| -a.exp()).collect();
         return Ok(TensorRef::from_f32(t.dims.clone(), &v));
     }
-    if name.ends_with(".ssm_conv1d.weight") && t.dims.len() == 3 && t.dims[1] == 1 {
+    let conv = name.ends_with(".ssm_conv1d.weight") || name.ends_with(".shortconv.conv.weight");
+    if conv && t.dims.len() == 3 && t.dims[1] == 1 {
         let dims = vec![t.dims[0], t.dims[2]];
         return Ok(TensorRef { dims, ..t });
     }
@@ -346,7 +362,8 @@ impl HfModel {
                 a => a.is_gemma(),
             };
             let t = if shifted && name.ends_with("norm.weight") { shifted_norm(&name, &t)? } else { t };
-            let t = if layout.arch.is_qwen_hybrid() { delta_net_tensor(&name, t)? } else { t };
+            let recurrent = layout.arch.is_qwen_hybrid() || layout.arch == Arch::Lfm2;
+            let t = if recurrent { recurrent_tensor(&name, t)? } else { t };
             map.insert(name, t);
         }
         if !layout.tied && !map.contains("output.weight") {

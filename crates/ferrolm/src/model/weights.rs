@@ -12,6 +12,7 @@ use ferrolm_kernels::{GgmlType, quant};
 use super::config::{Arch, ModelConfig, MoeConfig, QkNorm};
 pub use super::delta_net::DeltaNetWeights;
 use super::encoder::EncoderWeights;
+pub use super::short_conv::ShortConvWeights;
 use super::tensors::{TensorMap, TensorRef};
 use crate::format::Storage;
 use crate::ops::WeightBytes;
@@ -59,6 +60,8 @@ pub enum Mixer {
     Attention(Box<AttentionWeights>),
     /// A gated delta net (linear attention with a recurrent state).
     DeltaNet(Box<DeltaNetWeights>),
+    /// A short gated convolution (LFM2).
+    ShortConv(Box<ShortConvWeights>),
 }
 
 /// The weights of a block's attention.
@@ -111,7 +114,7 @@ impl Mixer {
     pub fn attention(&self) -> Option<&AttentionWeights> {
         match self {
             Mixer::Attention(a) => Some(a),
-            Mixer::DeltaNet(_) => None,
+            Mixer::DeltaNet(_) | Mixer::ShortConv(_) => None,
         }
     }
 }
@@ -146,6 +149,7 @@ impl LayerWeights {
         let mut out = match &self.mixer {
             Mixer::Attention(a) => a.matrices(),
             Mixer::DeltaNet(d) => d.matrices(),
+            Mixer::ShortConv(c) => c.matrices(),
         };
         out.extend(self.ffn.matrices());
         if let Some(p) = &self.per_layer {
@@ -166,7 +170,8 @@ impl LayerWeights {
         ];
         let mixer: Vec<&[f32]> = match &self.mixer {
             Mixer::Attention(a) => a.constants().collect(),
-            Mixer::DeltaNet(_) => Vec::new(), // its vectors are used on the host
+            // Their vectors are used on the host.
+            Mixer::DeltaNet(_) | Mixer::ShortConv(_) => Vec::new(),
         };
         norms.into_iter().flatten().map(Vec::as_slice).chain(mixer).chain(self.ffn.constants())
     }
@@ -618,8 +623,13 @@ impl Loader<'_> {
         } else {
             (self.opt_vector(&n("post_attention_norm"), d)?, self.opt_vector(&n("post_ffw_norm"), d)?)
         };
-        let mixer = match &cfg.delta_net {
-            Some(dn) if dn.layers[i] => Mixer::DeltaNet(Box::new(DeltaNetWeights::load(self, i, d, dn)?)),
+        let mixer = match (&cfg.delta_net, &cfg.short_conv) {
+            (Some(dn), _) if dn.layers[i] => {
+                Mixer::DeltaNet(Box::new(DeltaNetWeights::load(self, i, d, dn)?))
+            }
+            (_, Some(sc)) if sc.layers[i] => {
+                Mixer::ShortConv(Box::new(ShortConvWeights::load(self, i, d, sc)?))
+            }
             _ => Mixer::Attention(Box::new(self.attention(i, cfg)?)),
         };
         // gpt-oss's and Qwen 3.5's files name the pre-FFN norm after the attention.
@@ -874,7 +884,10 @@ impl ModelWeights {
             long: l.opt_vector("rope_factors_long.weight", half)?,
             short: l.opt_vector("rope_factors_short.weight", half)?,
         };
-        let output_norm = l.vector("output_norm.weight", d)?;
+        // LFM2's final norm has llama.cpp's name of an embedding norm.
+        let output_norm_name =
+            if cfg.arch == Arch::Lfm2 { "token_embd_norm.weight" } else { "output_norm.weight" };
+        let output_norm = l.vector(output_norm_name, d)?;
         let cls_out = l.head("cls.output", d, None)?;
         l.check_all_used()?;
         Ok(Self {

@@ -239,6 +239,43 @@ fn qwen35_keys(c: &Cfg<'_>, n_layer: usize, put: &mut impl FnMut(&str, MetaValue
     Ok(())
 }
 
+/// LFM2's keys as llama.cpp's converter writes them: no key/value heads for the convolution
+/// layers, the convolution's width, its epsilon's own name, and the feed-forward width its MLP
+/// derives from `intermediate_size` (with `block_auto_adjust_ff_dim`: two thirds, times
+/// `block_ffn_dim_multiplier` rounded up to `block_multiple_of`). Later entries replace the common
+/// keys written before them.
+fn lfm2_keys(c: &Cfg<'_>, dims: (usize, usize, usize), put: &mut impl FnMut(&str, MetaValue)) -> Result<()> {
+    let (n_layer, n_head_kv, n_ff) = dims;
+    let types = c
+        .get("layer_types")
+        .and_then(Value::as_array)
+        .ok_or_else(|| Error::Config("config.json: LFM2 without layer_types is not supported".into()))?;
+    if types.len() != n_layer {
+        return Err(Error::Config(format!("config.json: {} layer_types for {n_layer} layers", types.len())));
+    }
+    if c.opt_bool("conv_bias")? == Some(true) {
+        return Err(Error::Config("config.json: LFM2 with conv_bias is not supported".into()));
+    }
+    let heads = types.iter().map(|t| if t.as_str() == Some("conv") { 0 } else { n_head_kv as u32 }).collect();
+    put("attention.head_count_kv", MetaValue::Array(MetaArray::U32(heads)));
+    let l_cache = c.opt_usize("conv_L_cache")?.unwrap_or(3);
+    put("shortconv.l_cache", MetaValue::U32(l_cache.min(u32::MAX as usize) as u32));
+    if let Some(eps) = c.opt_f64("norm_eps")? {
+        put("attention.layer_norm_rms_epsilon", MetaValue::F32(eps as f32));
+    }
+    let mut ff = c.opt_usize("block_ff_dim")?.unwrap_or(n_ff);
+    if c.opt_bool("block_auto_adjust_ff_dim")?.unwrap_or(true) {
+        ff = 2 * ff / 3;
+        // transformers rounds only with a multiplier (llama.cpp's converter always does).
+        if let Some(m) = c.opt_f64("block_ffn_dim_multiplier")? {
+            let multiple = c.opt_usize("block_multiple_of")?.unwrap_or(256).max(1);
+            ff = ((m * ff as f64) as usize).div_ceil(multiple) * multiple;
+        }
+    }
+    put("feed_forward_length", MetaValue::U32(ff.min(u32::MAX as usize) as u32));
+    Ok(())
+}
+
 /// Gemma 4's keys beyond Gemma 3's (`dims`: vocabulary size, key/value heads, the sliding
 /// layers' head size; `swa`: which layers are sliding), and errors for the variants ferrolm does
 /// not run yet. Per-layer arrays replace the scalar keys written before them.
@@ -438,6 +475,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
         "qwen3_5_text" => Arch::Qwen35,
         "qwen3_5_moe_text" => Arch::Qwen35Moe,
         "qwen3_next" => Arch::Qwen3Next,
+        "lfm2" => Arch::Lfm2,
         other => return Err(Error::UnsupportedArchitecture(format!("{other} (config.json model_type)"))),
     };
     let a = arch.name();
@@ -588,9 +626,11 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
             v.iter()
                 .map(|t| match t.as_str() {
                     Some("sliding_attention") => Ok(true),
-                    // Qwen 3.5's recurrent layers (`qwen35_keys`) attend in no window either.
+                    // Qwen 3.5's and LFM2's recurrent layers (`qwen35_keys`, `lfm2_keys`)
+                    // attend in no window either.
                     Some("full_attention") => Ok(false),
                     Some("linear_attention") if arch.is_qwen_hybrid() => Ok(false),
+                    Some("conv") if arch == Arch::Lfm2 => Ok(false),
                     _ => Err(Error::Config(format!("config.json: unknown layer type {t}"))),
                 })
                 .collect::<Result<_>>()?,
@@ -662,6 +702,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
             }
         }
         Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35_keys(&c, n_layer, &mut put)?,
+        Arch::Lfm2 => lfm2_keys(&c, (n_layer, n_head_kv, n_ff), &mut put)?,
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
             if c.opt_bool("use_sliding_window")?.unwrap_or(false) {
                 return Err(Error::Config(
