@@ -23,10 +23,12 @@ pub(crate) fn begin(
     entries: &[BatchEntry],
     kv: &mut KvCache,
 ) -> Result<()> {
-    for (t, e) in entries.iter().enumerate() {
-        if entries[..t].iter().any(|p| p.seq == e.seq) {
+    let mut seen: Vec<SeqId> = Vec::new(); // a batch holds few sequences
+    for e in entries {
+        if seen.contains(&e.seq) {
             continue; // not the sequence's first token in the batch
         }
+        seen.push(e.seq);
         let state = kv.seq_mut(e.seq).recurrent_mut();
         match state {
             Some(s) if s.next == e.pos => s.next = IN_PASS,
