@@ -21,11 +21,12 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 /// Formats of the test models with the matrix shape (rows × cols) each is benchmarked on: the
 /// 32-value formats on SmolLM2-135M's FFN shape, the K-quants on Gemma-3-270M's `ffn_down`.
-const CASES: [(GgmlType, usize, usize); 11] = [
+const CASES: [(GgmlType, usize, usize); 12] = [
     (GgmlType::Q4_0, 1536, 576),
     (GgmlType::IQ4_NL, 1536, 576),
     (GgmlType::Q4_1, 1536, 576),
     (GgmlType::Q5_0, 1536, 576),
+    (GgmlType::Q5_1, 1536, 576),
     (GgmlType::Q8_0, 1536, 576),
     (GgmlType::Q2_K, 640, 2048),
     (GgmlType::Q3_K, 640, 2048),
@@ -60,7 +61,7 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, rng: &mut StdRng) -> Vec<u8> 
         for b in row.chunks_exact_mut(ty.type_size()) {
             b[d_at..d_at + 2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
             let dmin_at = match ty {
-                GgmlType::Q5_K => Some(2),
+                GgmlType::Q5_K | GgmlType::Q5_1 => Some(2),
                 GgmlType::Q2_K => Some(82),
                 _ => None,
             };

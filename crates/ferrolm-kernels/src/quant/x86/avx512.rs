@@ -1,15 +1,16 @@
 //! AVX-512 (F/BW/VL/DQ + VNNI + VBMI) kernels for [`Isa::Avx512`](crate::Isa::Avx512): decode
-//! dot products and the prompt GEMM for Q4_0, Q4_1, Q5_0, Q8_0, Q2_K, Q3_K, Q4_K and Q6_K weights.
+//! dot products and the prompt GEMM for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and
+//! Q6_K weights.
 //!
 //! # Layout: one block per lane
 //!
-//! A *group* is 16 weight blocks of 32 values (Q4_0/Q4_1/Q5_0/Q8_0), two Q4_K super-blocks (16
-//! sub-blocks of 32) or one Q2_K, Q3_K or Q6_K super-block (16 sub-blocks of 16). Each group is
-//! turned into `NQ` 512-bit vectors (8, or 4 for Q2_K, Q3_K and Q6_K) whose i32 lane `b` holds four
-//! consecutive values of block `b`: one `vpdpbusd` per vector accumulates four products per lane,
-//! so after `NQ` of them lane `b` holds block `b`'s whole integer dot product. Converting the 16
-//! sums to f32 and scaling them by a vector of 16 block scales then costs three instructions per
-//! group, where a block-per-register layout pays that per block.
+//! A *group* is 16 weight blocks of 32 values (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0), two Q4_K or Q5_K
+//! super-blocks (16 sub-blocks of 32) or one Q2_K, Q3_K or Q6_K super-block (16 sub-blocks of
+//! 16). Each group is turned into `NQ` 512-bit vectors (8, or 4 for Q2_K, Q3_K and Q6_K) whose
+//! i32 lane `b` holds four consecutive values of block `b`: one `vpdpbusd` per vector accumulates
+//! four products per lane, so after `NQ` of them lane `b` holds block `b`'s whole integer dot
+//! product. Converting the 16 sums to f32 and scaling them by a vector of 16 block scales then
+//! costs three instructions per group, where a block-per-register layout pays that per block.
 //!
 //! Weights stay in GGUF layout: each group is loaded with a few full-width loads and rearranged
 //! with VBMI byte permutes (`vpermt2b`) into the lane layout, nibbles split, high bits merged with
@@ -31,7 +32,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::avx512_formats::{Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
+use super::avx512_formats::{Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::GgmlType;
 use crate::quant::prefetch_next;
 
@@ -72,8 +73,10 @@ pub(in crate::quant) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
         GgmlType::Q4_0 => pair!(Q4_0),
         GgmlType::Q4_1 => pair!(Q4_1),
         GgmlType::Q5_0 => pair!(Q5_0),
+        GgmlType::Q5_1 => pair!(Q5_1),
         GgmlType::Q8_0 => pair!(Q8_0),
         GgmlType::Q4_K => pair!(Q4K),
+        GgmlType::Q5_K => pair!(Q5K),
         GgmlType::Q6_K => pair!(Q6K),
         GgmlType::Q2_K => pair!(Q2K),
         GgmlType::Q3_K => pair!(Q3K),
@@ -110,7 +113,7 @@ pub(super) trait Format {
     const UNIT_NQ: usize;
     /// Whether activation groups carry an integer start value (offset correction).
     const INIT: bool;
-    /// Whether the result has a `min · a` term (Q4_1, Q4_K).
+    /// Whether the result has a `min · a` term (Q2_K, Q4_1, Q5_1, Q4_K, Q5_K).
     const MIN: bool;
     /// A nonzero number unique to the format (its rearranged activations differ).
     const ID: u8;

@@ -243,17 +243,7 @@ impl Format for Q4_1 {
 
     #[inline(always)]
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        let z = load::<9>(t, src);
-        for (j, plan) in Q8_1_X.iter().enumerate() {
-            dst[j] = gather(t, &z, plan);
-        }
-        let ds = gather_words(t, &z, &Q8_1_XDS);
-        // SAFETY: `t` proves AVX-512 F; registers only.
-        unsafe {
-            dst[8] = _mm512_castps_si512(f16_lo(t, ds));
-            dst[9] = _mm512_castps_si512(f16_hi(t, ds));
-            dst[10] = _mm512_setzero_si512();
-        }
+        repack_q8_1(t, src, dst);
     }
 
     #[inline(always)]
@@ -267,16 +257,38 @@ impl Format for Q4_1 {
 
     #[inline(always)]
     fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        let z = load::<2>(t, src);
-        let ds = gather_words(t, &z, &Q8_1_PXDS);
-        // SAFETY: `t` proves AVX-512 F; registers only.
-        unsafe {
-            dst[0] = gather(t, &z, &Q8_1_PX);
-            dst[1] = _mm512_castps_si512(f16_lo(t, ds));
-            // The minimum term once per block: the weights' minimums fill their half.
-            dst[2] = _mm512_castps_si512(_mm512_maskz_mov_ps(0x0101, f16_hi(t, ds)));
-            dst[3] = _mm512_setzero_si512();
-        }
+        repack_q8_1_pair(t, src, dst);
+    }
+}
+
+/// Repacks 16 Q8_1 activation blocks (Q4_1, Q5_1): values, `d` and the minimum factors `d · Σq`.
+#[inline(always)]
+fn repack_q8_1(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+    let z = load::<9>(t, src);
+    for (j, plan) in Q8_1_X.iter().enumerate() {
+        dst[j] = gather(t, &z, plan);
+    }
+    let ds = gather_words(t, &z, &Q8_1_XDS);
+    // SAFETY: `t` proves AVX-512 F; registers only.
+    unsafe {
+        dst[8] = _mm512_castps_si512(f16_lo(t, ds));
+        dst[9] = _mm512_castps_si512(f16_hi(t, ds));
+        dst[10] = _mm512_setzero_si512();
+    }
+}
+
+/// Repacks a remainder pair of Q8_1 activation blocks (natural order).
+#[inline(always)]
+fn repack_q8_1_pair(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+    let z = load::<2>(t, src);
+    let ds = gather_words(t, &z, &Q8_1_PXDS);
+    // SAFETY: `t` proves AVX-512 F; registers only.
+    unsafe {
+        dst[0] = gather(t, &z, &Q8_1_PX);
+        dst[1] = _mm512_castps_si512(f16_lo(t, ds));
+        // The minimum term once per block: the weights' minimums fill their half.
+        dst[2] = _mm512_castps_si512(_mm512_maskz_mov_ps(0x0101, f16_hi(t, ds)));
+        dst[3] = _mm512_setzero_si512();
     }
 }
 
@@ -379,6 +391,86 @@ impl Format for Q5_0 {
     #[inline(always)]
     fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
         repack_q8_0_pair::<4>(t, src, dst);
+    }
+}
+
+// ---- Q5_1 ----------------------------------------------------------------------------------
+
+/// Q5_1 weights: 16 blocks of `d: f16, m: f16, qh: u32, qs: [u8; 16]` (Q5_0's values with
+/// Q4_1's minimum).
+pub(super) struct Q5_1;
+const Q5_1_Q: [BytePlan; 4] = block_plans(24, 8);
+const Q5_1_H: [BytePlan; 1] = block_plans(24, 4);
+const Q5_1_DM: WordPlan = word_plan(24, 0, Some(2));
+const Q5_1_P: BytePlan = nibble_pair_plan(8, 32);
+const Q5_1_PDM: WordPlan = pair_words([0, 24, 2, 26]);
+/// Remainder pairs: every dword of the low half holds block A's `qh`, of the high half B's.
+const Q5_1_PH: BytePlan = {
+    let mut pos = [0u16; 64];
+    let mut l = 0;
+    while l < 64 {
+        pos[l] = if l < 32 { 4 } else { 28 } + (l % 4) as u16;
+        l += 1;
+    }
+    BytePlan::new(pos)
+};
+
+impl Format for Q5_1 {
+    const ID: u8 = 10;
+    const W_GROUP: usize = 16 * 24;
+    const X_GROUP: usize = 16 * 36;
+    const NQ: usize = 8;
+    const W_UNIT: usize = 2 * 24;
+    const X_UNIT: usize = 2 * 36;
+    const UNIT_NQ: usize = 1;
+    const INIT: bool = false;
+    const MIN: bool = true;
+
+    /// Values `nibble + 16 · high bit` in 0..32 (high bits placed as Q5_0's), scale `d`,
+    /// minimum `m`.
+    #[inline(always)]
+    fn unpack(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<6>(t, src);
+        let h = gather(t, &z, &Q5_1_H[0]);
+        let mut q = [h; 8];
+        // SAFETY: `t` proves AVX-512 F/VBMI; the control tables hold 64 bytes each.
+        unsafe {
+            let bit4 = _mm512_set1_epi8(0x10);
+            for (v, plan) in Q5_1_Q.iter().enumerate() {
+                let g = gather(t, &z, plan);
+                let lo = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v].as_ptr().cast()), h);
+                let hi =
+                    _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v + 4].as_ptr().cast()), h);
+                q[v] = or_and(t, lo_nibbles(t, g), lo, bit4);
+                q[v + 4] = or_and(t, hi_nibbles(t, g), hi, bit4);
+            }
+        }
+        let dm = gather_words(t, &z, &Q5_1_DM);
+        WGroup { q, scale: f16_lo(t, dm), min: f16_hi(t, dm) }
+    }
+
+    #[inline(always)]
+    fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_1(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<2>(t, src);
+        let mut q = [z[0]; 8];
+        // SAFETY: `t` proves AVX-512 F/VBMI; the control table holds 64 bytes.
+        unsafe {
+            let h = gather(t, &z, &Q5_1_PH);
+            let high = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_PSHIFT.as_ptr().cast()), h);
+            q[0] = or_and(t, nibble_pair(t, gather(t, &z, &Q5_1_P)), high, _mm512_set1_epi8(0x10));
+        }
+        let dm = gather_words(t, &z, &Q5_1_PDM);
+        WGroup { q, scale: f16_lo(t, dm), min: f16_hi(t, dm) }
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_1_pair(t, src, dst);
     }
 }
 
@@ -524,34 +616,131 @@ impl Format for Q4K {
                 // Odd lanes (odd sub-blocks) take the high nibbles.
                 q[v] = lo_nibbles(t, _mm512_mask_srli_epi16::<4>(g, 0xcccc_cccc, g));
             }
-            let (sc0, m0) = q4_k_scales(&src[4..16]);
-            let (d0, dmin0) = (f16_at(t, src), f16_at(t, &src[2..]));
-            let ((sc1, m1), d1, dmin1) = if src.len() >= 288 {
-                (q4_k_scales(&src[148..160]), f16_at(t, &src[144..]), f16_at(t, &src[146..]))
-            } else {
-                ((0, 0), 0.0, 0.0)
-            };
-            let scale = _mm512_mul_ps(bytes_f32(t, sc0, sc1), halves(t, d0, d1));
-            let min = _mm512_mul_ps(bytes_f32(t, m0, m1), halves(t, -dmin0, -dmin1));
-            WGroup { q, scale, min }
         }
+        let (scale, min) = k32_scales::<144>(t, src);
+        WGroup { q, scale, min }
     }
 
     #[inline(always)]
     fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
-        let z = load::<10>(t, src);
-        for (j, plan) in Q8_K_X32.iter().enumerate() {
-            dst[j] = gather(t, &z, plan);
+        repack_q8_k32(t, src, dst);
+    }
+}
+
+/// The per-lane scales `d · sc` and minimums `−dmin · m` of the (one or two) super-blocks of
+/// `SB` bytes in `src` that start with `d, dmin: f16, scales: [u8; 12]` (Q4_K, Q5_K); lanes of a
+/// missing second super-block get zeros.
+#[inline(always)]
+fn k32_scales<const SB: usize>(t: Avx512, src: &[u8]) -> (__m512, __m512) {
+    let (sc0, m0) = q4_k_scales(&src[4..16]);
+    let (d0, dmin0) = (f16_at(t, src), f16_at(t, &src[2..]));
+    let ((sc1, m1), d1, dmin1) = if src.len() >= 2 * SB {
+        (q4_k_scales(&src[SB + 4..SB + 16]), f16_at(t, &src[SB..]), f16_at(t, &src[SB + 2..]))
+    } else {
+        ((0, 0), 0.0, 0.0)
+    };
+    // SAFETY: `t` proves AVX-512 F; registers only.
+    unsafe {
+        let scale = _mm512_mul_ps(bytes_f32(t, sc0, sc1), halves(t, d0, d1));
+        let min = _mm512_mul_ps(bytes_f32(t, m0, m1), halves(t, -dmin0, -dmin1));
+        (scale, min)
+    }
+}
+
+/// Repacks one or two Q8_K activation blocks for the 32-value sub-block formats (Q4_K, Q5_K):
+/// the values in [`Q8_K_X32`] lanes, `d`, and the minimum factors `d · Σx`.
+#[inline(always)]
+fn repack_q8_k32(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+    let z = load::<10>(t, src);
+    for (j, plan) in Q8_K_X32.iter().enumerate() {
+        dst[j] = gather(t, &z, plan);
+    }
+    let s = byte_sums(t, &dst[..8]);
+    let d1 = if src.len() >= 584 { f32_at(&src[292..]) } else { 0.0 };
+    // SAFETY: `t` proves AVX-512 F/DQ; registers only.
+    unsafe {
+        let d = _mm512_insertf32x8::<1>(_mm512_set1_ps(f32_at(src)), _mm256_set1_ps(d1));
+        dst[8] = _mm512_castps_si512(d);
+        dst[9] = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
+        dst[10] = _mm512_setzero_si512();
+    }
+}
+
+// ---- Q5_K ----------------------------------------------------------------------------------
+
+/// Q5_K weights, two super-blocks of `d, dmin: f16, scales: [u8; 12], qh: [u8; 32],
+/// qs: [u8; 128]` per group; lane `8s + j` is sub-block `j` of super-block `s`, as for Q4_K.
+pub(super) struct Q5K;
+
+/// Lane `8s + j`, vector `v`: `qs` bytes `32 (j / 2) + 4v ..+ 4` of super-block `s` (in
+/// `Q5_K_Q[v]`, low nibbles for even `j`, high nibbles for odd `j`) and `qh` bytes `4v ..+ 4`
+/// (in `Q5_K_Q[8 + v]`, bit `j` of each).
+const Q5_K_Q: [BytePlan; 16] = {
+    let mut plans = [BytePlan::new([0; 64]); 16];
+    let mut v = 0;
+    while v < 8 {
+        let mut qs = [0u16; 16];
+        let mut qh = [0u16; 16];
+        let mut l = 0;
+        while l < 16 {
+            let (s, j) = (l / 8, l % 8);
+            qs[l] = (176 * s + 48 + 32 * (j / 2) + 4 * v) as u16;
+            qh[l] = (176 * s + 16 + 4 * v) as u16;
+            l += 1;
         }
-        let s = byte_sums(t, &dst[..8]);
-        let d1 = if src.len() >= 584 { f32_at(&src[292..]) } else { 0.0 };
-        // SAFETY: `t` proves AVX-512 F/DQ; registers only.
+        plans[v] = BytePlan::lanes(qs);
+        plans[8 + v] = BytePlan::lanes(qh);
+        v += 1;
+    }
+    plans
+};
+
+/// Per-lane left rotations bringing bit `j` of every `qh` byte to bit 4 (lane `8s + j`).
+const Q5_K_ROT: [u32; 16] = {
+    let mut r = [0u32; 16];
+    let mut l = 0;
+    while l < 16 {
+        r[l] = (36 - (l as u32 % 8)) % 32;
+        l += 1;
+    }
+    r
+};
+
+impl Format for Q5K {
+    const ID: u8 = 9;
+    const W_GROUP: usize = 2 * 176;
+    const X_GROUP: usize = 2 * 292;
+    const NQ: usize = 8;
+    const W_UNIT: usize = 176;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 8;
+    const INIT: bool = false;
+    const MIN: bool = true;
+
+    /// Values `nibble + 16 · high bit` in 0..32, scales and minimums as Q4_K's.
+    #[inline(always)]
+    fn unpack(t: Avx512, src: &[u8]) -> WGroup {
+        let z = load::<6>(t, src);
+        let mut q = [z[0]; 8];
+        // SAFETY: `t` proves AVX-512 F/BW; the rotation table holds 16 u32; registers otherwise.
         unsafe {
-            let d = _mm512_insertf32x8::<1>(_mm512_set1_ps(f32_at(src)), _mm256_set1_ps(d1));
-            dst[8] = _mm512_castps_si512(d);
-            dst[9] = _mm512_castps_si512(_mm512_mul_ps(_mm512_cvtepi32_ps(s), d));
-            dst[10] = _mm512_setzero_si512();
+            let rot = _mm512_loadu_si512(Q5_K_ROT.as_ptr().cast());
+            let bit4 = _mm512_set1_epi8(0x10);
+            for v in 0..8 {
+                let g = gather(t, &z, &Q5_K_Q[v]);
+                // Odd lanes (odd sub-blocks) take the high nibbles.
+                let nib = lo_nibbles(t, _mm512_mask_srli_epi16::<4>(g, 0xcccc_cccc, g));
+                let high = _mm512_rolv_epi32(gather(t, &z, &Q5_K_Q[8 + v]), rot);
+                q[v] = or_and(t, nib, high, bit4);
+            }
         }
+        let (scale, min) = k32_scales::<176>(t, src);
+        WGroup { q, scale, min }
+    }
+
+    #[inline(always)]
+    fn repack(t: Avx512, src: &[u8], dst: &mut [__m512i]) {
+        repack_q8_k32(t, src, dst);
     }
 }
 
