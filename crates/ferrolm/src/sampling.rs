@@ -48,6 +48,7 @@ mod chain;
 mod dry;
 mod logit_bias;
 mod mirostat;
+mod mt19937;
 mod params;
 mod penalties;
 mod temperature;

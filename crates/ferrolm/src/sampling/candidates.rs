@@ -3,8 +3,6 @@
 
 use std::cmp::Ordering;
 
-use rand::Rng;
-
 use super::Candidate;
 
 /// Descending by logit; ties by ascending id, so every sort is deterministic and the first of
@@ -130,11 +128,39 @@ impl Candidates {
         }
     }
 
-    /// Draws an index from the (normalised) probabilities `p`. One uniform number is drawn even
-    /// when there is a single candidate, so the random stream does not depend on the truncation.
+    /// The softmax of the logits into `p`, and the index the uniform number `r` (in `[0, 1)`)
+    /// draws from it, as llama.cpp's `dist` sampler picks: the first candidate at which the
+    /// running sum of `exp(logit - max)` (in candidate order) reaches `r` times their total.
     /// A candidate with probability 0 is never drawn while another has more.
-    pub(crate) fn draw_index(&self, rng: &mut impl Rng) -> usize {
-        let r: f64 = rng.random();
+    pub(crate) fn draw(&mut self, r: f64) -> usize {
+        let max = self.max_logit();
+        if !max.is_finite() {
+            self.softmax(false);
+            return self.draw_index(r);
+        }
+        let mut sum = 0.0f64;
+        for c in &mut self.data {
+            c.p = (c.logit - max).exp();
+            sum += f64::from(c.p);
+        }
+        let target = sum * r;
+        let (mut run, mut picked, mut last) = (0.0f64, None, 0);
+        for (i, c) in self.data.iter_mut().enumerate() {
+            if c.p > 0.0 {
+                run += f64::from(c.p);
+                last = i;
+                if picked.is_none() && run >= target {
+                    picked = Some(i);
+                }
+            }
+            c.p = (f64::from(c.p) / sum) as f32;
+        }
+        picked.unwrap_or(last)
+    }
+
+    /// Draws an index from the (normalised) probabilities `p` with the uniform number `r` (in
+    /// `[0, 1)`). A candidate with probability 0 is never drawn while another has more.
+    pub(crate) fn draw_index(&self, r: f64) -> usize {
         let total: f64 = self.data.iter().map(|c| f64::from(c.p)).sum();
         let target = r * total;
         let mut acc = 0.0f64;
@@ -179,8 +205,7 @@ pub(crate) fn assert_probs(actual: &[f32], expected: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::StdRng;
+    use crate::sampling::mt19937::Mt19937;
 
     #[test]
     fn softmax_handles_masked_and_infinite_logits() {
@@ -212,10 +237,30 @@ mod tests {
         let mut c = Candidates::default();
         c.fill(&[f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY]);
         c.softmax(false);
-        let mut rng = StdRng::seed_from_u64(1);
+        let mut rng = Mt19937::new(1);
         for _ in 0..2000 {
-            let i = c.draw_index(&mut rng);
+            let i = c.draw_index(rng.uniform_f64());
+            assert!(i == 1 || i == 3, "{i}");
+            let i = c.draw(rng.uniform_f64());
             assert!(i == 1 || i == 3, "{i}");
         }
+        for r in [0.0, 0.5 - 1e-12, 0.5, 1.0 - 1e-16] {
+            let i = c.draw(r);
+            assert!(i == 1 || i == 3, "{r} {i}");
+        }
+    }
+
+    #[test]
+    fn draw_picks_where_the_running_sum_reaches_the_target_and_normalises() {
+        // exp(logit - max): 1, 1/e, 1/e; llama.cpp's rule: the first i with Σ_{j<=i} >= r Σ.
+        let mut c = Candidates::default();
+        let e = f64::from((-1.0f32).exp());
+        let total = 1.0 + 2.0 * e;
+        let (a, b) = (1.0 / total, (1.0 + e) / total);
+        for (r, want) in [(0.0, 0), (a - 1e-9, 0), (a + 1e-9, 1), (b - 1e-9, 1), (b + 1e-9, 2)] {
+            c.fill(&[2.0, 1.0, 1.0]);
+            assert_eq!(c.draw(r), want, "r {r}");
+        }
+        assert_probs(&c.probs(), &[(1.0 / total) as f32, (e / total) as f32, (e / total) as f32]);
     }
 }

@@ -1,27 +1,23 @@
 //! The sampler: logit bias → the configured steps → the draw, seeded and reproducible.
 
-use rand::SeedableRng;
-use rand::rngs::StdRng;
-
 use super::candidates::Candidates;
 use super::dry::{self, Breakers, Dry};
 use super::mirostat::Mirostat;
+use super::mt19937::Mt19937;
 use super::penalties::Penalties;
 use super::{SamplerParams, SamplerStep, argmax, logit_bias, temperature, truncation, xtc};
 use crate::tokenizer::Tokenizer;
 use crate::{Error, Result};
-
-/// Mixed into the seed of XTC's random stream so it is independent of the draw's.
-const XTC_STREAM: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// Draws tokens from logits according to [`SamplerParams`].
 ///
 /// The chain is llama.cpp's `common_sampler`: logit bias first, then the steps of
 /// [`SamplerParams::order`], then a draw from the softmax of what is left (with Mirostat on:
 /// logit bias, penalties and DRY if they are in the order, temperature, then Mirostat's own
-/// truncation and draw). Random numbers come from [`StdRng`] (ChaCha12 in `rand` 0.9) seeded with
-/// [`SamplerParams::seed`]: the same seed, parameters, logits and accepted tokens give the same
-/// tokens.
+/// truncation and draw). Random numbers come from llama.cpp's generator, `std::mt19937` seeded
+/// with the low 32 bits of [`SamplerParams::seed`] (XTC from a second one with the same seed), and
+/// the draw picks as llama.cpp's `dist` sampler does: the same seed, parameters, logits and
+/// accepted tokens give the same tokens, and those llama.cpp gives where its logits are the same.
 #[derive(Debug)]
 pub struct Sampler {
     params: SamplerParams,
@@ -29,8 +25,8 @@ pub struct Sampler {
     penalties: Penalties,
     dry: Dry,
     mirostat: Mirostat,
-    rng: StdRng,
-    xtc_rng: StdRng,
+    rng: Mt19937,
+    xtc_rng: Mt19937,
     /// Temperature 0 and no step that can change which token has the highest logit (bias,
     /// penalties, DRY, XTC, typical-p, Mirostat): the draw is the argmax.
     plain_greedy: bool,
@@ -55,17 +51,10 @@ fn is_plain_greedy(p: &SamplerParams) -> bool {
         && (!step_on(SamplerStep::TypicalP) || p.typical_p >= 1.0)
 }
 
-fn seeded(seed: Option<u64>, stream: u64) -> StdRng {
-    match seed {
-        Some(s) => StdRng::seed_from_u64(s ^ stream),
-        None => StdRng::try_from_os_rng().unwrap_or_else(|_| {
-            // No OS entropy: fall back to the clock, as llama.cpp does.
-            let t = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            StdRng::seed_from_u64(t ^ stream)
-        }),
-    }
+/// The generator for `seed` (its low 32 bits, as llama.cpp's `uint32_t` seed), or for a random
+/// seed when there is none.
+fn seeded(seed: Option<u64>) -> Mt19937 {
+    Mt19937::new(seed.map_or_else(rand::random, |s| s as u32))
 }
 
 impl Sampler {
@@ -108,8 +97,8 @@ impl Sampler {
             ),
             dry: Dry::new(p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n, breakers),
             mirostat: Mirostat::new(p.mirostat, p.mirostat_tau, p.mirostat_eta),
-            rng: seeded(p.seed, 0),
-            xtc_rng: seeded(p.seed, XTC_STREAM),
+            rng: seeded(p.seed),
+            xtc_rng: seeded(p.seed),
             cands: Candidates::default(),
             plain_greedy: is_plain_greedy(p),
             last_argmax: false,
@@ -152,8 +141,7 @@ impl Sampler {
         for i in 0..self.params.order.len() {
             self.apply_step(self.params.order[i]);
         }
-        self.cands.softmax(false);
-        let i = self.cands.draw_index(&mut self.rng);
+        let i = self.cands.draw(self.rng.uniform_f64());
         self.cands.data[i].id
     }
 
@@ -206,7 +194,7 @@ impl Sampler {
         self.penalties.reset();
         self.dry.reset();
         self.mirostat.reset();
-        self.rng = seeded(self.params.seed, 0);
-        self.xtc_rng = seeded(self.params.seed, XTC_STREAM);
+        self.rng = seeded(self.params.seed);
+        self.xtc_rng = seeded(self.params.seed);
     }
 }

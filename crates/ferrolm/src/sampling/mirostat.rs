@@ -1,7 +1,7 @@
 //! Mirostat (v1) and Mirostat 2.0: truncation that steers the surprise of drawn tokens towards a
 //! target `tau`, updating `mu` after each draw (llama.cpp's `mirostat` and `mirostat_v2`).
 
-use rand::Rng;
+use super::mt19937::Mt19937;
 
 use super::candidates::Candidates;
 use super::truncation;
@@ -32,7 +32,7 @@ impl Mirostat {
     }
 
     /// Truncates, draws a token and updates `mu`. `n_vocab` is the vocabulary size (v1).
-    pub(crate) fn sample(&mut self, c: &mut Candidates, n_vocab: usize, rng: &mut impl Rng) -> u32 {
+    pub(crate) fn sample(&mut self, c: &mut Candidates, n_vocab: usize, rng: &mut Mt19937) -> u32 {
         c.softmax(true);
         if self.version == 1 {
             self.truncate_v1(c, n_vocab);
@@ -42,7 +42,7 @@ impl Mirostat {
             c.truncate(keep);
         }
         c.softmax(true);
-        let idx = c.draw_index(rng);
+        let idx = c.draw_index(rng.uniform_f64());
         let surprise = -c.data[idx].p.log2();
         self.mu -= self.eta * (surprise - self.tau);
         c.data[idx].id
@@ -77,8 +77,6 @@ impl Mirostat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::StdRng;
 
     #[test]
     fn v2_truncates_by_surprise_and_updates_mu() {
@@ -86,12 +84,12 @@ mod tests {
         // 0, so mu = 1 - 0.1 (0 - 0.5) = 1.05.
         let mut m = Mirostat::new(2, 0.5, 0.1);
         let mut c = Candidates::from_probs(&[0.125, 0.5, 0.25, 0.125]);
-        let tok = m.sample(&mut c, 4, &mut StdRng::seed_from_u64(1));
+        let tok = m.sample(&mut c, 4, &mut Mt19937::new(1));
         assert_eq!(tok, 1);
         assert!((m.mu - 1.05).abs() < 1e-6, "{}", m.mu);
         // mu 2.5 keeps {0.5, 0.25} → renormalised 2/3, 1/3 (surprises 0.585, 1.585 bits).
         let mut m = Mirostat::new(2, 1.25, 1.0);
-        let mut rng = StdRng::seed_from_u64(2);
+        let mut rng = Mt19937::new(2);
         let mut seen = [0usize; 4];
         for _ in 0..3000 {
             m.mu = 2.5;
@@ -124,7 +122,7 @@ mod tests {
         // A single possible token.
         let mut c = Candidates::from_probs(&[0.0, 1.0, 0.0]);
         let mut m = Mirostat::new(1, 3.0, 0.1);
-        assert_eq!(m.sample(&mut c, 3, &mut StdRng::seed_from_u64(0)), 1);
+        assert_eq!(m.sample(&mut c, 3, &mut Mt19937::new(0)), 1);
         assert!((m.mu - (6.0 + 0.1 * 3.0)).abs() < 1e-6);
     }
 }

@@ -227,7 +227,8 @@ pub struct SamplerParams {
     pub min_keep: usize,
     /// The steps between logit bias and the draw, in order.
     pub order: Vec<SamplerStep>,
-    /// Random seed; `None` draws one from the OS (again on every [`super::Sampler::reset`]).
+    /// Random seed (its low 32 bits seed llama.cpp's generator, `std::mt19937`); `None` draws one
+    /// from the OS (again on every [`super::Sampler::reset`]).
     pub seed: Option<u64>,
 }
 

@@ -1,9 +1,8 @@
 //! XTC ("exclude top choices"): with some probability, removes every token at least as likely
 //! as `threshold` except the least likely of them (llama.cpp's `xtc` sampler).
 
-use rand::Rng;
-
 use super::candidates::Candidates;
+use super::mt19937::Mt19937;
 
 /// Applies XTC; `rng` decides whether it triggers. Off when `probability <= 0`,
 /// `threshold > 0.5` or fewer than two candidates (no random number is drawn then).
@@ -12,12 +11,12 @@ pub(crate) fn apply(
     probability: f32,
     threshold: f32,
     min_keep: usize,
-    rng: &mut impl Rng,
+    rng: &mut Mt19937,
 ) {
     if probability <= 0.0 || threshold > 0.5 || c.len() < 2 {
         return;
     }
-    let chance: f32 = rng.random();
+    let chance = rng.uniform_f32();
     if chance > probability {
         return;
     }
@@ -33,12 +32,10 @@ pub(crate) fn apply(
 mod tests {
     use super::*;
     use crate::sampling::candidates::assert_probs;
-    use rand::SeedableRng;
-    use rand::rngs::StdRng;
 
     fn run(probs: &[f32], probability: f32, threshold: f32, min_keep: usize) -> Vec<f32> {
         let mut c = Candidates::from_probs(probs);
-        apply(&mut c, probability, threshold, min_keep, &mut StdRng::seed_from_u64(0));
+        apply(&mut c, probability, threshold, min_keep, &mut Mt19937::new(0));
         c.probs()
     }
 
@@ -64,7 +61,7 @@ mod tests {
 
     #[test]
     fn triggers_with_the_given_probability() {
-        let mut rng = StdRng::seed_from_u64(5);
+        let mut rng = Mt19937::new(5);
         let n = 4000;
         let mut hits = 0;
         for _ in 0..n {
