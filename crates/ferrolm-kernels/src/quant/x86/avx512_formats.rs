@@ -339,6 +339,27 @@ const Q5_0_SHIFT: [[u8; 64]; 8] = {
     c
 };
 
+/// The 5-bit values of 16 Q5_0 or Q5_1 blocks (`nibble + 16 · high bit`, in 0..32), eight
+/// vectors of 64 bytes in the order of Q5_0's plans: `hplan` gathers each block's `qh`, `qplans`
+/// its nibbles.
+#[inline(always)]
+fn five_bit_values(t: Avx512, z: &[__m512i; 6], hplan: &BytePlan, qplans: &[BytePlan; 4]) -> [__m512i; 8] {
+    let h = gather(t, z, hplan);
+    let mut q = [h; 8];
+    // SAFETY: `t` proves AVX-512 F/VBMI; the control tables hold 64 bytes each.
+    unsafe {
+        let bit4 = _mm512_set1_epi8(0x10);
+        for (v, plan) in qplans.iter().enumerate() {
+            let g = gather(t, z, plan);
+            let lo = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v].as_ptr().cast()), h);
+            let hi = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v + 4].as_ptr().cast()), h);
+            q[v] = or_and(t, lo_nibbles(t, g), lo, bit4);
+            q[v + 4] = or_and(t, hi_nibbles(t, g), hi, bit4);
+        }
+    }
+    q
+}
+
 impl Format for Q5_0 {
     const ID: u8 = 3;
     const W_GROUP: usize = 16 * 22;
@@ -353,20 +374,7 @@ impl Format for Q5_0 {
     #[inline(always)]
     fn unpack(t: Avx512, src: &[u8]) -> WGroup {
         let z = load::<6>(t, src);
-        let h = gather(t, &z, &Q5_0_H[0]);
-        let mut q = [h; 8];
-        // SAFETY: `t` proves AVX-512 F/VBMI; the control tables hold 64 bytes each.
-        unsafe {
-            let bit4 = _mm512_set1_epi8(0x10);
-            for (v, plan) in Q5_0_Q.iter().enumerate() {
-                let g = gather(t, &z, plan);
-                let lo = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v].as_ptr().cast()), h);
-                let hi =
-                    _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v + 4].as_ptr().cast()), h);
-                q[v] = or_and(t, lo_nibbles(t, g), lo, bit4);
-                q[v + 4] = or_and(t, hi_nibbles(t, g), hi, bit4);
-            }
-        }
+        let q = five_bit_values(t, &z, &Q5_0_H[0], &Q5_0_Q);
         WGroup { q, scale: f16_lo(t, gather_words(t, &z, &Q5_0_D)), min: zero_ps(t) }
     }
 
@@ -431,20 +439,7 @@ impl Format for Q5_1 {
     #[inline(always)]
     fn unpack(t: Avx512, src: &[u8]) -> WGroup {
         let z = load::<6>(t, src);
-        let h = gather(t, &z, &Q5_1_H[0]);
-        let mut q = [h; 8];
-        // SAFETY: `t` proves AVX-512 F/VBMI; the control tables hold 64 bytes each.
-        unsafe {
-            let bit4 = _mm512_set1_epi8(0x10);
-            for (v, plan) in Q5_1_Q.iter().enumerate() {
-                let g = gather(t, &z, plan);
-                let lo = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v].as_ptr().cast()), h);
-                let hi =
-                    _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_SHIFT[v + 4].as_ptr().cast()), h);
-                q[v] = or_and(t, lo_nibbles(t, g), lo, bit4);
-                q[v + 4] = or_and(t, hi_nibbles(t, g), hi, bit4);
-            }
-        }
+        let q = five_bit_values(t, &z, &Q5_1_H[0], &Q5_1_Q);
         let dm = gather_words(t, &z, &Q5_1_DM);
         WGroup { q, scale: f16_lo(t, dm), min: f16_hi(t, dm) }
     }
