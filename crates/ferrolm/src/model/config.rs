@@ -232,6 +232,22 @@ impl Arch {
         matches!(self, Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next)
     }
 
+    /// Whether every block of this architecture routes over experts (Mixtral, `llama` with
+    /// expert keys, and Gemma 4's variant are not: their experts come from the keys).
+    pub fn is_moe(self) -> bool {
+        matches!(
+            self,
+            Arch::Qwen2Moe
+                | Arch::Qwen3Moe
+                | Arch::Olmoe
+                | Arch::GraniteMoe
+                | Arch::GptOss
+                | Arch::NomicBertMoe
+                | Arch::Qwen35Moe
+                | Arch::Qwen3Next
+        )
+    }
+
     /// Whether this is one of the Gemma family (GeGLU, embeddings scaled by √n_embd).
     pub fn is_gemma(self) -> bool {
         matches!(self, Arch::Gemma | Arch::Gemma2 | Arch::Gemma3 | Arch::Gemma4)
@@ -611,17 +627,7 @@ fn moe_from_gguf(f: &GgufFile, arch: Arch, arch_name: &str, n_ff: usize) -> Resu
             .transpose()
     };
     let n_expert = count("expert_count")?.unwrap_or(0);
-    let is_moe_arch = matches!(
-        arch,
-        Arch::Qwen2Moe
-            | Arch::Qwen3Moe
-            | Arch::Olmoe
-            | Arch::GraniteMoe
-            | Arch::GptOss
-            | Arch::NomicBertMoe
-            | Arch::Qwen35Moe
-            | Arch::Qwen3Next
-    );
+    let is_moe_arch = arch.is_moe();
     if n_expert == 0 {
         if is_moe_arch {
             return Err(Error::Config(format!(

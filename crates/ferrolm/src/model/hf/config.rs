@@ -39,16 +39,7 @@ fn experts(c: &Cfg<'_>, arch: Arch, model_type: &str, put: &mut impl FnMut(&str,
         Some(n) => Some(n),
         None => c.opt_usize("num_experts")?,
     };
-    let moe_arch = matches!(
-        arch,
-        Arch::Qwen2Moe
-            | Arch::Qwen3Moe
-            | Arch::Olmoe
-            | Arch::GraniteMoe
-            | Arch::GptOss
-            | Arch::Qwen35Moe
-            | Arch::Qwen3Next
-    ) || model_type == "mixtral";
+    let moe_arch = arch.is_moe() || model_type == "mixtral";
     let Some(n_expert) = n_expert.filter(|_| moe_arch) else {
         if moe_arch {
             return Err(Error::Config(format!("config.json: {model_type} without num_experts")));
