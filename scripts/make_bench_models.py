@@ -3,7 +3,7 @@
 
 No small mixture-of-experts or Qwen 3.5 GGUF can be fetched here (PyPI has none), yet the speed
 of their paths (routing, one matmul per chosen expert, prefill grouped by expert; the gated
-delta net's recurrence) should be measured next to llama.cpp on files of the size people run. This script makes such files:
+delta net's recurrence; LFM2's short convolutions) should be measured next to llama.cpp on files of the size people run. This script makes such files:
 transformers builds the model with its own random initialisation, saves it as bf16
 safetensors with a tiny tokenizer (`scripts/gen_conformance.py`'s byte-level BPE or
 SentencePiece, padded to the real vocabulary size by llama.cpp's converter), and llama.cpp's
@@ -17,6 +17,8 @@ Shapes (a scaled-down real model: the same kind of layers, half the width):
   renormalised, untied 151936-token output): 1.2 B parameters, ~0.3 B active per token.
 - `qwen35-0.8b`: Qwen3.5-0.8B's shape (24 layers, three gated delta nets of 16 heads of 128 to
   one gated attention layer, tied 248320-token embeddings).
+- `lfm2-350m`: LFM2-350M's shape, full size (16 layers: 10 short convolutions, 6 attention
+  layers with GQA 16/8; feed-forward 4608, tied 65536-token embeddings).
 
 Gemma 4's converter takes the vocabulary from the tokenizer as it is (it does not pad), and no
 tokenizer of its 262144 tokens can be made here, so there is no Gemma 4 shape.
@@ -58,6 +60,14 @@ SHAPES = {
         rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
                          "partial_rotary_factor": 0.25, "mrope_section": [11, 11, 10],
                          "mrope_interleaved": True})),
+    "lfm2-350m": ("Lfm2Config", "Lfm2ForCausalLM", "bpe-qwen2", dict(
+        hidden_size=1024, num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=8,
+        intermediate_size=6656, block_auto_adjust_ff_dim=True, block_ffn_dim_multiplier=1.0,
+        block_multiple_of=256, conv_L_cache=3, conv_bias=False,
+        layer_types=["conv" if i not in (2, 5, 8, 10, 12, 14) else "full_attention"
+                     for i in range(16)],
+        vocab_size=65536, tie_word_embeddings=True, max_position_embeddings=8192,
+        norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
 }
 # convert_hf_to_gguf.py arguments a shape needs (no multi-token-prediction layers)
 CONVERT_ARGS = {"qwen35-0.8b": ["--no-mtp"]}
