@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command: fetch the test models, then run every test of the workspace
-# ([profile.test] is optimized, so model tests run at full speed), then the end-to-end tests of
+# ([profile.test] is optimized, so model tests run at full speed) and the AVX-VNNI kernels (with
+# AVX-512's form of their instruction where the CPU lacks AVX-VNNI), then the end-to-end tests of
 # `ferrolm serve` (scripts/server_tests/run_all.sh: the official openai and anthropic clients,
 # prefix cache, disconnects, fuzzing, the chat page in headless Chromium, a 16-client load test,
 # a memory soak, llama.cpp's own server test suite with a floor of passes), the tests of
@@ -27,6 +28,13 @@ bash scripts/install-opencl.sh
 nvrtc_lib="$(bash scripts/install-nvrtc.sh)"
 export LD_LIBRARY_PATH="${nvrtc_lib:+${nvrtc_lib}:}${LD_LIBRARY_PATH:-}"
 cargo test --workspace --features ferrolm/opencl,ferrolm-cli/opencl "$@"
+# The AVX-VNNI kernels against the portable ones: on a CPU with AVX-512 VNNI/VL but no AVX-VNNI
+# (as the CI machines) the test-only feature runs them with the EVEX form of `vpdpbusd`.
+if grep -qw avx_vnni /proc/cpuinfo 2>/dev/null || grep -qw avx512_vnni /proc/cpuinfo 2>/dev/null; then
+    cargo test -p ferrolm-kernels --lib --features avx-vnni-as-avx512
+else
+    echo "notice: this CPU has neither AVX-VNNI nor AVX-512 VNNI: the AVX-VNNI kernels are not tested"
+fi
 bash scripts/check-opencl-messages.sh
 
 if [[ "${FERROLM_SKIP_PYTHON_TESTS:-0}" != 1 ]]; then

@@ -57,7 +57,15 @@ impl Isa {
                     && is_x86_feature_detected!("f16c")
             }
             #[cfg(target_arch = "x86_64")]
-            Isa::AvxVnni => Isa::Avx2.is_supported() && is_x86_feature_detected!("avxvnni"),
+            Isa::AvxVnni => {
+                // The test-only `avx-vnni-as-avx512` feature runs this level's kernels with the
+                // EVEX form of the same instruction.
+                let evex = cfg!(feature = "avx-vnni-as-avx512")
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512vl");
+                Isa::Avx2.is_supported() && (is_x86_feature_detected!("avxvnni") || evex)
+            }
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 Isa::Avx2.is_supported()

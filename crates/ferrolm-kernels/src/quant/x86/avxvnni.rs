@@ -166,7 +166,11 @@ unsafe fn gemm<F: Format>(w: &[u8], w_rb: usize, xq: &[u8], x_rb: usize, out: &m
 }
 
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+#[cfg_attr(not(feature = "avx-vnni-as-avx512"), target_feature(enable = "avx2,fma,f16c,avxvnni"))]
+#[cfg_attr(
+    feature = "avx-vnni-as-avx512",
+    target_feature(enable = "avx2,fma,f16c,avx512f,avx512vnni,avx512vl")
+)]
 fn gemm_impl<F: Format>(
     t: AvxVnni,
     w: &[u8],
@@ -274,8 +278,8 @@ fn group_dot<F: Format, const T: usize>(
         if F::SPLIT {
             let mut s2 = x[nq + 1];
             for j in 0..nq / 2 {
-                s = _mm256_dpbusd_avx_epi32(s, wg.q[j], x[j]);
-                s2 = _mm256_dpbusd_avx_epi32(s2, wg.q[nq / 2 + j], x[nq / 2 + j]);
+                s = dpbusd(_t, s, wg.q[j], x[j]);
+                s2 = dpbusd(_t, s2, wg.q[nq / 2 + j], x[nq / 2 + j]);
             }
             let f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), wg.scale);
             let f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), wg.scale2, f);
@@ -284,18 +288,35 @@ fn group_dot<F: Format, const T: usize>(
         if T < 4 && nq >= 4 {
             let mut s2 = _mm256_setzero_si256();
             for j in (0..nq).step_by(2) {
-                s = _mm256_dpbusd_avx_epi32(s, wg.q[j], x[j]);
-                s2 = _mm256_dpbusd_avx_epi32(s2, wg.q[j + 1], x[j + 1]);
+                s = dpbusd(_t, s, wg.q[j], x[j]);
+                s2 = dpbusd(_t, s2, wg.q[j + 1], x[j + 1]);
             }
             s = _mm256_add_epi32(s, s2);
         } else {
             for (&w, &v) in wg.q[..nq].iter().zip(&x[..nq]) {
-                s = _mm256_dpbusd_avx_epi32(s, w, v);
+                s = dpbusd(_t, s, w, v);
             }
         }
         let f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), wg.scale);
         let a = _mm256_fmadd_ps(f, _mm256_castsi256_ps(x[nq]), acc);
         if F::MIN { _mm256_fmadd_ps(wg.min, _mm256_castsi256_ps(x[nq + 1]), a) } else { a }
+    }
+}
+
+/// `vpdpbusd` on 256-bit vectors: `s + Σ` of each lane's four products of unsigned `a` and
+/// signed `b` bytes. VEX-encoded (AVX-VNNI); with the test-only `avx-vnni-as-avx512` feature
+/// EVEX-encoded (AVX-512 VNNI/VL), the same operation.
+#[inline(always)]
+fn dpbusd(_t: AvxVnni, s: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    // SAFETY: `_t` proves AVX-VNNI (or, with the feature, AVX-512 VNNI/VL); registers only.
+    #[cfg(not(feature = "avx-vnni-as-avx512"))]
+    unsafe {
+        _mm256_dpbusd_avx_epi32(s, a, b)
+    }
+    // SAFETY: as above.
+    #[cfg(feature = "avx-vnni-as-avx512")]
+    unsafe {
+        _mm256_dpbusd_epi32(s, a, b)
     }
 }
 
@@ -325,7 +346,7 @@ pub(super) fn byte_sums(_t: AvxVnni, q: &[__m256i]) -> __m256i {
         let ones = _mm256_set1_epi8(1);
         let mut s = _mm256_setzero_si256();
         for &v in q {
-            s = _mm256_dpbusd_avx_epi32(s, ones, v);
+            s = dpbusd(_t, s, ones, v);
         }
         s
     }
