@@ -4,6 +4,8 @@
 
 use std::arch::x86_64::*;
 
+use crate::quant::q3_k::unpack_scales_q3k;
+
 use super::avxvnni::{AvxVnni, Format, WGroup, byte_sums, rows16, rows32, zero_ps, zero_si};
 
 /// `[stride · i + off; 8]`: the offsets of one field in 8 consecutive blocks.
@@ -99,6 +101,13 @@ fn neg_shl<const SHIFT: i32>(_t: AvxVnni, v: __m256i) -> __m256i {
 fn bits(_t: AvxVnni, v: __m256) -> __m256i {
     // SAFETY: `_t` proves AVX; a register reinterpretation.
     unsafe { _mm256_castps_si256(v) }
+}
+
+/// The i32 lanes of `s` times `d`, as f32 bits (the minimum factors `d · Σx`).
+#[inline(always)]
+fn sums_times(_t: AvxVnni, s: __m256i, d: __m256) -> __m256i {
+    // SAFETY: `_t` proves AVX; registers only.
+    unsafe { _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(s), d)) }
 }
 
 // ---- Q8_0 / Q8_1 activations -------------------------------------------------------------
@@ -449,7 +458,7 @@ impl Format for Q4K {
         // SAFETY: `t` proves AVX; registers only.
         unsafe {
             dst[8] = bits(t, _mm256_set1_ps(d));
-            dst[9] = bits(t, _mm256_mul_ps(_mm256_cvtepi32_ps(byte_sums(t, &q)), _mm256_set1_ps(d)));
+            dst[9] = sums_times(t, byte_sums(t, &q), _mm256_set1_ps(d));
         }
         dst[10] = bits(t, zero_ps(t));
     }
@@ -513,14 +522,7 @@ impl Format for Q6K {
 
     #[inline(always)]
     fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
-        for h in 0..2 {
-            let q = rows16(t, src, at(16, 4 + 128 * h));
-            dst[4 * h..4 * h + 4].copy_from_slice(&q);
-            // The first half's start values in the start slot, the second's in the minimum slot.
-            dst[10 - h] = neg_shl::<5>(t, byte_sums(t, &q));
-        }
-        // SAFETY: `t` proves AVX; registers only.
-        dst[8] = bits(t, unsafe { _mm256_set1_ps(f32_at(src)) });
+        repack_q8_k16::<5, false>(t, src, dst);
     }
 
     #[inline(always)]
@@ -541,5 +543,115 @@ fn q6_k_scales(_t: AvxVnni, s: &[u8], d: f32) -> __m256 {
     // SAFETY: `_t` proves AVX2; registers only.
     unsafe {
         _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_cvtsi64_si128(b))), _mm256_set1_ps(d))
+    }
+}
+
+/// Repacks one Q8_K activation block for a 16-value sub-block format (Q2_K, Q3_K, Q6_K): the
+/// values of each half (lane `L` of half `h` holds sub-block `8h + L`) and `d`, then per half
+/// (the first in the start slot, the second in the minimum slot) either, for a format with
+/// minimums (`MIN`), the f32 factors `d · Σx`, or the start values `−(Σx << SHIFT)` of unsigned
+/// weights stored plus `2^SHIFT`.
+#[inline(always)]
+fn repack_q8_k16<const SHIFT: i32, const MIN: bool>(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+    // SAFETY: `t` proves AVX; registers only.
+    let d = unsafe { _mm256_set1_ps(f32_at(src)) };
+    for h in 0..2 {
+        let q = rows16(t, src, at(16, 4 + 128 * h));
+        dst[4 * h..4 * h + 4].copy_from_slice(&q);
+        let s = byte_sums(t, &q);
+        dst[10 - h] = if MIN { sums_times(t, s, d) } else { neg_shl::<SHIFT>(t, s) };
+    }
+    dst[8] = bits(t, d);
+}
+
+/// The little-endian f16 at `src[0..2]` as f32.
+#[inline(always)]
+fn f16_at(t: AvxVnni, src: &[u8]) -> f32 {
+    // SAFETY: `t` proves AVX; registers only.
+    unsafe { _mm256_cvtss_f32(f16x1(t, src)) }
+}
+
+/// The bytes `off + 16m + 4v ..+ 4` of a 16-value sub-block format's 32-byte field (Q2_K's and
+/// Q3_K's `qs` of one half, Q3_K's `hmask`) for lane `L = 2k + m` of vector `v`.
+#[inline(always)]
+fn k16_rows(t: AvxVnni, src: &[u8], off: usize) -> [__m256i; 4] {
+    let o = off + 16;
+    rows16(t, src, [off, o, off, o, off, o, off, o])
+}
+
+/// The 2-bit values of one half of a Q2_K or Q3_K super-block whose `qs` bytes start at
+/// `off`: lane `L = 2k + m` of vector `v` holds bits `2k, 2k + 1` of the [`k16_rows`] bytes, in
+/// 0..4.
+#[inline(always)]
+fn k16_low_bits(t: AvxVnni, src: &[u8], off: usize) -> [__m256i; 4] {
+    let mut q = k16_rows(t, src, off);
+    // SAFETY: `t` proves AVX2; registers only.
+    unsafe {
+        let shift = _mm256_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6);
+        for v in q.iter_mut() {
+            *v = _mm256_and_si256(_mm256_srlv_epi32(*v, shift), _mm256_set1_epi8(0x03));
+        }
+    }
+    q
+}
+
+// ---- Q3_K ----------------------------------------------------------------------------------
+
+/// Q3_K weights, one super-block of `hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16`
+/// per group, in two halves of 8 sub-blocks of 16 values as for Q6_K: lane `L = 2k + m` of half
+/// `h` is sub-block `8h + L` (bit pair `k` of the half's `qs` bytes, bit `4h + k` of `hmask`).
+pub(super) struct Q3K;
+
+impl Format for Q3K {
+    const W_GROUP: usize = 110;
+    const X_GROUP: usize = 292;
+    const NQ: usize = 8;
+    const W_UNIT: usize = 110;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 8;
+    const INIT: bool = true;
+    const MIN: bool = false;
+    const SPLIT: bool = true;
+    const ID: u8 = 7;
+
+    /// Values `low + 4 · high` in 0..8 (the stored value plus 4), scales `d · (s − 32)`.
+    #[inline(always)]
+    fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
+        let mut q = [zero_si(t); 8];
+        let hm = k16_rows(t, src, 0);
+        for h in 0..2 {
+            let low = k16_low_bits(t, src, 32 + 32 * h);
+            // SAFETY: `t` proves AVX2; registers only.
+            unsafe {
+                let shift = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+                let shift = _mm256_add_epi32(shift, _mm256_set1_epi32(4 * h as i32));
+                for v in 0..4 {
+                    // Bit `4h + k` of every `hmask` byte to bit 0, then to bit 2.
+                    let high = _mm256_and_si256(_mm256_srlv_epi32(hm[v], shift), _mm256_set1_epi8(0x01));
+                    q[4 * h + v] = _mm256_or_si256(low[v], _mm256_slli_epi32::<2>(high));
+                }
+            }
+        }
+        let mut packed = [0u8; 12];
+        packed.copy_from_slice(&src[96..108]);
+        let sc = unpack_scales_q3k(&packed).map(|s| s as u8);
+        let d = f16_at(t, &src[108..]);
+        let scale = q6_k_scales(t, &sc[..8], d);
+        WGroup { q, scale, scale2: q6_k_scales(t, &sc[8..], d), min: scale }
+    }
+
+    #[inline(always)]
+    fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        repack_q8_k16::<2, false>(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        Self::repack(t, src, dst);
     }
 }
