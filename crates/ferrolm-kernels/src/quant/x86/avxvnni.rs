@@ -1,11 +1,11 @@
 //! AVX-VNNI kernels for [`Isa::AvxVnni`](crate::Isa::AvxVnni) (256-bit `vpdpbusd` on top of
 //! AVX2, for CPUs without AVX-512): decode dot products and the prompt GEMM for Q4_0, Q4_1, Q5_0,
-//! Q8_0, Q3_K, Q4_K and Q6_K weights.
+//! Q8_0, Q2_K, Q3_K, Q4_K and Q6_K weights.
 //!
 //! The layout is the AVX-512 kernels' (`avx512.rs`) at half width: a *group* is 8 blocks of
-//! 32 values (Q4_0/Q4_1/Q5_0/Q8_0), one Q4_K super-block (8 sub-blocks of 32) or one Q3_K or
-//! Q6_K super-block (two halves of 8 sub-blocks of 16, each half with its own scales), turned into
-//! 256-bit vectors whose i32 lane `b` holds four values of block `b`, so that `vpdpbusd`
+//! 32 values (Q4_0/Q4_1/Q5_0/Q8_0), one Q4_K super-block (8 sub-blocks of 32) or one Q2_K, Q3_K
+//! or Q6_K super-block (two halves of 8 sub-blocks of 16, each half with its own scales), turned
+//! into 256-bit vectors whose i32 lane `b` holds four values of block `b`, so that `vpdpbusd`
 //! leaves one block's integer dot product per lane and the block scales apply to 8 blocks per
 //! instruction. Without byte permutes across lanes, blocks are rearranged with 128-bit loads and
 //! in-lane dword transposes; scales are read one by one. A row's remaining blocks past whole
@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::avxvnni_formats::{Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
+use super::avxvnni_formats::{Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q6K, Q8_0};
 use crate::GgmlType;
 use crate::quant::prefetch_next;
 
@@ -62,18 +62,21 @@ pub(in crate::quant) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
         GgmlType::Q8_0 => pair!(Q8_0),
         GgmlType::Q4_K => pair!(Q4K),
         GgmlType::Q6_K => pair!(Q6K),
+        GgmlType::Q2_K => pair!(Q2K),
         GgmlType::Q3_K => pair!(Q3K),
         _ => None,
     }
 }
 
-/// One weight group in lane layout: `q[..NQ]` unsigned values, the per-lane f32 scale (of the
-/// first half of `q` and of the second, for split formats) and the per-lane f32 minimum term.
+/// One weight group in lane layout: `q[..NQ]` unsigned values, the per-lane f32 scale and the
+/// per-lane f32 minimum term (of the first half of `q`, and in `scale2` and `min2` of the second,
+/// for split formats).
 pub(super) struct WGroup {
     pub(super) q: [__m256i; 8],
     pub(super) scale: __m256,
     pub(super) scale2: __m256,
     pub(super) min: __m256,
+    pub(super) min2: __m256,
 }
 
 /// A weight format's group geometry and unpacking, and the matching activation repacking (as
@@ -95,8 +98,10 @@ pub(super) trait Format {
     const INIT: bool;
     /// Whether the result has a `min · a` term (Q4_1, Q4_K).
     const MIN: bool;
-    /// Whether the two halves of `q` have their own scales (`scale`, `scale2`) and start values
-    /// (the activations' start-value and minimum slots); never together with `MIN`.
+    /// Whether the two halves of `q` have their own scales (`scale`, `scale2`) and either start
+    /// values (`INIT`) or minimums (`min`, `min2`, with `MIN`), the activations' start values or
+    /// minimum factors of the first half in the start-value slot, of the second in the minimum
+    /// slot.
     const SPLIT: bool;
     /// A nonzero number unique to the format (its rearranged activations differ).
     const ID: u8;
@@ -277,14 +282,19 @@ fn group_dot<F: Format, const T: usize>(
     unsafe {
         let mut s = if F::INIT { x[nq + 2] } else { _mm256_setzero_si256() };
         if F::SPLIT {
-            let mut s2 = x[nq + 1];
+            let mut s2 = if F::INIT { x[nq + 1] } else { _mm256_setzero_si256() };
             for j in 0..nq / 2 {
                 s = dpbusd(_t, s, wg.q[j], x[j]);
                 s2 = dpbusd(_t, s2, wg.q[nq / 2 + j], x[nq / 2 + j]);
             }
             let f = _mm256_mul_ps(_mm256_cvtepi32_ps(s), wg.scale);
             let f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), wg.scale2, f);
-            return _mm256_fmadd_ps(f, _mm256_castsi256_ps(x[nq]), acc);
+            let a = _mm256_fmadd_ps(f, _mm256_castsi256_ps(x[nq]), acc);
+            if F::MIN {
+                let a = _mm256_fmadd_ps(wg.min, _mm256_castsi256_ps(x[nq + 2]), a);
+                return _mm256_fmadd_ps(wg.min2, _mm256_castsi256_ps(x[nq + 1]), a);
+            }
+            return a;
         }
         if T < 4 && nq >= 4 {
             let mut s2 = _mm256_setzero_si256();

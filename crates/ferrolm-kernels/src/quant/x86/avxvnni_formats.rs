@@ -155,7 +155,7 @@ impl Format for Q4_0 {
         let g = rows16(t, src, at(18, 2));
         let q = split_nibbles(t, g);
         let scale = f16x8(t, src, at(18, 0));
-        WGroup { q, scale, scale2: scale, min: scale }
+        WGroup { q, scale, scale2: scale, min: scale, min2: scale }
     }
 
     #[inline(always)]
@@ -166,7 +166,7 @@ impl Format for Q4_0 {
     #[inline(always)]
     fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
         let scale = f16x1(t, src);
-        WGroup { q: [nibbles32(t, &src[2..]); 8], scale, scale2: scale, min: scale }
+        WGroup { q: [nibbles32(t, &src[2..]); 8], scale, scale2: scale, min: scale, min2: scale }
     }
 
     #[inline(always)]
@@ -197,7 +197,7 @@ impl Format for Q4_1 {
         let g = rows16(t, src, at(20, 4));
         let q = split_nibbles(t, g);
         let scale = f16x8(t, src, at(20, 0));
-        WGroup { q, scale, scale2: scale, min: f16x8(t, src, at(20, 2)) }
+        WGroup { q, scale, scale2: scale, min: f16x8(t, src, at(20, 2)), min2: scale }
     }
 
     #[inline(always)]
@@ -212,7 +212,13 @@ impl Format for Q4_1 {
     #[inline(always)]
     fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
         let scale = f16x1(t, src);
-        WGroup { q: [nibbles32(t, &src[4..]); 8], scale, scale2: scale, min: f16x1(t, &src[2..]) }
+        WGroup {
+            q: [nibbles32(t, &src[4..]); 8],
+            scale,
+            scale2: scale,
+            min: f16x1(t, &src[2..]),
+            min2: scale,
+        }
     }
 
     #[inline(always)]
@@ -307,7 +313,7 @@ impl Format for Q5_0 {
             *v = unsafe { _mm256_or_si256(*v, q5_high(t, h, j)) };
         }
         let scale = f16x8(t, src, at(22, 0));
-        WGroup { q, scale, scale2: scale, min: scale }
+        WGroup { q, scale, scale2: scale, min: scale, min2: scale }
     }
 
     #[inline(always)]
@@ -329,7 +335,7 @@ impl Format for Q5_0 {
             _mm256_or_si256(nibbles32(t, &src[6..]), high)
         };
         let scale = f16x1(t, src);
-        WGroup { q: [q; 8], scale, scale2: scale, min: scale }
+        WGroup { q: [q; 8], scale, scale2: scale, min: scale, min2: scale }
     }
 
     #[inline(always)]
@@ -370,7 +376,7 @@ impl Format for Q8_0 {
         for v in q.iter_mut() {
             *v = flip(t, *v);
         }
-        WGroup { q, scale, scale2: scale, min: scale }
+        WGroup { q, scale, scale2: scale, min: scale, min2: scale }
     }
 
     #[inline(always)]
@@ -381,7 +387,7 @@ impl Format for Q8_0 {
     #[inline(always)]
     fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
         let scale = f16x1(t, src);
-        WGroup { q: [flip(t, load32(t, &src[2..])); 8], scale, scale2: scale, min: scale }
+        WGroup { q: [flip(t, load32(t, &src[2..])); 8], scale, scale2: scale, min: scale, min2: scale }
     }
 
     #[inline(always)]
@@ -447,7 +453,7 @@ impl Format for Q4K {
         // SAFETY: as above.
         let (d, dmin) = unsafe { (_mm256_cvtss_f32(d), _mm256_cvtss_f32(f16x1(t, &src[2..]))) };
         let scale = bytes_times(t, sc, d);
-        WGroup { q, scale, scale2: scale, min: bytes_times(t, m, -dmin) }
+        WGroup { q, scale, scale2: scale, min: bytes_times(t, m, -dmin), min2: scale }
     }
 
     #[inline(always)]
@@ -516,7 +522,7 @@ impl Format for Q6K {
             }
             let d = _mm256_cvtss_f32(f16x1(t, &src[208..]));
             let scale = q6_k_scales(t, &src[192..200], d);
-            WGroup { q, scale, scale2: q6_k_scales(t, &src[200..208], d), min: scale }
+            WGroup { q, scale, scale2: q6_k_scales(t, &src[200..208], d), min: scale, min2: scale }
         }
     }
 
@@ -637,12 +643,73 @@ impl Format for Q3K {
         let sc = unpack_scales_q3k(&packed).map(|s| s as u8);
         let d = f16_at(t, &src[108..]);
         let scale = q6_k_scales(t, &sc[..8], d);
-        WGroup { q, scale, scale2: q6_k_scales(t, &sc[8..], d), min: scale }
+        WGroup { q, scale, scale2: q6_k_scales(t, &sc[8..], d), min: scale, min2: scale }
     }
 
     #[inline(always)]
     fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
         repack_q8_k16::<2, false>(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        Self::repack(t, src, dst);
+    }
+}
+
+// ---- Q2_K ----------------------------------------------------------------------------------
+
+/// Q2_K weights, one super-block of `scales: [u8; 16], qs: [u8; 64], d, dmin: f16` per group,
+/// in two halves of 8 sub-blocks of 16 values as for Q3_K (lane `L = 2k + m` of half `h`: bit
+/// pair `k` of the half's `qs` bytes), each half with its own scales and minimums.
+pub(super) struct Q2K;
+
+/// Little-endian u64 at `b[0..8]`.
+#[inline(always)]
+fn u64_at(b: &[u8]) -> u64 {
+    u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+}
+
+impl Format for Q2K {
+    const W_GROUP: usize = 84;
+    const X_GROUP: usize = 292;
+    const NQ: usize = 8;
+    const W_UNIT: usize = 84;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 8;
+    const INIT: bool = false;
+    const MIN: bool = true;
+    const SPLIT: bool = true;
+    const ID: u8 = 8;
+
+    /// Values in 0..4, scales `d · sc`, minimums `−dmin · m` (the low and high nibbles of the
+    /// sub-blocks' `scales` bytes).
+    #[inline(always)]
+    fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
+        let mut q = [zero_si(t); 8];
+        for h in 0..2 {
+            q[4 * h..4 * h + 4].copy_from_slice(&k16_low_bits(t, src, 16 + 32 * h));
+        }
+        let (d, dmin) = (f16_at(t, &src[80..]), f16_at(t, &src[82..]));
+        let (lo, hi) = (u64_at(src), u64_at(&src[8..]));
+        let nib = 0x0f0f_0f0f_0f0f_0f0f;
+        WGroup {
+            q,
+            scale: bytes_times(t, lo & nib, d),
+            scale2: bytes_times(t, hi & nib, d),
+            min: bytes_times(t, (lo >> 4) & nib, -dmin),
+            min2: bytes_times(t, (hi >> 4) & nib, -dmin),
+        }
+    }
+
+    #[inline(always)]
+    fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        repack_q8_k16::<0, true>(t, src, dst);
     }
 
     #[inline(always)]
