@@ -207,7 +207,7 @@ fn proportional_factors(partial: f64, head_dim: usize) -> Vec<f32> {
 /// Qwen 3.5's gated delta net keys as llama.cpp's converter writes them, and
 /// `ssm.v_heads_grouped`: the folder keeps the value heads in Hugging Face's order (the
 /// converter reorders them, ferrolm reads them as stored).
-fn qwen35_keys(c: &Cfg<'_>, n_layer: usize, put: &mut impl FnMut(&str, MetaValue)) -> Result<()> {
+fn qwen35_keys(c: &Cfg<'_>, arch: Arch, n_layer: usize, put: &mut impl FnMut(&str, MetaValue)) -> Result<()> {
     let recurrent: Vec<bool> = match c.get("layer_types").and_then(Value::as_array) {
         Some(types) => types.iter().map(|t| t.as_str() == Some("linear_attention")).collect(),
         None => {
@@ -224,6 +224,18 @@ fn qwen35_keys(c: &Cfg<'_>, n_layer: usize, put: &mut impl FnMut(&str, MetaValue
     put("ssm.inner_size", u32v(n_v * dv));
     put("attention.recurrent_layers", MetaValue::Array(MetaArray::Bool(recurrent)));
     put("ssm.v_heads_grouped", MetaValue::Bool(true));
+    if arch != Arch::Qwen3Next {
+        // Qwen 3.5's multi-axis RoPE sections (text gives every section the same position, so
+        // ferrolm does not read them; llama.cpp's loader requires the key): as llama.cpp's
+        // converter writes them, padded to four, [11, 11, 10, 0] when the config has none.
+        let sections = rope_section(c)
+            .get("mrope_section")
+            .and_then(Value::as_array)
+            .map(|v| v.iter().map(|x| x.as_i64().unwrap_or(0) as i32).collect::<Vec<_>>())
+            .unwrap_or_else(|| vec![11, 11, 10]);
+        let sections: Vec<i32> = sections.into_iter().chain(std::iter::repeat(0)).take(4).collect();
+        put("rope.dimension_sections", MetaValue::Array(MetaArray::I32(sections)));
+    }
     if c.opt_bool("attention_bias")? == Some(true) {
         return Err(Error::Config("config.json: Qwen 3.5 with attention biases is not supported".into()));
     }
@@ -692,7 +704,7 @@ pub fn translate(json: &Value, name: &str) -> Result<(Vec<(String, MetaValue)>, 
                 put("attention.sliding_window", u32v(w, "sliding_window")?);
             }
         }
-        Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35_keys(&c, n_layer, &mut put)?,
+        Arch::Qwen35 | Arch::Qwen35Moe | Arch::Qwen3Next => qwen35_keys(&c, arch, n_layer, &mut put)?,
         Arch::Lfm2 => lfm2_keys(&c, (n_layer, n_head_kv, n_ff), &mut put)?,
         Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen2Moe | Arch::Qwen3Moe => {
             if c.opt_bool("use_sliding_window")?.unwrap_or(false) {
