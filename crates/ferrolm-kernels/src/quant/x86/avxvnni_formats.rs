@@ -439,34 +439,107 @@ impl Format for Q4K {
 
     #[inline(always)]
     fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
-        // Lanes 2c and 2c + 1 both read chunk c.
-        let g = rows32(t, src, [16, 16, 48, 48, 80, 80, 112, 112]);
-        // SAFETY: `t` proves AVX2; registers only.
-        let odd = unsafe { _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4) };
-        let mut q = g;
-        for v in q.iter_mut() {
-            // SAFETY: as above.
-            *v = lo_nibbles(t, unsafe { _mm256_srlv_epi32(*v, odd) });
-        }
-        let (sc, m) = q4_k_scales(&src[4..16]);
-        let d = f16x1(t, src);
-        // SAFETY: as above.
-        let (d, dmin) = unsafe { (_mm256_cvtss_f32(d), _mm256_cvtss_f32(f16x1(t, &src[2..]))) };
-        let scale = bytes_times(t, sc, d);
-        WGroup { q, scale, scale2: scale, min: bytes_times(t, m, -dmin), min2: scale }
+        k32_group(t, src, k32_nibbles(t, src, 16))
     }
 
     #[inline(always)]
     fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
-        let q = rows32(t, src, at(32, 4));
-        dst[..8].copy_from_slice(&q);
-        let d = f32_at(src);
-        // SAFETY: `t` proves AVX; registers only.
+        repack_q8_k32(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
+        Self::unpack(t, src)
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        Self::repack(t, src, dst);
+    }
+}
+
+/// The nibbles of a 32-value sub-block format's super-block whose `qs` bytes start at `off`
+/// (Q4_K, Q5_K): lane `j` of vector `v` holds values `4v..4v + 4` of sub-block `j`, the low
+/// nibbles of bytes `off + 32 (j / 2) + 4v ..+ 4` for even `j`, the high ones for odd `j`.
+#[inline(always)]
+fn k32_nibbles(t: AvxVnni, src: &[u8], off: usize) -> [__m256i; 8] {
+    // Lanes 2c and 2c + 1 both read chunk c.
+    let (a, b, c, d) = (off, off + 32, off + 64, off + 96);
+    let mut q = rows32(t, src, [a, a, b, b, c, c, d, d]);
+    // SAFETY: `t` proves AVX2; registers only.
+    let odd = unsafe { _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4) };
+    for v in q.iter_mut() {
+        // SAFETY: as above.
+        *v = lo_nibbles(t, unsafe { _mm256_srlv_epi32(*v, odd) });
+    }
+    q
+}
+
+/// The values `q` of a super-block that starts with `d, dmin: f16, scales: [u8; 12]` (Q4_K,
+/// Q5_K) with its per-lane scales `d · sc` and minimums `−dmin · m`.
+#[inline(always)]
+fn k32_group(t: AvxVnni, src: &[u8], q: [__m256i; 8]) -> WGroup {
+    let (sc, m) = q4_k_scales(&src[4..16]);
+    let (d, dmin) = (f16_at(t, src), f16_at(t, &src[2..]));
+    let scale = bytes_times(t, sc, d);
+    WGroup { q, scale, scale2: scale, min: bytes_times(t, m, -dmin), min2: scale }
+}
+
+/// Repacks one Q8_K activation block for the 32-value sub-block formats (Q4_K, Q5_K): lane `j`
+/// of vector `v` holds values `32j + 4v ..+ 4`; then `d` and the minimum factors `d · Σx`.
+#[inline(always)]
+fn repack_q8_k32(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+    let q = rows32(t, src, at(32, 4));
+    dst[..8].copy_from_slice(&q);
+    // SAFETY: `t` proves AVX; registers only.
+    let d = unsafe { _mm256_set1_ps(f32_at(src)) };
+    dst[8] = bits(t, d);
+    dst[9] = sums_times(t, byte_sums(t, &q), d);
+    dst[10] = bits(t, zero_ps(t));
+}
+
+// ---- Q5_K ----------------------------------------------------------------------------------
+
+/// Q5_K weights, one super-block of `d, dmin: f16, scales: [u8; 12], qh: [u8; 32],
+/// qs: [u8; 128]` per group; lane `j` is sub-block `j`, as for Q4_K.
+pub(super) struct Q5K;
+
+impl Format for Q5K {
+    const W_GROUP: usize = 176;
+    const X_GROUP: usize = 292;
+    const NQ: usize = 8;
+    const W_UNIT: usize = 176;
+    const X_UNIT: usize = 292;
+    const UNIT_NQ: usize = 8;
+    const INIT: bool = false;
+    const MIN: bool = true;
+    const SPLIT: bool = false;
+    const ID: u8 = 9;
+
+    /// Values `nibble + 16 · high bit` in 0..32, the high bit of sub-block `j` being bit `j` of
+    /// the `qh` bytes; scales and minimums as Q4_K's.
+    #[inline(always)]
+    fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
+        let mut q = k32_nibbles(t, src, 48);
+        let qh = load32(t, &src[16..]);
+        // SAFETY: `t` proves AVX2; registers only.
         unsafe {
-            dst[8] = bits(t, _mm256_set1_ps(d));
-            dst[9] = sums_times(t, byte_sums(t, &q), _mm256_set1_ps(d));
+            // Bit `j` of every byte to bit 4 in lane `j`.
+            let up = _mm256_setr_epi32(4, 3, 2, 1, 0, 0, 0, 0);
+            let down = _mm256_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3);
+            for (v, x) in q.iter_mut().enumerate() {
+                // `qh` bytes `4v..4v + 4` in every lane.
+                let h = _mm256_permutevar8x32_epi32(qh, _mm256_set1_epi32(v as i32));
+                let high = _mm256_srlv_epi32(_mm256_sllv_epi32(h, up), down);
+                *x = _mm256_or_si256(*x, _mm256_and_si256(high, _mm256_set1_epi8(0x10)));
+            }
         }
-        dst[10] = bits(t, zero_ps(t));
+        k32_group(t, src, q)
+    }
+
+    #[inline(always)]
+    fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        repack_q8_k32(t, src, dst);
     }
 
     #[inline(always)]
