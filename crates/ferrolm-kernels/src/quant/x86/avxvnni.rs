@@ -1,15 +1,15 @@
 //! AVX-VNNI kernels for [`Isa::AvxVnni`](crate::Isa::AvxVnni) (256-bit `vpdpbusd` on top of
 //! AVX2, for CPUs without AVX-512): decode dot products and the prompt GEMM for Q4_0, Q4_1, Q5_0,
-//! Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights.
+//! Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K weights.
 //!
 //! The layout is the AVX-512 kernels' (`avx512.rs`) at half width: a *group* is 8 blocks of
-//! 32 values (Q4_0/Q4_1/Q5_0/Q8_0), one Q4_K or Q5_K super-block (8 sub-blocks of 32) or one
-//! Q2_K, Q3_K or Q6_K super-block (two halves of 8 sub-blocks of 16, each half with its own
-//! scales), turned into 256-bit vectors whose i32 lane `b` holds four values of block `b`, so that `vpdpbusd`
-//! leaves one block's integer dot product per lane and the block scales apply to 8 blocks per
-//! instruction. Without byte permutes across lanes, blocks are rearranged with 128-bit loads and
-//! in-lane dword transposes; scales are read one by one. A row's remaining blocks past whole
-//! groups are processed one block per vector in natural order.
+//! 32 values (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0), one Q4_K or Q5_K super-block (8 sub-blocks of 32) or
+//! one Q2_K, Q3_K or Q6_K super-block (two halves of 8 sub-blocks of 16, each half with its own
+//! scales), turned into 256-bit vectors whose i32 lane `b` holds four values of block `b`, so
+//! that `vpdpbusd` leaves one block's integer dot product per lane and the block scales apply to
+//! 8 blocks per instruction. Without byte permutes across lanes, blocks are rearranged with
+//! 128-bit loads and in-lane dword transposes; scales are read one by one. A row's remaining
+//! blocks past whole groups are processed one block per vector in natural order.
 //!
 //! Offsets are integer start values from the activations as in the AVX-512 kernels; integer sums
 //! are exact, only the f32 accumulation order differs from the portable kernels.
@@ -17,7 +17,7 @@
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
-use super::avxvnni_formats::{Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q5K, Q6K, Q8_0};
+use super::avxvnni_formats::{Q2K, Q3K, Q4_0, Q4_1, Q4K, Q5_0, Q5_1, Q5K, Q6K, Q8_0};
 use crate::GgmlType;
 use crate::quant::prefetch_next;
 
@@ -59,6 +59,7 @@ pub(in crate::quant) fn kernels(ty: GgmlType) -> Option<(DotFn, GemmFn)> {
         GgmlType::Q4_0 => pair!(Q4_0),
         GgmlType::Q4_1 => pair!(Q4_1),
         GgmlType::Q5_0 => pair!(Q5_0),
+        GgmlType::Q5_1 => pair!(Q5_1),
         GgmlType::Q8_0 => pair!(Q8_0),
         GgmlType::Q4_K => pair!(Q4K),
         GgmlType::Q5_K => pair!(Q5K),

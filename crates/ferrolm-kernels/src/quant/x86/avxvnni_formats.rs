@@ -202,11 +202,7 @@ impl Format for Q4_1 {
 
     #[inline(always)]
     fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
-        let q = rows32(t, src, at(36, 4));
-        dst[..8].copy_from_slice(&q);
-        dst[8] = bits(t, f16x8(t, src, at(36, 0)));
-        dst[9] = bits(t, f16x8(t, src, at(36, 2)));
-        dst[10] = bits(t, zero_ps(t));
+        repack_q8_1(t, src, dst);
     }
 
     #[inline(always)]
@@ -223,13 +219,29 @@ impl Format for Q4_1 {
 
     #[inline(always)]
     fn repack_unit(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
-        dst[0] = load32(t, &src[4..]);
-        dst[1] = bits(t, f16x1(t, src));
-        // The minimum term once per block: the weight's minimum fills every lane.
-        // SAFETY: `t` proves AVX; registers only.
-        dst[2] = bits(t, unsafe { _mm256_blend_ps::<1>(zero_ps(t), f16x1(t, &src[2..])) });
-        dst[3] = bits(t, zero_ps(t));
+        repack_q8_1_unit(t, src, dst);
     }
+}
+
+/// Repacks 8 Q8_1 activation blocks (Q4_1, Q5_1): values, `d` and the minimum factors `d · Σq`.
+#[inline(always)]
+fn repack_q8_1(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+    let q = rows32(t, src, at(36, 4));
+    dst[..8].copy_from_slice(&q);
+    dst[8] = bits(t, f16x8(t, src, at(36, 0)));
+    dst[9] = bits(t, f16x8(t, src, at(36, 2)));
+    dst[10] = bits(t, zero_ps(t));
+}
+
+/// Repacks one Q8_1 activation block (Q4_1, Q5_1) in natural order.
+#[inline(always)]
+fn repack_q8_1_unit(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+    dst[0] = load32(t, &src[4..]);
+    dst[1] = bits(t, f16x1(t, src));
+    // The minimum term once per block: the weight's minimum fills every lane.
+    // SAFETY: `t` proves AVX; registers only.
+    dst[2] = bits(t, unsafe { _mm256_blend_ps::<1>(zero_ps(t), f16x1(t, &src[2..])) });
+    dst[3] = bits(t, zero_ps(t));
 }
 
 // ---- Q5_0 ----------------------------------------------------------------------------------
@@ -299,19 +311,7 @@ impl Format for Q5_0 {
 
     #[inline(always)]
     fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
-        let g = rows16(t, src, at(22, 6));
-        let mut qh = [0i32; 8];
-        for (b, h) in qh.iter_mut().enumerate() {
-            let o = 22 * b + 2;
-            *h = i32::from_le_bytes([src[o], src[o + 1], src[o + 2], src[o + 3]]);
-        }
-        // SAFETY: `qh` holds 8 i32; AVX load, unaligned.
-        let h = unsafe { _mm256_loadu_si256(qh.as_ptr().cast()) };
-        let mut q = split_nibbles(t, g);
-        for (j, v) in q.iter_mut().enumerate() {
-            // SAFETY: as above.
-            *v = unsafe { _mm256_or_si256(*v, q5_high(t, h, j)) };
-        }
+        let q = five_bit_group(t, src, 22, 2);
         let scale = f16x8(t, src, at(22, 0));
         WGroup { q, scale, scale2: scale, min: scale, min2: scale }
     }
@@ -323,17 +323,7 @@ impl Format for Q5_0 {
 
     #[inline(always)]
     fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
-        let qh = i32::from_le_bytes([src[2], src[3], src[4], src[5]]);
-        // SAFETY: `t` proves AVX2; registers only. Byte `e` of the vector takes byte `e / 8` of
-        // `qh`; OR-ing every bit but bit `e % 8` leaves all ones exactly where bit `e` is set.
-        let q = unsafe {
-            let spread =
-                _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
-            let b = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
-            let b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
-            let high = _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi8(-1)), _mm256_set1_epi8(0x10));
-            _mm256_or_si256(nibbles32(t, &src[6..]), high)
-        };
+        let q = five_bit_unit(t, src, 2);
         let scale = f16x1(t, src);
         WGroup { q: [q; 8], scale, scale2: scale, min: scale, min2: scale }
     }
@@ -341,6 +331,88 @@ impl Format for Q5_0 {
     #[inline(always)]
     fn repack_unit(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
         repack_q8_0_unit::<4>(t, src, dst);
+    }
+}
+
+/// The 5-bit values (`nibble + 16 · high bit`, in 0..32) of 8 Q5_0 or Q5_1 blocks of `stride`
+/// bytes, each with its `qh: u32` at `qh_off` and its 16 `qs` bytes right after: vector `j`
+/// holds values `4j..4j + 4` of block `b` in lane `b`.
+#[inline(always)]
+fn five_bit_group(t: AvxVnni, src: &[u8], stride: usize, qh_off: usize) -> [__m256i; 8] {
+    let g = rows16(t, src, at(stride, qh_off + 4));
+    let mut qh = [0i32; 8];
+    for (b, h) in qh.iter_mut().enumerate() {
+        let o = stride * b + qh_off;
+        *h = i32::from_le_bytes([src[o], src[o + 1], src[o + 2], src[o + 3]]);
+    }
+    // SAFETY: `qh` holds 8 i32; AVX load, unaligned.
+    let h = unsafe { _mm256_loadu_si256(qh.as_ptr().cast()) };
+    let mut q = split_nibbles(t, g);
+    for (j, v) in q.iter_mut().enumerate() {
+        // SAFETY: `t` proves AVX2; registers only.
+        *v = unsafe { _mm256_or_si256(*v, q5_high(t, h, j)) };
+    }
+    q
+}
+
+/// The 32 5-bit values of one Q5_0 or Q5_1 block in natural order, its `qh: u32` at
+/// `src[qh_off..]` and its 16 `qs` bytes right after.
+#[inline(always)]
+fn five_bit_unit(t: AvxVnni, src: &[u8], qh_off: usize) -> __m256i {
+    let o = qh_off;
+    let qh = i32::from_le_bytes([src[o], src[o + 1], src[o + 2], src[o + 3]]);
+    // SAFETY: `t` proves AVX2; registers only. Byte `e` of the vector takes byte `e / 8` of
+    // `qh`; OR-ing every bit but bit `e % 8` leaves all ones exactly where bit `e` is set.
+    unsafe {
+        let spread =
+            _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0);
+        let b = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
+        let b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+        let high = _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi8(-1)), _mm256_set1_epi8(0x10));
+        _mm256_or_si256(nibbles32(t, &src[o + 4..]), high)
+    }
+}
+
+// ---- Q5_1 ----------------------------------------------------------------------------------
+
+/// Q5_1 weights: 8 blocks of `d: f16, m: f16, qh: u32, qs: [u8; 16]` (Q5_0's values with
+/// Q4_1's minimum).
+pub(super) struct Q5_1;
+
+impl Format for Q5_1 {
+    const W_GROUP: usize = 8 * 24;
+    const X_GROUP: usize = 8 * 36;
+    const NQ: usize = 8;
+    const W_UNIT: usize = 24;
+    const X_UNIT: usize = 36;
+    const UNIT_NQ: usize = 1;
+    const INIT: bool = false;
+    const MIN: bool = true;
+    const SPLIT: bool = false;
+    const ID: u8 = 10;
+
+    #[inline(always)]
+    fn unpack(t: AvxVnni, src: &[u8]) -> WGroup {
+        let q = five_bit_group(t, src, 24, 4);
+        let scale = f16x8(t, src, at(24, 0));
+        WGroup { q, scale, scale2: scale, min: f16x8(t, src, at(24, 2)), min2: scale }
+    }
+
+    #[inline(always)]
+    fn repack(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        repack_q8_1(t, src, dst);
+    }
+
+    #[inline(always)]
+    fn unpack_unit(t: AvxVnni, src: &[u8]) -> WGroup {
+        let scale = f16x1(t, src);
+        let q = [five_bit_unit(t, src, 4); 8];
+        WGroup { q, scale, scale2: scale, min: f16x1(t, &src[2..]), min2: scale }
+    }
+
+    #[inline(always)]
+    fn repack_unit(t: AvxVnni, src: &[u8], dst: &mut [__m256i]) {
+        repack_q8_1_unit(t, src, dst);
     }
 }
 
