@@ -360,6 +360,20 @@ fn five_bit_values(t: Avx512, z: &[__m512i; 6], hplan: &BytePlan, qplans: &[Byte
     q
 }
 
+/// The 5-bit values of a remainder pair of Q5_0 or Q5_1 blocks in `q[0]` (the other vectors
+/// unused): `hplan` gathers each block's `qh`, `pplan` its nibble pairs.
+#[inline(always)]
+fn five_bit_pair(t: Avx512, z: &[__m512i; 2], hplan: &BytePlan, pplan: &BytePlan) -> [__m512i; 8] {
+    let mut q = [z[0]; 8];
+    // SAFETY: `t` proves AVX-512 F/VBMI; the control table holds 64 bytes.
+    unsafe {
+        let h = gather(t, z, hplan);
+        let high = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_PSHIFT.as_ptr().cast()), h);
+        q[0] = or_and(t, nibble_pair(t, gather(t, z, pplan)), high, _mm512_set1_epi8(0x10));
+    }
+    q
+}
+
 impl Format for Q5_0 {
     const ID: u8 = 3;
     const W_GROUP: usize = 16 * 22;
@@ -386,13 +400,7 @@ impl Format for Q5_0 {
     #[inline(always)]
     fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
         let z = load::<2>(t, src);
-        let mut q = [z[0]; 8];
-        // SAFETY: `t` proves AVX-512 F/VBMI; the control table holds 64 bytes.
-        unsafe {
-            let h = gather(t, &z, &Q5_0_PH);
-            let high = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_PSHIFT.as_ptr().cast()), h);
-            q[0] = or_and(t, nibble_pair(t, gather(t, &z, &Q5_0_P)), high, _mm512_set1_epi8(0x10));
-        }
+        let q = five_bit_pair(t, &z, &Q5_0_PH, &Q5_0_P);
         WGroup { q, scale: f16_lo(t, gather_words(t, &z, &Q5_0_PD)), min: zero_ps(t) }
     }
 
@@ -452,13 +460,7 @@ impl Format for Q5_1 {
     #[inline(always)]
     fn unpack_unit(t: Avx512, src: &[u8]) -> WGroup {
         let z = load::<2>(t, src);
-        let mut q = [z[0]; 8];
-        // SAFETY: `t` proves AVX-512 F/VBMI; the control table holds 64 bytes.
-        unsafe {
-            let h = gather(t, &z, &Q5_1_PH);
-            let high = _mm512_multishift_epi64_epi8(_mm512_loadu_si512(Q5_0_PSHIFT.as_ptr().cast()), h);
-            q[0] = or_and(t, nibble_pair(t, gather(t, &z, &Q5_1_P)), high, _mm512_set1_epi8(0x10));
-        }
+        let q = five_bit_pair(t, &z, &Q5_1_PH, &Q5_1_P);
         let dm = gather_words(t, &z, &Q5_1_PDM);
         WGroup { q, scale: f16_lo(t, dm), min: f16_hi(t, dm) }
     }
