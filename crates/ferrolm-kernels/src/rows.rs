@@ -1,4 +1,5 @@
-//! Row kernels of the forward pass: RMSNorm and the RoPE rotation, with run-time dispatch.
+//! Row kernels of the forward pass: RMSNorm and the RoPE rotation, with run-time dispatch, and
+//! the Walsh–Hadamard rotation of quantized KV caches ([`hadamard`], portable only).
 //!
 //! The portable code (`reference`) is the engine's original: RMSNorm sums squares (rounded in
 //! f32) in f64, element by element in order, as GGML does, so that activations quantized after
@@ -62,6 +63,87 @@ pub fn rope_interleaved(x: &mut [f32], head_dim: usize, cs: &[(f32, f32)]) {
         return unsafe { neon::rope_interleaved(x, head_dim, cs) };
     }
     reference::rope_interleaved(x, head_dim, cs)
+}
+
+/// The orthonormal Walsh–Hadamard transform of each `n`-wide chunk of `x` (`n` a power of
+/// two): `x ← H·x / √n`, `H` Sylvester's ±1 matrix (`H₁ = [1]`, `H₂ₖ = [[Hₖ, Hₖ], [Hₖ, −Hₖ]]`),
+/// its own inverse. llama.cpp's `fwht` bit for bit: every value is first multiplied by
+/// `1/√n` (rounded to f32), then butterflies `(u, v) → (u + v, u − v)` run over pairs `len`
+/// apart, `len` = 1, 2, 4, …, `n/2`. Each output is a single addition or subtraction of two
+/// values, so the bits do not depend on how the loops are vectorized.
+///
+/// # Panics
+/// If `n` is not a power of two or does not divide `x.len()`.
+pub fn hadamard(x: &mut [f32], n: usize) {
+    assert!(
+        n.is_power_of_two() && x.len().is_multiple_of(n),
+        "hadamard: {} values in chunks of {n}",
+        x.len()
+    );
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2_fma() {
+        // SAFETY: AVX2 was detected on this CPU.
+        return unsafe { hadamard_avx2(x, n) };
+    }
+    hadamard_any(x, n)
+}
+
+/// [`hadamard_any`] compiled for AVX2 (the same operations on wider vectors: the same bits).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn hadamard_avx2(x: &mut [f32], n: usize) {
+    hadamard_any(x, n)
+}
+
+/// [`hadamard`] for the instruction set it is compiled for.
+#[inline(always)]
+fn hadamard_any(x: &mut [f32], n: usize) {
+    // The sizes caches use, with the chunk's length known to the compiler (it keeps the chunk
+    // in registers and unrolls the butterflies).
+    match n {
+        64 => x.chunks_exact_mut(64).for_each(|c| hadamard_fixed::<64>(c.try_into().expect("64"))),
+        128 => x.chunks_exact_mut(128).for_each(|c| hadamard_fixed::<128>(c.try_into().expect("128"))),
+        256 => x.chunks_exact_mut(256).for_each(|c| hadamard_fixed::<256>(c.try_into().expect("256"))),
+        _ => x.chunks_exact_mut(n).for_each(hadamard_chunk),
+    }
+}
+
+/// [`hadamard`] of one chunk of `N` values.
+#[inline(always)]
+fn hadamard_fixed<const N: usize>(c: &mut [f32; N]) {
+    hadamard_chunk(c);
+}
+
+/// [`hadamard`] of one chunk, its length a power of two. The butterflies less than 8 apart stay
+/// within groups of 8 values and run group by group (the same additions, in an order the
+/// compiler vectorizes); the wider ones run stage by stage over contiguous runs.
+#[inline(always)]
+fn hadamard_chunk(c: &mut [f32]) {
+    let n = c.len();
+    let scale = 1.0 / (n as f32).sqrt();
+    c.iter_mut().for_each(|v| *v *= scale);
+    let mut len = 1;
+    if n >= 8 {
+        for g in c.chunks_exact_mut(8) {
+            let g: &mut [f32; 8] = g.try_into().expect("8");
+            for (i, j) in [(0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (1, 3), (4, 6), (5, 7)] {
+                (g[i], g[j]) = (g[i] + g[j], g[i] - g[j]);
+            }
+            for i in 0..4 {
+                (g[i], g[i + 4]) = (g[i] + g[i + 4], g[i] - g[i + 4]);
+            }
+        }
+        len = 8;
+    }
+    while len < n {
+        for pair in c.chunks_exact_mut(2 * len) {
+            let (a, b) = pair.split_at_mut(len);
+            for (u, v) in a.iter_mut().zip(b.iter_mut()) {
+                (*u, *v) = (*u + *v, *u - *v);
+            }
+        }
+        len *= 2;
+    }
 }
 
 /// `1 / sqrt(mean + eps)` from a row's f64 sum of squares, as GGML does (the mean rounded to

@@ -141,3 +141,68 @@ fn neon_kernels_are_the_reference_bit_for_bit() {
         assert_eq!(bits(&got), bits(&want), "interleaved hd={hd}");
     }
 }
+
+/// Sylvester's `n × n` Hadamard matrix, entry by entry: `(-1)^popcount(i & j)`.
+fn sylvester(i: usize, j: usize) -> f64 {
+    if (i & j).count_ones().is_multiple_of(2) { 1.0 } else { -1.0 }
+}
+
+#[test]
+fn hadamard_is_the_orthonormal_sylvester_matrix_times_each_chunk() {
+    let mut rng = StdRng::seed_from_u64(7);
+    for n in [1, 2, 4, 8, 16, 64, 128, 256, 512] {
+        let x = random(3 * n, 30.0, &mut rng);
+        let mut got = x.clone();
+        hadamard(&mut got, n);
+        for (xc, gc) in x.chunks_exact(n).zip(got.chunks_exact(n)) {
+            for (i, &g) in gc.iter().enumerate() {
+                let want: f64 =
+                    (0..n).map(|j| sylvester(i, j) * xc[j] as f64).sum::<f64>() / (n as f64).sqrt();
+                assert!(
+                    (g as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()) * (n as f64).log2().max(1.0),
+                    "n={n} i={i}: {g} vs {want}"
+                );
+            }
+        }
+        // Orthonormal and symmetric: applying it twice gives the input back, and it keeps norms.
+        let mut back = got.clone();
+        hadamard(&mut back, n);
+        for (a, b) in back.iter().zip(&x) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "n={n}: H·H·x = {a}, x = {b}");
+        }
+        let norm = |v: &[f32]| v.iter().map(|&a| (a as f64) * (a as f64)).sum::<f64>();
+        assert!((norm(&got) / norm(&x) - 1.0).abs() < 1e-5, "n={n}: the norm changed");
+    }
+}
+
+#[test]
+fn hadamard_spreads_an_outlier_over_its_chunk() {
+    // What it is for: one large value among small ones (Qwen 2's keys) becomes n values of
+    // equal magnitude, so a 32-value block of the cache no longer spends its scale on it.
+    let mut x = vec![0f32; 64];
+    x[5] = 64.0;
+    hadamard(&mut x, 64);
+    assert!(x.iter().all(|&v| v.abs() == 8.0), "{x:?}");
+    assert_eq!(x[0], 8.0);
+}
+
+#[test]
+#[should_panic(expected = "hadamard")]
+fn hadamard_refuses_a_chunk_that_is_not_a_power_of_two() {
+    hadamard(&mut [0f32; 12], 6);
+}
+
+#[test]
+fn hadamard_gives_the_same_bits_on_every_path() {
+    // The dispatched transform (AVX2 where present, fixed sizes unrolled) against the portable
+    // loop, chunk by chunk: the same additions, so the same bits.
+    let mut rng = StdRng::seed_from_u64(8);
+    for n in [8, 16, 32, 64, 128, 256, 512] {
+        let x = random(5 * n, 100.0, &mut rng);
+        let mut got = x.clone();
+        hadamard(&mut got, n);
+        let mut want = x.clone();
+        want.chunks_exact_mut(n).for_each(super::hadamard_chunk);
+        assert_eq!(bits(&got), bits(&want), "n={n}");
+    }
+}
