@@ -104,6 +104,39 @@ impl KvType {
     }
 }
 
+/// The Walsh–Hadamard rotations a quantized cache's rows go through (llama.cpp's `attn_rot`):
+/// a few large coordinates of a key (Qwen 2's key biases) would otherwise take a 32-value
+/// block's scale and round every other value of the block to nothing; rotated, each chunk's
+/// energy is spread over all its values. Attention is unchanged in exact arithmetic:
+/// `(Hq)·(Hk) = q·k` and `Σ pᵢ·Hvᵢ = H·Σ pᵢ·vᵢ`, `H` orthonormal and its own inverse
+/// ([`ferrolm_kernels::rows::hadamard`]).
+///
+/// With a quantized key type, queries and keys are rotated (after RoPE) in chunks of the
+/// largest power of two that divides the head size; with a quantized value type, values are
+/// rotated in chunks of 64 before they are stored and each attention output is rotated back.
+/// Neither applies to a head size that is not a multiple of 64, nor to float types. llama.cpp
+/// decides over the head size shared by all layers of a cache (none when they differ); ferrolm
+/// over each layer's own, which is the same for every model it runs (Gemma 4's two head sizes
+/// sit in llama.cpp's two caches, one for sliding-window layers).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvRotation {
+    /// Chunk size of the query and key rotation.
+    pub k: Option<usize>,
+    /// Chunk size of the value rotation (undone on the attention output).
+    pub v: Option<usize>,
+}
+
+impl KvRotation {
+    /// The rotations of a cache of these `(key, value)` types for heads of `head_dim` values.
+    pub fn new((type_k, type_v): (KvType, KvType), head_dim: usize) -> Self {
+        let fits = head_dim > 0 && head_dim.is_multiple_of(64);
+        Self {
+            k: (fits && type_k.blocks().is_some()).then(|| 1 << head_dim.trailing_zeros()),
+            v: (fits && type_v.blocks().is_some()).then_some(64),
+        }
+    }
+}
+
 impl std::fmt::Display for KvType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
@@ -723,6 +756,24 @@ impl KvCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quantized_types_rotate_as_llama_cpp_does() {
+        use KvType::*;
+        let rot = |k, v, hd| KvRotation::new((k, v), hd);
+        // Float caches never rotate.
+        assert_eq!(rot(F16, F16, 128), KvRotation::default());
+        assert_eq!(rot(F32, F16, 64), KvRotation::default());
+        // Keys: the largest power of two dividing the head size; values: 64.
+        assert_eq!(rot(Q8_0, Q8_0, 64), KvRotation { k: Some(64), v: Some(64) });
+        assert_eq!(rot(Q4_0, F16, 128), KvRotation { k: Some(128), v: None });
+        assert_eq!(rot(F16, Q4_0, 256), KvRotation { k: None, v: Some(64) });
+        assert_eq!(rot(Q8_0, Q8_0, 192), KvRotation { k: Some(64), v: Some(64) });
+        assert_eq!(rot(Q8_0, Q8_0, 512), KvRotation { k: Some(512), v: Some(64) });
+        // A head size that is not a multiple of 64 is stored unrotated.
+        assert_eq!(rot(Q8_0, Q8_0, 96), KvRotation::default());
+        assert_eq!(rot(Q8_0, Q8_0, 32), KvRotation::default());
+    }
 
     #[test]
     fn slots_and_positions_are_separate() {

@@ -8,9 +8,9 @@
 //! per-query path), and every next-token prediction counts. f16 must stay within 1% of f32's
 //! perplexity, q8_0 and q8_0 keys with q4_0 values within 3%.
 //!
-//! q4_0 keys cost more than 10% on these small models (measured +16.2% on SmolLM2 and +10.4% on
-//! Gemma 3, against +0.8% and +1.7% for q4_0 values under q8_0 keys; see docs/kernels.md), so
-//! q4_0 is held only to a sanity bound of 30%, which a broken q4_0 path exceeds by far.
+//! q4_0 keys cost more: +6.4% on SmolLM2 and +8.6% on Gemma 3 with the keys rotated as llama.cpp
+//! rotates them (`ferrolm::kv::KvRotation`), +16% and +10% without (see docs/kernels.md), so
+//! q4_0 is held to 12%, which unrotated keys on SmolLM2 and a broken q4_0 path exceed.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -72,7 +72,7 @@ fn check_model(file: &str, max_tokens: usize) {
         (KvType::F16, KvType::F16, 0.01),
         (KvType::Q8_0, KvType::Q8_0, 0.03),
         (KvType::Q8_0, KvType::Q4_0, 0.03),
-        (KvType::Q4_0, KvType::Q4_0, 0.30),
+        (KvType::Q4_0, KvType::Q4_0, 0.12),
     ] {
         let p = perplexity(&model, &tokens, (k, v));
         let rel = p / base - 1.0;

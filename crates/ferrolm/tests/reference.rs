@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use common::Reference;
 use ferrolm::batch::Batch;
 use ferrolm::eval::{PerplexityOptions, Scoring, perplexity};
+use ferrolm::kv::KvType;
 use ferrolm::model::Model;
 use ferrolm::sampling::argmax;
 
@@ -121,11 +122,14 @@ const PPL_TOLERANCE: f64 = 0.01;
 /// packed Q5_0 only, 17.493 with both; llama.cpp's own two attention paths give 17.460 and
 /// 17.425. On three other 12 kB slices of the same book ferrolm and llama.cpp differ by −0.6% to
 /// +0.3%. A real numerics bug moves it by far more.
-fn check_perplexity(file: &str) {
+///
+/// With `q8_0` keys and values (`kv_q8_0`), against llama.cpp's figure for the same cache
+/// (`"q8_0"`): both rotate the rows before quantizing them (`ferrolm::kv::KvRotation`).
+fn check_perplexity(file: &str, kv_q8_0: bool) {
     let Some(path) = common::require_model(file) else { return };
     let r: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join("perplexity.json")).unwrap()).unwrap();
-    let want = &r["models"][file];
+    let want = if kv_q8_0 { &r["models"][file]["q8_0"] } else { &r["models"][file] };
     let alice = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/alice29.txt");
     let text = std::fs::read_to_string(alice).unwrap();
     let text = &text[..r["text_bytes"].as_u64().unwrap() as usize];
@@ -133,12 +137,20 @@ fn check_perplexity(file: &str) {
     // llama-perplexity tokenizes with BOS in front.
     let tokens = model.tokenizer().encode(text, true, false).unwrap();
     let n_ctx = r["n_ctx"].as_u64().unwrap() as usize;
-    let opts =
-        PerplexityOptions { n_ctx, n_batch: n_ctx, scoring: Scoring::Chunks, ..PerplexityOptions::default() };
+    let kv = if kv_q8_0 { KvType::Q8_0 } else { KvType::F16 };
+    let opts = PerplexityOptions {
+        n_ctx,
+        n_batch: n_ctx,
+        scoring: Scoring::Chunks,
+        type_k: kv,
+        type_v: kv,
+        ..PerplexityOptions::default()
+    };
     let res = perplexity(&model, &tokens, &opts, &mut |_, _| {}).unwrap();
-    let (chunks, final_ppl) = (want["chunks"].as_u64().unwrap() as usize, want["final"].as_f64().unwrap());
+    let chunks = r["models"][file]["chunks"].as_u64().unwrap() as usize;
+    let final_ppl = want["final"].as_f64().unwrap();
     eprintln!(
-        "{file}: PPL {:.4} vs llama-perplexity {final_ppl:.4} over {} chunks",
+        "{file}, {kv} cache: PPL {:.4} vs llama-perplexity {final_ppl:.4} over {} chunks",
         res.perplexity, res.n_windows
     );
     assert_eq!(res.n_windows, chunks, "{file}: chunk count");
@@ -146,7 +158,7 @@ fn check_perplexity(file: &str) {
     let rel = (res.perplexity - final_ppl).abs() / final_ppl;
     assert!(
         rel <= PPL_TOLERANCE,
-        "{file}: PPL {} is {:.2}% off llama-perplexity's {final_ppl}",
+        "{file}, {kv} cache: PPL {} is {:.2}% off llama-perplexity's {final_ppl}",
         res.perplexity,
         100.0 * rel
     );
@@ -154,12 +166,22 @@ fn check_perplexity(file: &str) {
 
 #[test]
 fn smollm2_perplexity_matches_llama_perplexity() {
-    check_perplexity("SmolLM2-135M-Instruct.Q4_1.gguf");
+    check_perplexity("SmolLM2-135M-Instruct.Q4_1.gguf", false);
 }
 
 #[test]
 fn gemma3_perplexity_matches_llama_perplexity() {
-    check_perplexity("gemma-3-270m-q4_k_m.gguf");
+    check_perplexity("gemma-3-270m-q4_k_m.gguf", false);
+}
+
+#[test]
+fn smollm2_perplexity_with_a_q8_0_cache_matches_llama_perplexity() {
+    check_perplexity("SmolLM2-135M-Instruct.Q4_1.gguf", true);
+}
+
+#[test]
+fn gemma3_perplexity_with_a_q8_0_cache_matches_llama_perplexity() {
+    check_perplexity("gemma-3-270m-q4_k_m.gguf", true);
 }
 
 /// The `Batch` interface: a prompt split into chunks, and two sequences mixed in one batch,

@@ -16,6 +16,10 @@
 //! Reading checks the identity against the cache it goes into (another model, shape or KV type
 //! is refused with a clear error), every length against the bytes present and the checksum, so a
 //! truncated or corrupt file is an error, never a panic.
+//!
+//! Version 2 differs from version 1 only in what quantized rows hold: since version 2 they are
+//! rotated ([`super::KvRotation`]). A version 1 file is still read when both its types are
+//! floats; one with a quantized type is refused (its rows would be read in the wrong basis).
 
 use half::f16;
 
@@ -24,8 +28,8 @@ use crate::{Error, Result};
 
 /// The file's first bytes.
 const MAGIC: &[u8; 8] = b"FLMKVST\0";
-/// The format version this code writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this code writes (and reads, with version 1 files of float caches).
+pub const VERSION: u32 = 2;
 
 /// What a state file must match to be loaded: the model and the cache's layout.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -139,8 +143,8 @@ pub fn decode(bytes: &[u8], want: &StateIdentity, kv: &KvCache) -> Result<SeqSta
     let (body, sum) = bytes.split_at(bytes.len() - 8);
     let mut r = Reader { b: &bytes[MAGIC.len()..body.len()] };
     let version = r.u32()?;
-    if version != VERSION {
-        return Err(bad(&format!("KV state format version {version} (this build reads {VERSION})")));
+    if version != VERSION && version != 1 {
+        return Err(bad(&format!("KV state format version {version} (this build reads 1 and {VERSION})")));
     }
     if fnv1a(body).to_le_bytes() != sum {
         return Err(bad("the KV state file is corrupt (checksum mismatch)"));
@@ -163,6 +167,13 @@ pub fn decode(bytes: &[u8], want: &StateIdentity, kv: &KvCache) -> Result<SeqSta
             want.type_k,
             want.type_v,
             want.model_hash
+        )));
+    }
+    if version == 1 && (got.type_k.blocks().is_some() || got.type_v.blocks().is_some()) {
+        return Err(bad(&format!(
+            "the KV state file is format version 1, whose {}/{} rows predate the rotation of quantized \
+             caches; it cannot be read into this build's cache (save the state again)",
+            got.type_k, got.type_v
         )));
     }
     let n_tokens = r.count(4)?;
@@ -360,8 +371,41 @@ mod tests {
             bad[i] ^= 0x41;
             assert!(decode(&bad, &id, &kv).is_err(), "byte {i} flipped");
         }
-        let mut v2 = bytes.clone();
-        v2[8] = 2;
-        assert!(decode(&v2, &id, &kv).unwrap_err().to_string().contains("version 2"));
+        let mut v3 = bytes.clone();
+        v3[8] = 3;
+        assert!(decode(&v3, &id, &kv).unwrap_err().to_string().contains("version 3"));
+    }
+
+    /// `bytes` relabelled as format version 1, checksum redone.
+    fn as_version_1(mut bytes: Vec<u8>) -> Vec<u8> {
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let body = bytes.len() - 8;
+        let sum = fnv1a(&bytes[..body]);
+        bytes[body..].copy_from_slice(&sum.to_le_bytes());
+        bytes
+    }
+
+    #[test]
+    fn version_1_files_are_read_for_float_caches_only() {
+        for (ty, readable) in [
+            ((KvType::F32, KvType::F16), true),
+            ((KvType::F16, KvType::F16), true),
+            ((KvType::Q8_0, KvType::F16), false),
+            ((KvType::F16, KvType::Q4_0), false),
+        ] {
+            let kv = filled(ty, 5);
+            let id = StateIdentity::of(&kv, "qwen2", 9);
+            let bytes = as_version_1(encode(&id, &[1, 2, 3, 4, 5], kv.seq(0).unwrap(), &[]).unwrap());
+            match decode(&bytes, &id, &kv) {
+                Ok(back) => {
+                    assert!(readable, "{ty:?}: a version 1 file of a quantized cache was read");
+                    assert_eq!(back.cache.keys(1).to_f32(), kv.seq(0).unwrap().keys(1).to_f32());
+                }
+                Err(e) => {
+                    assert!(!readable, "{ty:?}: {e}");
+                    assert!(e.to_string().contains("version 1"), "{e}");
+                }
+            }
+        }
     }
 }

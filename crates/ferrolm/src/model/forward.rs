@@ -13,7 +13,7 @@ use super::{Model, ModelConfig};
 use crate::backend::{Backend, HostRange, PassId};
 use crate::batch::BatchEntry;
 use crate::batch::{Batch, Logits};
-use crate::kv::{KvCache, KvType, SeqId};
+use crate::kv::{KvCache, KvRotation, KvType, SeqId};
 use crate::ops::{Activation, AttentionShape, MatmulJob};
 use crate::{Error, Result};
 use half::f16;
@@ -413,6 +413,7 @@ impl Model {
             logging: entries.iter().any(|e| kv.seq(e.seq).is_some_and(|s| s.query_log().is_some())),
             cs_global: &ws.cs_global[..n * half], // [n, rope_dims / 2]
             cs_local: &ws.cs_local[..if has_local { n * half_swa } else { 0 }], // [n, rope_dims_swa / 2]
+            kv_types: kv.types(),
         };
         let mut n_recurrent = 0; // recurrent layers so far: the index of the next one's state
 
@@ -456,7 +457,7 @@ impl Model {
 
     /// Attention layer `il` over the normalised rows `xn` (`[n, n_embd]`), its output projected
     /// into `y` (`[n, n_embd]`): queries, keys and values, the cache, what eviction policies
-    /// observe, Qwen 3.5's output gates.
+    /// observe, a quantized cache's value rotation undone, Qwen 3.5's output gates.
     #[allow(clippy::too_many_arguments)]
     fn attention_layer(
         &self,
@@ -497,6 +498,9 @@ impl Model {
             unpad_heads(be, s.att, cfg.head_dim, hdl)?;
         }
         let att = &mut s.att[..n * cfg.n_head * hdl];
+        if let Some(r) = KvRotation::new(s.kv_types, hdl).v {
+            hadamard_rows(be, att, r)?;
+        }
         if cfg.attn_output_gate {
             be.to_host(att)?;
             for (a, &g) in att.iter_mut().zip(s.gated.1.iter()) {
@@ -513,8 +517,9 @@ impl Model {
 
     /// Layer `il`'s queries, keys and values of the normalised rows `xn` (`[n, n_embd]`) into
     /// `q` (`[n, n_head * head_dim]`), `k` and `v` (`[n, n_head_kv * head_dim]`): projected,
-    /// biased, normalised and rotated (`cs`: the layer's RoPE table) at the layer's own head
-    /// size, then zero-padded to `head_dim` when that is larger, and each key/value head repeated
+    /// biased, normalised and rotated (`cs`: the layer's RoPE table; then the Walsh–Hadamard
+    /// rotation of a quantized cache, [`KvRotation`]) at the layer's own head size, then
+    /// zero-padded to `head_dim` when that is larger, and each key/value head repeated
     /// up to `n_head_kv` heads when the layer has fewer. Keys and values only for a layer with
     /// its own (returns whether it has them).
     #[allow(clippy::too_many_arguments)]
@@ -584,6 +589,16 @@ impl Model {
             if own_kv {
                 be.rope(ks, n, hdl, cs, cfg.rope_style)?;
             }
+        }
+        let rot = KvRotation::new(s.kv_types, hdl);
+        if let Some(r) = rot.k {
+            hadamard_rows(be, qs, r)?;
+            if own_kv {
+                hadamard_rows(be, ks, r)?;
+            }
+        }
+        if let (Some(r), true) = (rot.v, own_kv) {
+            hadamard_rows(be, vs, r)?;
         }
         let hd = cfg.head_dim;
         if hdl != hd {
@@ -717,6 +732,8 @@ struct AttnScratch<'a> {
     /// when they rotate alike).
     cs_global: &'a [(f32, f32)],
     cs_local: &'a [(f32, f32)],
+    /// The cache's key and value types: whether rows are rotated ([`KvRotation`]).
+    kv_types: (KvType, KvType),
 }
 
 /// Splits gated queries (`qgate`: per token and head, `hd` queries then `hd` gates) into the
@@ -811,6 +828,24 @@ fn per_layer_branch(
     be.matmul(&pb.proj, g, n, y)?;
     be.rms_norm_inplace(y, &pb.post_norm, eps)?;
     be.add(x, y)?;
+    Ok(())
+}
+
+/// The Walsh–Hadamard rotation of a quantized cache ([`KvRotation`]) of each `n`-wide chunk of
+/// `x`, on the host (the backends that keep quantized caches work in host memory).
+/// A prompt's rows are spread over the worker threads in pieces of about 16k values.
+fn hadamard_rows(be: &dyn Backend, x: &mut [f32], n: usize) -> Result<()> {
+    const PIECE: usize = 1 << 14;
+    be.to_host(x)?;
+    if x.len() <= PIECE {
+        ferrolm_kernels::rows::hadamard(x, n);
+    } else {
+        let piece = PIECE.next_multiple_of(n);
+        crate::threads::par_chunks_mut(&crate::threads::pool(), x, piece, |_, p| {
+            ferrolm_kernels::rows::hadamard(p, n)
+        });
+    }
+    be.host_wrote(x)?;
     Ok(())
 }
 

@@ -14,7 +14,10 @@
 //!   and are merged at the end.
 //!
 //! Numerics follow llama.cpp's CPU flash attention, which has the same two paths, except for
-//! one choice. The tiled path (llama.cpp: 64 queries or more) is f32 throughout. The per-query
+//! one choice. The tiled path (llama.cpp: 64 queries or more over a float cache) is f32
+//! throughout; over a quantized key cache, where llama.cpp scores every query on its own path
+//! against a Q8_0 copy of it, a tile's queries are rounded through Q8_0 first, so that the
+//! scores are llama.cpp's up to the order of the f32 additions. The per-query
 //! path (llama.cpp's one-chunk path) rounds the query to f16 for an f16 key cache (f16 dot
 //! products); for a quantized key cache (q8_0, q4_0) the query is quantized once to Q8_0 and
 //! scored with integer dot products; quantized values are converted to f32 a few rows at a time
@@ -360,6 +363,8 @@ impl SharedOut {
 struct Scratch {
     /// Transposed query tile. `[head_dim, rows]`
     qt: Vec<f32>,
+    /// One query head as Q8_0 blocks, and back in f32 (a quantized key cache). `[head_dim]`
+    q8: (Vec<u8>, Vec<f32>),
     /// Positions of a tile's queries.
     qpos: Vec<u32>,
     /// Scores, then probabilities. `[block, rows]`

@@ -1,6 +1,7 @@
 //! The tiled path: a tile of queries (consecutive tokens of one sequence × the query heads of
 //! one KV head, `rows` in all) against the sequence's cache in blocks of slots, in f32 (the
-//! arithmetic of llama.cpp's tiled CPU flash attention: queries not rounded, keys and values
+//! arithmetic of llama.cpp's tiled CPU flash attention: queries not rounded (rounded through
+//! Q8_0 over a quantized key cache, as llama.cpp's per-query path scores them), keys and values
 //! converted to f32 per block — f16 keys and quantized keys and values into the thread's
 //! scratch, f16 values as the GEMM loads them — f32 accumulation).
 //!
@@ -9,6 +10,7 @@
 //! diagonal or the window edge, the online softmax update, then `O = α∘O + P·V`. Blocks outside
 //! every query's mask are skipped.
 
+use ferrolm_kernels::quant::kv::KvBlocks;
 use ferrolm_kernels::simd_attn::{Beta, Elems, Rows, RowsMut, Strided};
 
 use std::ops::Range;
@@ -70,12 +72,26 @@ pub(super) fn run(t: &Tile, plan: &Plan, ctx: &Ctx<'_>, out: SharedOut, sc: &mut
     let real = tokens.len() * g;
     let r = real.next_multiple_of(16);
 
-    // Query rows `i * g + h` (token i, head h), scaled and transposed; zero padding rows.
+    // Query rows `i * g + h` (token i, head h), scaled and transposed; zero padding rows. Over a
+    // quantized key cache, each query is first rounded through Q8_0 (llama.cpp's per-query
+    // scoring, see the module docs).
     let qt = grow(&mut sc.qt, hd * r);
     let scale = ctx.shape.scale;
+    let mut q8 = matches!(keys, Cached::Blocks(..)).then(|| {
+        let (bytes, back) = &mut sc.q8;
+        (grow(bytes, KvBlocks::Q8_0.row_bytes(hd)), grow(back, hd))
+    });
     for (i, &tok) in tokens.iter().enumerate() {
         for (h, qr) in ctx.q_group(tok, t.kvh).chunks_exact(hd).enumerate() {
             let row = i * g + h;
+            let qr = match &mut q8 {
+                Some((bytes, back)) => {
+                    KvBlocks::Q8_0.quantize_row(qr, bytes);
+                    KvBlocks::Q8_0.dequantize_row(bytes, back);
+                    &**back
+                }
+                None => qr,
+            };
             for (d, &x) in qr.iter().enumerate() {
                 qt[d * r + row] = x * scale;
             }

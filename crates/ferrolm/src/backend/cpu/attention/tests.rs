@@ -48,7 +48,7 @@ fn scored_query(ty: KvType, q: &[f32]) -> Vec<f64> {
 /// Attention in f64 from the definition, over the cached rows as stored (read back as f32).
 /// Queries of sequences with fewer than [`TILE_MIN_TOKENS`] entries in the batch follow
 /// llama.cpp's per-query path: the query rounded to f16 when keys are f16 or quantized to Q8_0
-/// when keys are quantized.
+/// when keys are quantized; the tiled path also quantizes queries to Q8_0 over quantized keys.
 fn reference(
     shape: &AttentionShape,
     entries: &[BatchEntry],
@@ -70,7 +70,8 @@ fn reference(
         for h in 0..nh {
             let kvh = h / group;
             let qh = &q[(t * nh + h) * hd..(t * nh + h + 1) * hd];
-            let qh = scored_query(if per_query { kv.types().0 } else { KvType::F32 }, qh);
+            let kt = kv.types().0;
+            let qh = scored_query(if per_query || kt.block_size() > 1 { kt } else { KvType::F32 }, qh);
             let mut scores: Vec<(usize, f64)> = Vec::new();
             for (slot, &p) in seq.positions().iter().enumerate() {
                 if !visible(shape.window, e.pos, p) {
