@@ -80,24 +80,6 @@ pub fn hadamard(x: &mut [f32], n: usize) {
         "hadamard: {} values in chunks of {n}",
         x.len()
     );
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2_fma() {
-        // SAFETY: AVX2 was detected on this CPU.
-        return unsafe { hadamard_avx2(x, n) };
-    }
-    hadamard_any(x, n)
-}
-
-/// [`hadamard_any`] compiled for AVX2 (the same operations on wider vectors: the same bits).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn hadamard_avx2(x: &mut [f32], n: usize) {
-    hadamard_any(x, n)
-}
-
-/// [`hadamard`] for the instruction set it is compiled for.
-#[inline(always)]
-fn hadamard_any(x: &mut [f32], n: usize) {
     // The sizes caches use, with the chunk's length known to the compiler (it keeps the chunk
     // in registers and unrolls the butterflies).
     match n {
